@@ -1,0 +1,35 @@
+# result-inbox — the two commands a newcomer needs are `make demo` and `make test`.
+SHELL := /bin/bash
+CARGO ?= cargo
+WITH_MYSQL := scripts/with-mysql.sh
+
+.PHONY: test check fmt-check clippy doc unit integration toolchain
+
+## test: formatting, lints, docs, then every test (integration tests against a throwaway server)
+test: check
+	$(WITH_MYSQL) $(CARGO) test --workspace --locked
+
+## check: formatting, clippy with warnings as errors, documentation without warnings
+check: toolchain fmt-check clippy doc
+
+fmt-check:
+	$(CARGO) fmt --all -- --check
+
+clippy:
+	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+
+doc:
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --locked
+
+## unit: the tests that need no database
+unit:
+	$(CARGO) test --workspace --lib --bins --locked
+
+## integration: only the integration tests, against a throwaway server
+integration:
+	$(WITH_MYSQL) $(CARGO) test --workspace --test '*' --locked
+
+toolchain:
+	@command -v $(CARGO) >/dev/null || { echo "cargo not found: install the Rust toolchain (https://rustup.rs)"; exit 2; }
+	@$(CARGO) fmt --version >/dev/null 2>&1 || { echo "rustfmt missing: run 'rustup component add rustfmt'"; exit 2; }
+	@$(CARGO) clippy --version >/dev/null 2>&1 || { echo "clippy missing: run 'rustup component add clippy'"; exit 2; }

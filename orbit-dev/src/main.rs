@@ -1,0 +1,403 @@
+//! The `orbit-dev` command: `serve`, `bootstrap` and thin admin wrappers.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use orbit_dev::client::{self, BaseUrl, HttpResponse};
+use orbit_dev::credentials::{write_secret_file, Credentials};
+use orbit_dev::ids::random_secret;
+use orbit_dev::Config;
+use serde::Deserialize;
+use tokio::signal::unix::{signal, SignalKind};
+
+const DEFAULT_ADMIN_TOKEN_FILE: &str = ".local/orbit-dev.admin-token";
+
+/// A local development stand-in for the Orbit task platform.
+#[derive(Parser)]
+#[command(name = "orbit-dev", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the server.
+    Serve(ServeArgs),
+    /// Create (or reuse) a queue and write a credentials file for a new token.
+    Bootstrap(BootstrapArgs),
+    /// Finish a task (admin): succeeded, failed or needs_review.
+    Finish(FinishArgs),
+    /// Add retry budget to a delivery (admin); an EXPIRED one becomes PENDING.
+    AddBudget(AddBudgetArgs),
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// Address to listen on; port 0 picks a free port (the line printed on
+    /// stdout names the real one).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// Lease length in milliseconds.
+    #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+    lease_ms: u64,
+    /// Attempts a new delivery gets.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    budget: u64,
+    /// Interval between WebSocket pings, in milliseconds.
+    #[arg(long, default_value_t = 15_000, value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
+    ping_ms: u64,
+    /// The admin token. When absent, one is generated and written to
+    /// --admin-token-file.
+    #[arg(long, env = "ORBIT_DEV_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
+    /// Where a generated admin token is written (mode 0600, replaced if it
+    /// exists).
+    #[arg(long, default_value = DEFAULT_ADMIN_TOKEN_FILE)]
+    admin_token_file: PathBuf,
+}
+
+#[derive(Args)]
+struct AdminArgs {
+    /// Base URL of the orbit-dev server.
+    #[arg(long, env = "ORBIT_DEV_URL", default_value = "http://127.0.0.1:8080")]
+    url: String,
+    /// The admin token; when absent it is read from --admin-token-file.
+    #[arg(long, env = "ORBIT_DEV_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
+    /// File holding the admin token, as written by `orbit-dev serve`.
+    #[arg(long, default_value = DEFAULT_ADMIN_TOKEN_FILE)]
+    admin_token_file: PathBuf,
+}
+
+#[derive(Args)]
+struct BootstrapArgs {
+    #[command(flatten)]
+    admin: AdminArgs,
+    /// Application name.
+    #[arg(long)]
+    application: String,
+    /// Namespace name.
+    #[arg(long)]
+    namespace: String,
+    /// Environment name.
+    #[arg(long)]
+    environment: String,
+    /// Queue name.
+    #[arg(long)]
+    queue: String,
+    /// Also grant events:read, events:consume and events:manage.
+    #[arg(long)]
+    event_access: bool,
+    /// Exact scopes to grant instead (comma-separated), e.g.
+    /// events:read,events:consume.
+    #[arg(long, value_delimiter = ',', conflicts_with = "event_access")]
+    scopes: Option<Vec<String>>,
+    /// Where to write the credentials file (mode 0600).
+    #[arg(long)]
+    output: PathBuf,
+    /// Replace an existing credentials file.
+    #[arg(long)]
+    force: bool,
+}
+
+#[derive(Args)]
+struct FinishArgs {
+    #[command(flatten)]
+    admin: AdminArgs,
+    /// The task's id.
+    #[arg(long)]
+    task_id: String,
+    /// succeeded, failed or needs_review.
+    #[arg(long, value_parser = ["succeeded", "failed", "needs_review"])]
+    outcome: String,
+    /// The result, as JSON text (sent unchanged).
+    #[arg(long)]
+    result: Option<String>,
+}
+
+#[derive(Args)]
+struct AddBudgetArgs {
+    #[command(flatten)]
+    admin: AdminArgs,
+    /// The delivery's id.
+    #[arg(long)]
+    delivery_id: String,
+    /// Attempts to add, 1 to 100.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=100))]
+    add: u64,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("orbit-dev: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let outcome = runtime.block_on(async {
+        match cli.command {
+            Command::Serve(args) => serve(args).await,
+            Command::Bootstrap(args) => bootstrap(args).await,
+            Command::Finish(args) => finish(args).await,
+            Command::AddBudget(args) => add_budget(args).await,
+        }
+    });
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("orbit-dev: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(args: ServeArgs) -> Result<(), String> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("orbit_dev=info")),
+        )
+        .init();
+    let admin_token = match args.admin_token {
+        Some(token) => {
+            if token.is_empty() || token.chars().any(|c| !c.is_ascii_graphic()) {
+                return Err("the admin token must be non-empty visible ASCII".into());
+            }
+            token
+        }
+        None => {
+            let token = random_secret("oda_");
+            write_secret_file(&args.admin_token_file, token.as_bytes(), true).map_err(|e| {
+                format!(
+                    "cannot write the admin token to {}: {e}",
+                    args.admin_token_file.display()
+                )
+            })?;
+            tracing::info!(path = %args.admin_token_file.display(), "admin token written");
+            token
+        }
+    };
+    // Register the handlers before announcing the address, so that a signal
+    // sent right after the announcement is never the default (fatal) one.
+    let mut terminate =
+        signal(SignalKind::terminate()).map_err(|e| format!("cannot handle SIGTERM: {e}"))?;
+    let mut interrupt =
+        signal(SignalKind::interrupt()).map_err(|e| format!("cannot handle SIGINT: {e}"))?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    let address = listener
+        .local_addr()
+        .map_err(|e| format!("cannot read the bound address: {e}"))?;
+    println!("orbit-dev listening on http://{address}");
+    let mut config = Config::new(admin_token);
+    config.lease = Duration::from_millis(args.lease_ms);
+    config.budget = args.budget;
+    config.ping_interval = Duration::from_millis(args.ping_ms);
+    tracing::info!(lease_ms = args.lease_ms, budget = args.budget, "serving");
+    let shutdown = async move {
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+        tracing::info!("stopping");
+    };
+    orbit_dev::serve(listener, config, shutdown)
+        .await
+        .map_err(|e| format!("the server failed: {e}"))
+}
+
+impl AdminArgs {
+    fn base_url(&self) -> Result<BaseUrl, String> {
+        BaseUrl::parse(&self.url)
+    }
+
+    fn token(&self) -> Result<String, String> {
+        if let Some(token) = &self.admin_token {
+            return Ok(token.clone());
+        }
+        let text = std::fs::read_to_string(&self.admin_token_file).map_err(|e| {
+            format!(
+                "no admin token: set ORBIT_DEV_ADMIN_TOKEN or --admin-token, or point \
+                 --admin-token-file at the file `orbit-dev serve` wrote ({}: {e})",
+                self.admin_token_file.display()
+            )
+        })?;
+        let token = text.trim();
+        if token.is_empty() {
+            return Err(format!("{} is empty", self.admin_token_file.display()));
+        }
+        Ok(token.to_string())
+    }
+
+    async fn post(&self, path: &str, body: &[u8]) -> Result<HttpResponse, String> {
+        let base = self.base_url()?;
+        let token = self.token()?;
+        let authorization = format!("Bearer {token}");
+        client::send(
+            &base,
+            "POST",
+            path,
+            &[("Authorization", &authorization)],
+            Some(body),
+        )
+        .await
+        .map_err(|e| format!("cannot reach {}: {e}", self.url))
+    }
+}
+
+/// Describes a failed call without echoing any body but an error's code and
+/// message.
+fn failure(what: &str, response: &HttpResponse) -> String {
+    #[derive(Deserialize)]
+    struct ErrorBody {
+        error: ErrorInner,
+    }
+    #[derive(Deserialize)]
+    struct ErrorInner {
+        code: String,
+        message: String,
+    }
+    match response.json::<ErrorBody>() {
+        Ok(body) => format!(
+            "{what} failed with HTTP {}: {} ({})",
+            response.status, body.error.code, body.error.message
+        ),
+        Err(_) => format!("{what} failed with HTTP {}", response.status),
+    }
+}
+
+async fn bootstrap(args: BootstrapArgs) -> Result<(), String> {
+    if args.output.exists() && !args.force {
+        return Err(format!(
+            "{} exists; pass --force to replace it",
+            args.output.display()
+        ));
+    }
+    let mut request = serde_json::json!({
+        "application": args.application,
+        "namespace": args.namespace,
+        "environment": args.environment,
+        "queue": args.queue,
+        "event_access": args.event_access,
+    });
+    if let Some(scopes) = &args.scopes {
+        request["scopes"] = serde_json::json!(scopes);
+    }
+    let body = serde_json::to_vec(&request).map_err(|e| e.to_string())?;
+    let response = args.admin.post("/v1/admin/bootstrap", &body).await?;
+    if response.status != 201 {
+        return Err(failure("bootstrap", &response));
+    }
+    #[derive(Deserialize)]
+    struct Issued {
+        token: String,
+        queue_id: String,
+        namespace: String,
+        application: String,
+        environment: String,
+        queue: String,
+        scopes: Vec<String>,
+    }
+    let issued: Issued = response
+        .json()
+        .map_err(|_| "the bootstrap response is not what was expected".to_string())?;
+    let credentials = Credentials {
+        orbit_url: args.admin.url.trim_end_matches('/').to_string(),
+        token: issued.token,
+        queue_id: issued.queue_id,
+        namespace: issued.namespace,
+        application: issued.application,
+        environment: issued.environment,
+        queue: issued.queue,
+        scopes: issued.scopes,
+    };
+    let mut text = serde_json::to_vec_pretty(&credentials).map_err(|e| e.to_string())?;
+    text.push(b'\n');
+    write_credentials(&args.output, &text, args.force)?;
+    println!(
+        "orbit-dev: queue {} (id {}) in namespace {}, scopes {}; credentials written to {}",
+        credentials.queue,
+        credentials.queue_id,
+        credentials.namespace,
+        credentials.scopes.join(","),
+        args.output.display()
+    );
+    Ok(())
+}
+
+fn write_credentials(path: &Path, text: &[u8], force: bool) -> Result<(), String> {
+    write_secret_file(path, text, force).map_err(|e| match e.kind() {
+        std::io::ErrorKind::AlreadyExists => {
+            format!("{} exists; pass --force to replace it", path.display())
+        }
+        _ => format!("cannot write {}: {e}", path.display()),
+    })
+}
+
+#[derive(Deserialize)]
+struct TaskSummary {
+    id: String,
+    state: String,
+    version: u64,
+}
+
+async fn finish(args: FinishArgs) -> Result<(), String> {
+    // The result goes out byte for byte: build the body as text.
+    let outcome = serde_json::to_string(&args.outcome).map_err(|e| e.to_string())?;
+    let body = match &args.result {
+        Some(result) => {
+            serde_json::from_str::<serde::de::IgnoredAny>(result)
+                .map_err(|_| "--result is not valid JSON".to_string())?;
+            format!(r#"{{"outcome":{outcome},"result":{result}}}"#)
+        }
+        None => format!(r#"{{"outcome":{outcome}}}"#),
+    };
+    let path = format!("/v1/admin/tasks/{}/finish", args.task_id);
+    let response = args.admin.post(&path, body.as_bytes()).await?;
+    if response.status != 200 {
+        return Err(failure("finish", &response));
+    }
+    let task: TaskSummary = response
+        .json()
+        .map_err(|_| "the finish response is not what was expected".to_string())?;
+    println!(
+        "orbit-dev: task {} is now {} (version {})",
+        task.id, task.state, task.version
+    );
+    Ok(())
+}
+
+async fn add_budget(args: AddBudgetArgs) -> Result<(), String> {
+    #[derive(Deserialize)]
+    struct DeliverySummary {
+        id: String,
+        state: String,
+        attempts: u64,
+        budget: u64,
+    }
+    let body = format!(r#"{{"add":{}}}"#, args.add);
+    let path = format!("/v1/admin/deliveries/{}/budget", args.delivery_id);
+    let response = args.admin.post(&path, body.as_bytes()).await?;
+    if response.status != 200 {
+        return Err(failure("add-budget", &response));
+    }
+    let delivery: DeliverySummary = response
+        .json()
+        .map_err(|_| "the add-budget response is not what was expected".to_string())?;
+    println!(
+        "orbit-dev: delivery {} is now {} (attempts {}, budget {})",
+        delivery.id, delivery.state, delivery.attempts, delivery.budget
+    );
+    Ok(())
+}

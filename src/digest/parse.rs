@@ -1,0 +1,772 @@
+//! Single-pass parser that writes the canonical form straight into one buffer.
+//!
+//! # Design
+//!
+//! The parser is an explicit-stack state machine (no recursion, at most
+//! [`MAX_DEPTH`] frames) that never builds a tree. Most of a typical input is
+//! already canonical, so output is produced lazily: the bytes from
+//! `pend` up to the current position are "pending" and will be copied to the
+//! output verbatim. Only when something must change — whitespace to drop, an
+//! escape to rewrite, a timestamp to normalize — are the pending bytes flushed
+//! and the change written. Positions in the output are therefore tracked as
+//! *logical* positions: `out.len() + (pos - pend)`.
+//!
+//! For each open object the parser records its members (key and output
+//! range). If the keys arrive strictly increasing the output is already
+//! right; otherwise, when the object closes, the member records are sorted and
+//! the object's output region is rewritten in sorted order through a scratch
+//! buffer of the same length.
+//!
+//! The input must already be known to be valid UTF-8 and at most
+//! [`MAX_EVENT_BYTES`](super::MAX_EVENT_BYTES) long (so every offset fits in
+//! a `u32`).
+
+use std::cmp::Ordering;
+
+use super::error::DigestError;
+use super::timestamp;
+use super::MAX_DEPTH;
+
+// The `reason`s of `DigestError::InvalidJson`. They are part of the stable
+// Display output: change them only deliberately.
+const R_EMPTY: &str = "empty input";
+const R_EOF: &str = "unexpected end of input";
+const R_VALUE: &str = "expected a value";
+const R_KEY: &str = "expected an object key";
+const R_COLON: &str = "expected ':' after an object key";
+const R_OBJECT_NEXT: &str = "expected ',' or '}' after an object member";
+const R_ARRAY_NEXT: &str = "expected ',' or ']' after an array element";
+const R_TRAILING: &str = "trailing data after the value";
+const R_NUMBER: &str = "invalid number";
+const R_LITERAL: &str = "invalid literal";
+const R_ESCAPE: &str = "invalid escape sequence";
+const R_CONTROL: &str = "unescaped control character in a string";
+const R_UNTERMINATED: &str = "unterminated string";
+
+/// The top-level key whose string value gets the timestamp rule.
+const TIMESTAMP_KEY: &[u8] = b"occurred_at";
+
+/// Writes the canonical form of `input`, which must be valid UTF-8 and at
+/// most `MAX_EVENT_BYTES` long.
+pub(super) fn canonical_bytes(input: &[u8]) -> Result<Vec<u8>, DigestError> {
+    let mut parser = Parser {
+        input,
+        pos: 0,
+        out: Vec::with_capacity(input.len()),
+        pend: 0,
+        frames: Vec::with_capacity(16),
+        members: Vec::new(),
+        keys: Vec::new(),
+        scratch: Vec::new(),
+    };
+    parser.run()?;
+    Ok(parser.out)
+}
+
+/// An open array or object.
+#[derive(Clone, Copy)]
+struct Frame {
+    object: bool,
+    /// Keys so far are strictly increasing (objects only).
+    sorted: bool,
+    /// Index of this object's first record in `Parser::members`.
+    members_base: u32,
+    /// Length of `Parser::keys` when the object opened.
+    keys_base: u32,
+    /// Logical output position of the `{`.
+    out_open: u32,
+}
+
+/// A member of an open object.
+#[derive(Clone, Copy)]
+struct Member {
+    /// The first 8 bytes of the unescaped key, big-endian, zero-padded: most
+    /// key comparisons are decided by this number alone.
+    prefix: u64,
+    /// The unescaped key is `keys[key_start..key_end]` if `key_in_buf`,
+    /// else `input[key_start..key_end]` (a key written without escapes).
+    key_start: u32,
+    key_end: u32,
+    key_in_buf: bool,
+    /// Input offset of the key's opening quote.
+    key_offset: u32,
+    /// Logical output position of the key's opening quote.
+    out_start: u32,
+    /// Output position after the member's value; set only when the object
+    /// closes out of order.
+    out_end: u32,
+}
+
+/// Unescaped string content: `(in_buf, start, end)`, see [`Member`].
+type Text = (bool, usize, usize);
+
+struct Parser<'a> {
+    input: &'a [u8],
+    pos: usize,
+    out: Vec<u8>,
+    /// Start of the pending input bytes, to be copied verbatim to `out`.
+    pend: usize,
+    frames: Vec<Frame>,
+    /// Member records of all open objects, innermost last.
+    members: Vec<Member>,
+    /// Unescaped keys that had escapes in the input, innermost last.
+    keys: Vec<u8>,
+    /// Reused buffer for rewriting an object in sorted order.
+    scratch: Vec<u8>,
+}
+
+fn key_of<'s>(input: &'s [u8], keys: &'s [u8], m: &Member) -> &'s [u8] {
+    let range = m.key_start as usize..m.key_end as usize;
+    if m.key_in_buf {
+        &keys[range]
+    } else {
+        &input[range]
+    }
+}
+
+/// Orders two members by unescaped key, bytewise.
+#[inline]
+fn compare_keys(input: &[u8], keys: &[u8], a: &Member, b: &Member) -> Ordering {
+    match a.prefix.cmp(&b.prefix) {
+        Ordering::Equal => {
+            let (a_len, b_len) = (a.key_end - a.key_start, b.key_end - b.key_start);
+            if a_len <= 8 && b_len <= 8 {
+                // Equal zero-padded prefixes: the shorter key is a prefix of
+                // the longer one (or they are equal).
+                a_len.cmp(&b_len)
+            } else {
+                key_of(input, keys, a).cmp(key_of(input, keys, b))
+            }
+        }
+        unequal => unequal,
+    }
+}
+
+/// Orders two members by unescaped key, then by position in the input.
+fn compare_members(input: &[u8], keys: &[u8], a: &Member, b: &Member) -> Ordering {
+    compare_keys(input, keys, a, b).then(a.key_offset.cmp(&b.key_offset))
+}
+
+/// The first 8 bytes of `key` as a big-endian number, zero-padded.
+///
+/// `source[start..start + len]` is the key; bytes after it in `source` are
+/// read when available and masked off.
+#[inline]
+fn key_prefix(source: &[u8], start: usize, len: usize) -> u64 {
+    let mut word = [0u8; 8];
+    match source.get(start..start + 8) {
+        Some(chunk) => word.copy_from_slice(chunk),
+        None => {
+            for (to, &from) in word.iter_mut().zip(&source[start..start + len]) {
+                *to = from;
+            }
+        }
+    }
+    let word = u64::from_be_bytes(word);
+    if len >= 8 {
+        word
+    } else {
+        // Keep the first `len` bytes (the high ones); `len` is 0..=7.
+        word & !(u64::MAX >> (8 * len))
+    }
+}
+
+/// Sorts the records of one object and returns the offset of the earliest
+/// key that repeats an earlier one, if any.
+fn sort_and_find_duplicate(input: &[u8], keys: &[u8], members: &mut [Member]) -> Option<u32> {
+    members.sort_unstable_by(|a, b| compare_members(input, keys, a, b));
+    // Equal keys are now adjacent and ordered by offset, so the first
+    // repetition of each key is the right element of some adjacent pair.
+    members
+        .windows(2)
+        .filter(|w| compare_keys(input, keys, &w[0], &w[1]) == Ordering::Equal)
+        .map(|w| w[1].key_offset)
+        .min()
+}
+
+#[inline]
+fn is_ws(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | b'\r')
+}
+
+#[inline]
+fn is_digit(b: Option<&u8>) -> bool {
+    matches!(b, Some(b'0'..=b'9'))
+}
+
+/// Marks (high bit of the byte) each byte of `w` that is `"`, `\` or below
+/// 0x20. Only the lowest mark is exact: false marks can appear above a true
+/// one (borrows), never below, so the lowest mark of `special(w)` is the
+/// first special byte of `w` in little-endian order.
+#[inline(always)]
+fn special(w: u64) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let quote = w ^ (ONES * u64::from(b'"'));
+    let backslash = w ^ (ONES * u64::from(b'\\'));
+    ((quote.wrapping_sub(ONES) & !quote)
+        | (backslash.wrapping_sub(ONES) & !backslash)
+        | (w.wrapping_sub(ONES * 0x20) & !w))
+        & HIGHS
+}
+
+#[inline(always)]
+fn load(chunk: &[u8]) -> u64 {
+    let mut word = [0u8; 8];
+    word.copy_from_slice(chunk);
+    u64::from_le_bytes(word)
+}
+
+/// Index of the first `"`, `\` or byte below 0x20 at or after `i`, or
+/// `s.len()` if there is none.
+#[inline(always)]
+fn find_string_special(s: &[u8], mut i: usize) -> usize {
+    // Sixteen bytes a step, so that most keys and short values end within
+    // the first step and the loop exit is well predicted.
+    while let Some(chunk) = s.get(i..i + 16) {
+        let low = special(load(&chunk[..8]));
+        let high = special(load(&chunk[8..]));
+        if low | high != 0 {
+            let marks = u128::from(low) | u128::from(high) << 64;
+            return i + (marks.trailing_zeros() / 8) as usize;
+        }
+        i += 16;
+    }
+    while let Some(&b) = s.get(i) {
+        if b == b'"' || b == b'\\' || b < 0x20 {
+            return i;
+        }
+        i += 1;
+    }
+    s.len()
+}
+
+/// The value of four hex digits (either case) at `s[at..]`.
+#[inline]
+fn hex4(s: &[u8], at: usize) -> Option<u32> {
+    let digits = s.get(at..at + 4)?;
+    digits.iter().try_fold(0u32, |acc, &b| {
+        let v = match b {
+            b'0'..=b'9' => b - b'0',
+            b'a'..=b'f' => b - b'a' + 10,
+            b'A'..=b'F' => b - b'A' + 10,
+            _ => return None,
+        };
+        Some(acc << 4 | u32::from(v))
+    })
+}
+
+/// Writes one character of string content in canonical (minimal) escaping.
+fn write_escaped_char(out: &mut Vec<u8>, c: char) {
+    match c {
+        '"' => out.extend_from_slice(b"\\\""),
+        '\\' => out.extend_from_slice(b"\\\\"),
+        '\u{8}' => out.extend_from_slice(b"\\b"),
+        '\u{c}' => out.extend_from_slice(b"\\f"),
+        '\n' => out.extend_from_slice(b"\\n"),
+        '\r' => out.extend_from_slice(b"\\r"),
+        '\t' => out.extend_from_slice(b"\\t"),
+        '\0'..='\u{1f}' => {
+            const HEX: &[u8; 16] = b"0123456789abcdef";
+            let v = c as usize;
+            out.extend_from_slice(b"\\u00");
+            out.push(HEX[v >> 4]);
+            out.push(HEX[v & 0xf]);
+        }
+        _ => out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
+    }
+}
+
+/// Whether the six input bytes of a `\uXXXX` escape for code point `cp` are
+/// exactly what [`write_escaped_char`] would write.
+fn is_canonical_u_escape(cp: u32, escape: &[u8]) -> bool {
+    if cp >= 0x20 || matches!(cp, 0x08 | 0x09 | 0x0a | 0x0c | 0x0d) {
+        return false;
+    }
+    let hi = if cp >= 0x10 { b'1' } else { b'0' };
+    let lo = b"0123456789abcdef"[(cp & 0xf) as usize];
+    escape == [b'\\', b'u', b'0', b'0', hi, lo]
+}
+
+impl Parser<'_> {
+    /// The logical output position of input position `pos`; valid when the
+    /// pending bytes reach `pos`.
+    #[inline]
+    fn logical(&self, pos: usize) -> u32 {
+        (self.out.len() + pos - self.pend) as u32
+    }
+
+    /// Copies the pending bytes up to `upto` to the output.
+    #[inline]
+    fn flush(&mut self, upto: usize) {
+        self.out.extend_from_slice(&self.input[self.pend..upto]);
+        self.pend = upto;
+    }
+
+    #[inline]
+    fn peek(&self) -> Option<u8> {
+        self.input.get(self.pos).copied()
+    }
+
+    /// Skips insignificant whitespace; it is dropped from the output.
+    #[inline]
+    fn skip_ws(&mut self) {
+        if self.peek().is_some_and(is_ws) {
+            self.skip_ws_slow();
+        }
+    }
+
+    #[cold]
+    fn skip_ws_slow(&mut self) {
+        self.flush(self.pos);
+        while self.peek().is_some_and(is_ws) {
+            self.pos += 1;
+        }
+        self.pend = self.pos;
+    }
+
+    /// Turns an error into the error to report: a duplicate key that was
+    /// already read in a still-open object comes earlier in the input than
+    /// the error at hand (objects are only checked in full when they close).
+    #[cold]
+    fn fail(&mut self, err: DigestError) -> DigestError {
+        let mut earliest: Option<u32> = None;
+        let mut end = self.members.len();
+        for frame in self.frames.iter().rev().filter(|f| f.object) {
+            let base = frame.members_base as usize;
+            let found =
+                sort_and_find_duplicate(self.input, &self.keys, &mut self.members[base..end]);
+            earliest = match (earliest, found) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            end = base;
+        }
+        match (earliest, err.offset()) {
+            (Some(dup), Some(at)) if (dup as usize) < at => DigestError::DuplicateKey {
+                offset: dup as usize,
+            },
+            _ => err,
+        }
+    }
+
+    #[cold]
+    fn syntax(&mut self, offset: usize, reason: &'static str) -> DigestError {
+        self.fail(DigestError::InvalidJson { offset, reason })
+    }
+
+    /// The error for a missing token at the current position.
+    #[cold]
+    fn expected(&mut self, reason: &'static str) -> DigestError {
+        let reason = if self.pos >= self.input.len() {
+            R_EOF
+        } else {
+            reason
+        };
+        self.syntax(self.pos, reason)
+    }
+
+    fn run(&mut self) -> Result<(), DigestError> {
+        // Whether the innermost open container is an object.
+        let mut in_object = false;
+        // Whether the next value is that of the top-level `occurred_at`.
+        let mut timestamp_next = false;
+        'value: loop {
+            self.skip_ws();
+            let at_timestamp = std::mem::take(&mut timestamp_next);
+            let Some(b) = self.peek() else {
+                let reason = if self.frames.is_empty() {
+                    R_EMPTY
+                } else {
+                    R_EOF
+                };
+                return Err(self.syntax(self.pos, reason));
+            };
+            match b {
+                b'"' if at_timestamp => self.timestamp_string()?,
+                b'"' => {
+                    self.string(false)?;
+                }
+                b'-' | b'0'..=b'9' => self.number()?,
+                b't' => self.literal(b"true")?,
+                b'f' => self.literal(b"false")?,
+                b'n' => self.literal(b"null")?,
+                b'[' | b'{' => {
+                    if self.frames.len() >= MAX_DEPTH {
+                        let err = DigestError::TooDeep { offset: self.pos };
+                        return Err(self.fail(err));
+                    }
+                    let object = b == b'{';
+                    self.frames.push(Frame {
+                        object,
+                        sorted: true,
+                        members_base: self.members.len() as u32,
+                        keys_base: self.keys.len() as u32,
+                        out_open: self.logical(self.pos),
+                    });
+                    self.pos += 1;
+                    self.skip_ws();
+                    match self.peek() {
+                        Some(b']') if !object => {
+                            self.frames.pop();
+                            self.pos += 1;
+                        }
+                        Some(b'}') if object => {
+                            self.frames.pop();
+                            self.pos += 1;
+                        }
+                        Some(b'"') if object => {
+                            in_object = true;
+                            timestamp_next = self.member_key(true)?;
+                            continue 'value;
+                        }
+                        _ if object => return Err(self.expected(R_KEY)),
+                        _ => {
+                            in_object = false;
+                            continue 'value;
+                        }
+                    }
+                }
+                _ => return Err(self.syntax(self.pos, R_VALUE)),
+            }
+
+            // A value is complete: close containers until one continues.
+            loop {
+                if self.frames.is_empty() {
+                    self.skip_ws();
+                    if self.pos != self.input.len() {
+                        return Err(self.syntax(self.pos, R_TRAILING));
+                    }
+                    self.flush(self.pos);
+                    return Ok(());
+                }
+                self.skip_ws();
+                match self.peek() {
+                    Some(b',') => {
+                        self.pos += 1;
+                        if in_object {
+                            self.skip_ws();
+                            if self.peek() != Some(b'"') {
+                                return Err(self.expected(R_KEY));
+                            }
+                            timestamp_next = self.member_key(false)?;
+                        }
+                        continue 'value;
+                    }
+                    Some(b']') if !in_object => {
+                        self.frames.pop();
+                        self.pos += 1;
+                    }
+                    Some(b'}') if in_object => self.close_object()?,
+                    _ if in_object => return Err(self.expected(R_OBJECT_NEXT)),
+                    _ => return Err(self.expected(R_ARRAY_NEXT)),
+                }
+                in_object = self.frames.last().is_some_and(|f| f.object);
+            }
+        }
+    }
+
+    /// Reads a member key (at its opening quote) and the `:` after it, and
+    /// records the member; `first` tells whether it is the object's first.
+    /// Returns whether the key is the top-level `occurred_at`.
+    #[inline(always)]
+    fn member_key(&mut self, first: bool) -> Result<bool, DigestError> {
+        let key_offset = self.pos;
+        let out_start = self.logical(self.pos);
+        let (in_buf, start, end) = self.string(true)?;
+        let source = if in_buf { &self.keys[..] } else { self.input };
+        let prefix = key_prefix(source, start, end - start);
+        let is_timestamp = self.frames.len() == 1 && &source[start..end] == TIMESTAMP_KEY;
+        self.members.push(Member {
+            prefix,
+            key_start: start as u32,
+            key_end: end as u32,
+            key_in_buf: in_buf,
+            key_offset: key_offset as u32,
+            out_start,
+            out_end: out_start,
+        });
+        if let (false, [.., previous, member]) = (first, &self.members[..]) {
+            match compare_keys(self.input, &self.keys, previous, member) {
+                Ordering::Less => {}
+                Ordering::Greater => self.mark_unsorted(),
+                Ordering::Equal => {
+                    self.members.pop();
+                    let err = DigestError::DuplicateKey { offset: key_offset };
+                    return Err(self.fail(err));
+                }
+            }
+        }
+
+        self.skip_ws();
+        if self.peek() != Some(b':') {
+            return Err(self.expected(R_COLON));
+        }
+        self.pos += 1;
+        Ok(is_timestamp)
+    }
+
+    #[cold]
+    fn mark_unsorted(&mut self) {
+        if let Some(frame) = self.frames.last_mut() {
+            frame.sorted = false;
+        }
+    }
+
+    /// Closes the object whose `}` is at the current position, putting its
+    /// members in order.
+    fn close_object(&mut self) -> Result<(), DigestError> {
+        let Some(&frame) = self.frames.last() else {
+            return Ok(());
+        };
+        let base = frame.members_base as usize;
+        if !frame.sorted {
+            self.flush(self.pos);
+            let members = &mut self.members[base..];
+            // Each member ends just before the comma that precedes the next
+            // one, the last just before the `}` (at the end of `out`).
+            let mut next_start = self.out.len() as u32 + 1;
+            for member in members.iter_mut().rev() {
+                member.out_end = next_start - 1;
+                next_start = member.out_start;
+            }
+            if let Some(offset) = sort_and_find_duplicate(self.input, &self.keys, members) {
+                let err = DigestError::DuplicateKey {
+                    offset: offset as usize,
+                };
+                return Err(self.fail(err));
+            }
+            // The body is the members joined by commas, nothing else, so
+            // the sorted body has exactly the same length.
+            let body = frame.out_open as usize + 1..self.out.len();
+            self.scratch.clear();
+            for (n, member) in self.members[base..].iter().enumerate() {
+                if n > 0 {
+                    self.scratch.push(b',');
+                }
+                let range = member.out_start as usize..member.out_end as usize;
+                self.scratch.extend_from_slice(&self.out[range]);
+            }
+            self.out[body].copy_from_slice(&self.scratch);
+        }
+        self.members.truncate(base);
+        self.keys.truncate(frame.keys_base as usize);
+        self.frames.pop();
+        self.pos += 1;
+        Ok(())
+    }
+
+    /// Reads the string whose opening quote is at the current position and
+    /// leaves the position after its closing quote. Escapes that are not
+    /// canonical are rewritten in the output. With `decode`, also makes the
+    /// unescaped content available (pushing it to `keys` if it had escapes).
+    #[inline(always)]
+    fn string(&mut self, decode: bool) -> Result<Text, DigestError> {
+        let start = self.pos + 1;
+        let i = find_string_special(self.input, start);
+        if self.input.get(i) == Some(&b'"') {
+            // No escapes: the content is the input range, copied verbatim.
+            self.pos = i + 1;
+            return Ok((false, start, i));
+        }
+        self.string_slow(start, i, decode)
+    }
+
+    /// [`string`](Self::string) from the first byte at `i` that is not plain
+    /// content.
+    #[inline(never)]
+    fn string_slow(
+        &mut self,
+        start: usize,
+        mut i: usize,
+        decode: bool,
+    ) -> Result<Text, DigestError> {
+        let input = self.input;
+        // Decoded so far: input[start..run] (when `buf_start` is None) or
+        // keys[buf_start..] followed by input[run..i] (otherwise).
+        let mut run = start;
+        let mut buf_start: Option<usize> = None;
+        loop {
+            match input.get(i) {
+                Some(b'"') => {
+                    self.pos = i + 1;
+                    return Ok(match buf_start {
+                        None => (false, start, i),
+                        Some(buf_start) => {
+                            self.keys.extend_from_slice(&input[run..i]);
+                            (true, buf_start, self.keys.len())
+                        }
+                    });
+                }
+                Some(b'\\') => {
+                    let next = match input.get(i + 1) {
+                        // Canonical short escapes, when not decoding, need
+                        // nothing but a skip.
+                        Some(b'"' | b'\\' | b'b' | b'f' | b'n' | b'r' | b't') if !decode => i + 2,
+                        _ => {
+                            if decode {
+                                buf_start.get_or_insert(self.keys.len());
+                                self.keys.extend_from_slice(&input[run..i]);
+                            }
+                            self.escape(i, decode)?
+                        }
+                    };
+                    i = next;
+                    if decode {
+                        run = i;
+                    }
+                }
+                Some(_) => return Err(self.syntax(i, R_CONTROL)),
+                None => return Err(self.syntax(input.len(), R_UNTERMINATED)),
+            }
+            i = find_string_special(input, i);
+        }
+    }
+
+    /// Handles the escape whose backslash is at `i`; returns the position
+    /// after it.
+    fn escape(&mut self, i: usize, decode: bool) -> Result<usize, DigestError> {
+        let input = self.input;
+        let Some(&letter) = input.get(i + 1) else {
+            return Err(self.syntax(input.len(), R_UNTERMINATED));
+        };
+        let simple = match letter {
+            b'"' => b'"',
+            b'\\' => b'\\',
+            b'/' => b'/',
+            b'b' => 0x08,
+            b'f' => 0x0c,
+            b'n' => b'\n',
+            b'r' => b'\r',
+            b't' => b'\t',
+            b'u' => 0,
+            _ => return Err(self.syntax(i, R_ESCAPE)),
+        };
+        if letter != b'u' {
+            if letter == b'/' {
+                // `\/` is the only short escape that is not canonical.
+                self.flush(i);
+                self.out.push(b'/');
+                self.pend = i + 2;
+            }
+            if decode {
+                self.keys.push(simple);
+            }
+            return Ok(i + 2);
+        }
+
+        let Some(unit) = hex4(input, i + 2) else {
+            return Err(self.syntax(i, R_ESCAPE));
+        };
+        let (cp, next) = match unit {
+            0xD800..=0xDBFF => {
+                let low = match input.get(i + 6..i + 8) {
+                    Some(b"\\u") => hex4(input, i + 8),
+                    _ => None,
+                };
+                match low {
+                    Some(low @ 0xDC00..=0xDFFF) => {
+                        (0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00), i + 12)
+                    }
+                    _ => return Err(self.fail(DigestError::LoneSurrogate { offset: i })),
+                }
+            }
+            0xDC00..=0xDFFF => return Err(self.fail(DigestError::LoneSurrogate { offset: i })),
+            _ => (unit, i + 6),
+        };
+        let Some(c) = char::from_u32(cp) else {
+            // Unreachable: surrogates were handled above.
+            return Err(self.fail(DigestError::LoneSurrogate { offset: i }));
+        };
+        if !is_canonical_u_escape(cp, &input[i..i + 6]) {
+            self.flush(i);
+            write_escaped_char(&mut self.out, c);
+            self.pend = next;
+        }
+        if decode {
+            self.keys
+                .extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes());
+        }
+        Ok(next)
+    }
+
+    /// Reads the value of the top-level `occurred_at` member, a string at the
+    /// current position, applying the timestamp rule.
+    fn timestamp_string(&mut self) -> Result<(), DigestError> {
+        self.flush(self.pos);
+        let out_mark = self.out.len();
+        let keys_mark = self.keys.len();
+        let (in_buf, start, end) = self.string(true)?;
+        let text = if in_buf {
+            &self.keys[start..end]
+        } else {
+            &self.input[start..end]
+        };
+        if let Some(utc) = timestamp::normalize(text) {
+            self.out.truncate(out_mark);
+            self.out.push(b'"');
+            self.out.extend_from_slice(utc.as_bytes());
+            self.out.push(b'"');
+            self.pend = self.pos;
+        }
+        self.keys.truncate(keys_mark);
+        Ok(())
+    }
+
+    /// Validates the number at the current position; it is copied verbatim.
+    fn number(&mut self) -> Result<(), DigestError> {
+        let s = self.input;
+        let mut i = self.pos;
+        if s.get(i) == Some(&b'-') {
+            i += 1;
+        }
+        match s.get(i) {
+            Some(b'0') => {
+                i += 1;
+                if is_digit(s.get(i)) {
+                    return Err(self.syntax(i, R_NUMBER));
+                }
+            }
+            Some(b'1'..=b'9') => {
+                i += 1;
+                while is_digit(s.get(i)) {
+                    i += 1;
+                }
+            }
+            _ => return Err(self.syntax(i, R_NUMBER)),
+        }
+        if s.get(i) == Some(&b'.') {
+            i += 1;
+            if !is_digit(s.get(i)) {
+                return Err(self.syntax(i, R_NUMBER));
+            }
+            while is_digit(s.get(i)) {
+                i += 1;
+            }
+        }
+        if matches!(s.get(i), Some(b'e' | b'E')) {
+            i += 1;
+            if matches!(s.get(i), Some(b'+' | b'-')) {
+                i += 1;
+            }
+            if !is_digit(s.get(i)) {
+                return Err(self.syntax(i, R_NUMBER));
+            }
+            while is_digit(s.get(i)) {
+                i += 1;
+            }
+        }
+        self.pos = i;
+        Ok(())
+    }
+
+    /// Checks for `word` (`true`, `false` or `null`) at the current position.
+    fn literal(&mut self, word: &[u8]) -> Result<(), DigestError> {
+        if self.input[self.pos..].starts_with(word) {
+            self.pos += word.len();
+            Ok(())
+        } else {
+            Err(self.syntax(self.pos, R_LITERAL))
+        }
+    }
+}

@@ -1,0 +1,259 @@
+//! What can go wrong around one delivery, as the caller needs to act on it.
+
+use std::fmt;
+
+use crate::event::{EventError, EventId, TaskId};
+use crate::BoxError;
+
+/// MySQL error numbers the inbox acts on. Classification is by number, never
+/// by message text (`DatabaseError::code()` is the SQLSTATE, not the number).
+pub mod mysql_errno {
+    /// `ER_DUP_ENTRY`: a unique key already holds this value.
+    pub const DUPLICATE_KEY: u16 = 1062;
+    /// `ER_LOCK_WAIT_TIMEOUT`: a row lock was not granted in time.
+    pub const LOCK_WAIT_TIMEOUT: u16 = 1205;
+    /// `ER_LOCK_DEADLOCK`: the server rolled this transaction back to break a deadlock.
+    pub const DEADLOCK: u16 = 1213;
+    /// `ER_TABLE_EXISTS_ERROR`.
+    pub const TABLE_EXISTS: u16 = 1050;
+    /// `ER_TABLEACCESS_DENIED_ERROR`: the account lacks a privilege on a table.
+    pub const TABLE_ACCESS_DENIED: u16 = 1142;
+    /// `ER_DBACCESS_DENIED_ERROR`.
+    pub const DB_ACCESS_DENIED: u16 = 1044;
+    /// `ER_ACCESS_DENIED_ERROR`: wrong user or password.
+    pub const ACCESS_DENIED: u16 = 1045;
+    /// `ER_BAD_DB_ERROR`: unknown database.
+    pub const BAD_DB: u16 = 1049;
+    /// `ER_NO_SUCH_TABLE`.
+    pub const NO_SUCH_TABLE: u16 = 1146;
+}
+
+/// The broad kind of a database failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DbErrorKind {
+    /// The server rolled the transaction back to break a deadlock (1213).
+    Deadlock,
+    /// A row lock was not granted in time (1205).
+    LockWaitTimeout,
+    /// The server answered with another error.
+    Server,
+    /// The connection could not be made or broke.
+    Connection,
+    /// No connection became free in time.
+    PoolTimeout,
+    /// The stored data contradicts the schema or an invariant (a value that
+    /// does not decode, a duplicate key whose row cannot be read back).
+    Inconsistent,
+}
+
+/// A database failure, redacted: it keeps the MySQL error number and SQLSTATE
+/// but never the server's message, which can quote key values or row data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DbError {
+    kind: DbErrorKind,
+    number: Option<u16>,
+    sqlstate: Option<String>,
+}
+
+impl DbError {
+    /// The kind of failure.
+    pub fn kind(&self) -> DbErrorKind {
+        self.kind
+    }
+
+    /// The MySQL error number, when the server answered with one.
+    pub fn number(&self) -> Option<u16> {
+        self.number
+    }
+
+    pub(crate) fn inconsistent() -> Self {
+        Self {
+            kind: DbErrorKind::Inconsistent,
+            number: None,
+            sqlstate: None,
+        }
+    }
+}
+
+impl From<sqlx::Error> for DbError {
+    fn from(e: sqlx::Error) -> Self {
+        match &e {
+            sqlx::Error::Database(db) => {
+                let number = db
+                    .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+                    .map(|m| m.number());
+                let kind = match number {
+                    Some(mysql_errno::DEADLOCK) => DbErrorKind::Deadlock,
+                    Some(mysql_errno::LOCK_WAIT_TIMEOUT) => DbErrorKind::LockWaitTimeout,
+                    _ => DbErrorKind::Server,
+                };
+                DbError {
+                    kind,
+                    number,
+                    sqlstate: db.code().map(|c| c.into_owned()),
+                }
+            }
+            sqlx::Error::PoolTimedOut => DbError {
+                kind: DbErrorKind::PoolTimeout,
+                number: None,
+                sqlstate: None,
+            },
+            sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::Protocol(_)
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::WorkerCrashed
+            | sqlx::Error::Configuration(_) => DbError {
+                kind: DbErrorKind::Connection,
+                number: None,
+                sqlstate: None,
+            },
+            // Decoding and row-shape errors: the data is not what the schema
+            // promises.
+            _ => DbError::inconsistent(),
+        }
+    }
+}
+
+impl fmt::Display for DbError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.kind {
+            DbErrorKind::Deadlock => f.write_str("deadlock, transaction rolled back")?,
+            DbErrorKind::LockWaitTimeout => f.write_str("lock wait timeout")?,
+            DbErrorKind::Server => f.write_str("server error")?,
+            DbErrorKind::Connection => return f.write_str("database connection failed"),
+            DbErrorKind::PoolTimeout => return f.write_str("no database connection available"),
+            DbErrorKind::Inconsistent => {
+                return f.write_str("stored data does not match the receiver schema")
+            }
+        }
+        match (&self.number, &self.sqlstate) {
+            (Some(n), Some(s)) => write!(f, " (MySQL error {n}, SQLSTATE {s})"),
+            (Some(n), None) => write!(f, " (MySQL error {n})"),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl std::error::Error for DbError {}
+
+/// An event that may not be applied because it contradicts what is stored.
+/// Nothing is changed and nothing is ACKed; an operator has to look.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Conflict {
+    /// An event with this id was received before with other content.
+    ContentMismatch {
+        /// The event id both copies claim.
+        event_id: EventId,
+    },
+    /// Another event already brought this task to this version.
+    VersionTaken {
+        /// The task.
+        task_id: TaskId,
+        /// The version both events claim.
+        version: u64,
+    },
+}
+
+impl fmt::Display for Conflict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Conflict::ContentMismatch { event_id } => write!(
+                f,
+                "event {event_id} was received before with a different digest"
+            ),
+            Conflict::VersionTaken { task_id, version } => write!(
+                f,
+                "task {task_id} version {version} was already applied by another event"
+            ),
+        }
+    }
+}
+
+/// Why a delivery was not applied. None of these is ever ACKed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum InboxError {
+    /// The event is malformed or not meant for this receiver. Nothing was
+    /// written; the same bytes will be refused again.
+    #[error("rejected: {0}")]
+    Rejected(#[from] EventError),
+    /// The event contradicts a committed one; everything was rolled back.
+    #[error("conflict: {0}")]
+    Conflict(Conflict),
+    /// COMMIT was sent but its outcome is unknown (connection lost or time
+    /// ran out while committing). A redelivery finds the inbox row if the
+    /// commit happened and applies the event if it did not.
+    #[error("commit unconfirmed: the outcome of COMMIT is unknown")]
+    CommitUnconfirmed,
+    /// The database failed before COMMIT; the transaction did not commit.
+    #[error("database: {0}")]
+    Database(DbError),
+    /// The transaction did not finish within its time budget and was
+    /// abandoned before COMMIT.
+    #[error("transaction timed out before commit")]
+    Timeout,
+    /// The inner service failed; its transaction was rolled back.
+    #[error("inner service failed: {0}")]
+    Handler(BoxError),
+}
+
+impl InboxError {
+    /// Whether a redelivery of the same event may succeed without anyone
+    /// changing anything. Rejections and conflicts will fail the same way.
+    pub fn is_retryable(&self) -> bool {
+        !matches!(self, InboxError::Rejected(_) | InboxError::Conflict(_))
+    }
+
+    /// A stable one-word class for logs and metrics: `rejected`, `conflict`,
+    /// `unconfirmed` or `error`.
+    pub fn class(&self) -> &'static str {
+        match self {
+            InboxError::Rejected(_) => "rejected",
+            InboxError::Conflict(_) => "conflict",
+            InboxError::CommitUnconfirmed => "unconfirmed",
+            InboxError::Database(_) | InboxError::Timeout | InboxError::Handler(_) => "error",
+        }
+    }
+
+    /// Recovers an `InboxError` from an inner service's boxed error: the task
+    /// view reports conflicts as `InboxError`, and sqlx errors become
+    /// redacted database errors.
+    pub(crate) fn from_inner(e: BoxError) -> Self {
+        match e.downcast::<InboxError>() {
+            Ok(e) => *e,
+            Err(e) => match e.downcast::<sqlx::Error>() {
+                Ok(e) => InboxError::Database(DbError::from(*e)),
+                Err(e) => InboxError::Handler(e),
+            },
+        }
+    }
+}
+
+impl From<sqlx::Error> for InboxError {
+    fn from(e: sqlx::Error) -> Self {
+        InboxError::Database(DbError::from(e))
+    }
+}
+
+/// Whether `e` is the server's duplicate-key error, the only error that leads
+/// to the duplicate path.
+pub(crate) fn is_duplicate_key(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(db) => db
+            .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+            .is_some_and(|m| m.number() == mysql_errno::DUPLICATE_KEY),
+        _ => false,
+    }
+}
+
+/// Whether a failed COMMIT left its outcome unknown. A server error answer
+/// means it did not commit; anything that lost the answer means "unknown".
+pub(crate) fn commit_error(e: sqlx::Error) -> InboxError {
+    match e {
+        sqlx::Error::Database(_) => InboxError::Database(DbError::from(e)),
+        _ => InboxError::CommitUnconfirmed,
+    }
+}

@@ -1,0 +1,360 @@
+//! The inbox middleware: deduplicate, apply in the same transaction, commit.
+//!
+//! [`InboxLayer`] wraps any inner service that takes a
+//! [`Delivery<Applying>`](Applying). For each raw [`Delivery<Bytes>`] the
+//! resulting [`Inbox`] service
+//!
+//! 1. canonicalizes and validates the event (nothing is written for a bad one);
+//! 2. opens a `READ COMMITTED` transaction and plainly `INSERT`s the inbox
+//!    row. Only MySQL error 1062 (duplicate key) leads to the duplicate path:
+//!    the transaction ends, the committed row is read, and its digest decides
+//!    between "duplicate" (same content, `Ok`) and a conflict. A racing insert
+//!    of the same event waits on the row lock until the winner commits or
+//!    rolls back, so an uncommitted row is never taken as success;
+//! 3. calls the inner service with the event and the open transaction. The
+//!    inner service checks the task version, does its writes and answers with
+//!    a [`Verdict`]: advanced or stale. It never commits;
+//! 4. records the verdict on the inbox row and COMMITs. Only a confirmed
+//!    COMMIT yields `Ok`; a COMMIT whose answer was lost is
+//!    [`InboxError::CommitUnconfirmed`].
+//!
+//! The whole sequence has one time budget (5 s by default). The inbox never
+//! ACKs: turning `Ok` into an ACK is the consumer's job.
+//!
+//! ```no_run
+//! use result_inbox::inbox::{Applying, InboxError, InboxLayer, InboxStore, StoreOptions};
+//! use result_inbox::delivery::Delivery;
+//! use result_inbox::{dsn::Dsn, scope::{InboxScope, ReceiverName}, event::QueueId};
+//! use tower::{ServiceBuilder, service_fn};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let dsn: Dsn = "mysql://receiver@127.0.0.1:3306/receiver".parse()?;
+//! let queue = QueueId::parse("0123456789abcdef0123456789abcdef").unwrap();
+//! let store = InboxStore::connect(&dsn, InboxScope::new(ReceiverName::default(), queue), StoreOptions::default()).await?;
+//!
+//! let service = ServiceBuilder::new()
+//!     .layer(InboxLayer::new(store))
+//!     .service(service_fn(|mut delivery: Delivery<Applying>| async move {
+//!         // Your own version check and business writes, in the inbox's transaction.
+//!         let applying = delivery.body_mut();
+//!         let version = applying.event().task().version as i64;
+//!         sqlx::query("UPDATE orders SET task_version = ? WHERE task_version < ?")
+//!             .bind(version)
+//!             .bind(version)
+//!             .execute(applying.connection())
+//!             .await?;
+//!         Ok::<_, InboxError>(delivery.into_body().applied())
+//!     }));
+//! # let _ = service;
+//! # Ok(())
+//! # }
+//! ```
+
+mod error;
+pub mod future;
+mod layer;
+mod store;
+
+use std::mem;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use sqlx::mysql::{MySql, MySqlConnection};
+use sqlx::Transaction;
+use tokio::time::{timeout_at, Instant};
+use tower::Service;
+
+pub use self::error::{mysql_errno, Conflict, DbError, DbErrorKind, InboxError};
+pub use self::future::ResponseFuture;
+pub use self::layer::InboxLayer;
+pub use self::store::{InboxStore, StoreOptions};
+use crate::delivery::Delivery;
+use crate::digest::Digest;
+use crate::event::{Event, EventId, TaskId};
+use crate::scope::InboxScope;
+use crate::BoxError;
+
+/// What became of a delivery whose transaction committed (or had committed
+/// before). Every outcome is a success: each of them is ACKed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// First receipt; the view advanced to this event's version.
+    Applied,
+    /// First receipt of an older version; recorded with `applied = false`,
+    /// the view left as it was.
+    Stale,
+    /// Received and committed before, with the same content. `applied` is
+    /// what the original transaction did; nothing happened this time.
+    Duplicate {
+        /// Whether the original receipt advanced the view.
+        applied: bool,
+    },
+}
+
+impl Outcome {
+    /// A stable one-word class for logs: `applied`, `stale` or `duplicate`.
+    pub fn class(self) -> &'static str {
+        match self {
+            Outcome::Applied => "applied",
+            Outcome::Stale => "stale",
+            Outcome::Duplicate { .. } => "duplicate",
+        }
+    }
+}
+
+/// The answer of the inbox for one delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Receipt {
+    /// What happened.
+    pub outcome: Outcome,
+    /// The event.
+    pub event_id: EventId,
+    /// The task the event is about.
+    pub task_id: TaskId,
+    /// The task version the event carries.
+    pub task_version: u64,
+    /// The digest of the event's canonical form.
+    pub digest: Digest,
+}
+
+impl Receipt {
+    fn new(event: &Event, outcome: Outcome) -> Self {
+        Self {
+            outcome,
+            event_id: event.id().clone(),
+            task_id: event.task().id.clone(),
+            task_version: event.task().version,
+            digest: *event.canonical().digest(),
+        }
+    }
+
+    /// Whether this delivery was a duplicate of a committed one.
+    pub fn is_duplicate(&self) -> bool {
+        matches!(self.outcome, Outcome::Duplicate { .. })
+    }
+}
+
+/// The body the inner service receives: a validated event and the open
+/// transaction in which its inbox row was just inserted.
+///
+/// The inner service does its writes through [`Applying::connection`] and
+/// answers with [`Applying::applied`] or [`Applying::stale`], which hand the
+/// transaction back. There is deliberately no way to commit from here.
+/// Dropping it (by returning an error) rolls everything back.
+pub struct Applying {
+    event: Event,
+    scope: InboxScope,
+    tx: Transaction<'static, MySql>,
+}
+
+impl std::fmt::Debug for Applying {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Applying")
+            .field("event", &self.event)
+            .field("scope", &self.scope)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Applying {
+    /// The validated event.
+    pub fn event(&self) -> &Event {
+        &self.event
+    }
+
+    /// The receiver name and queue this event is applied under.
+    pub fn scope(&self) -> &InboxScope {
+        &self.scope
+    }
+
+    /// The connection of the open transaction, to use as an executor.
+    pub fn connection(&mut self) -> &mut MySqlConnection {
+        &mut self.tx
+    }
+
+    /// The event advanced the business state.
+    pub fn applied(self) -> Verdict {
+        Verdict {
+            applying: self,
+            advanced: true,
+        }
+    }
+
+    /// The event is older than what is stored and changed nothing.
+    pub fn stale(self) -> Verdict {
+        Verdict {
+            applying: self,
+            advanced: false,
+        }
+    }
+}
+
+/// The inner service's answer: whether the event advanced the business
+/// state, together with the transaction, which goes back to the inbox to be
+/// committed.
+#[derive(Debug)]
+pub struct Verdict {
+    applying: Applying,
+    advanced: bool,
+}
+
+impl Verdict {
+    /// Whether the event advanced the business state.
+    pub fn is_applied(&self) -> bool {
+        self.advanced
+    }
+}
+
+/// The service made by [`InboxLayer`]. See the [module docs](self).
+#[derive(Debug, Clone)]
+pub struct Inbox<S> {
+    inner: S,
+    store: InboxStore,
+}
+
+impl<S> Inbox<S> {
+    /// Wraps `inner`; its transactions run on `store`.
+    pub fn new(inner: S, store: InboxStore) -> Self {
+        Self { inner, store }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Gives up the middleware for the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
+    /// The store the transactions run on.
+    pub fn store(&self) -> &InboxStore {
+        &self.store
+    }
+}
+
+impl<S> Service<Delivery<Bytes>> for Inbox<S>
+where
+    S: Service<Delivery<Applying>, Response = Verdict> + Clone + Send + 'static,
+    S::Error: Into<BoxError>,
+    S::Future: Send + 'static,
+{
+    type Response = Receipt;
+    type Error = InboxError;
+    type Future = ResponseFuture;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), InboxError>> {
+        self.inner
+            .poll_ready(cx)
+            .map_err(|e| InboxError::from_inner(e.into()))
+    }
+
+    fn call(&mut self, delivery: Delivery<Bytes>) -> ResponseFuture {
+        // The clone that was polled ready is the one that is called.
+        let clone = self.inner.clone();
+        let inner = mem::replace(&mut self.inner, clone);
+        ResponseFuture::new(Box::pin(apply(self.store.clone(), inner, delivery)))
+    }
+}
+
+/// Where the first phase of a delivery ended.
+enum Phase {
+    /// The inbox row and the inner writes are in the open transaction.
+    ReadyToCommit(Verdict),
+    /// The inbox already held this event id; the transaction was ended.
+    Duplicate(Event),
+}
+
+async fn apply<S>(
+    store: InboxStore,
+    inner: S,
+    delivery: Delivery<Bytes>,
+) -> Result<Receipt, InboxError>
+where
+    S: Service<Delivery<Applying>, Response = Verdict>,
+    S::Error: Into<BoxError>,
+{
+    let event = Event::from_json(delivery.body())?;
+    event.check_queue(&store.scope().queue_id)?;
+
+    let deadline = Instant::now() + store.transaction_timeout();
+    let phase = timeout_at(deadline, prepare(&store, inner, delivery, event))
+        .await
+        .map_err(|_| InboxError::Timeout)??;
+
+    match phase {
+        Phase::Duplicate(event) => {
+            let (stored, applied) = timeout_at(deadline, store.committed_row(event.id()))
+                .await
+                .map_err(|_| InboxError::Timeout)??
+                // A duplicate key without a readable row: something deleted
+                // inbox rows, which this receiver never does.
+                .ok_or(InboxError::Database(DbError::inconsistent()))?;
+            if &stored == event.canonical().digest() {
+                Ok(Receipt::new(&event, Outcome::Duplicate { applied }))
+            } else {
+                Err(InboxError::Conflict(Conflict::ContentMismatch {
+                    event_id: event.id().clone(),
+                }))
+            }
+        }
+        Phase::ReadyToCommit(Verdict { applying, advanced }) => {
+            let Applying { event, tx, .. } = applying;
+            match timeout_at(deadline, tx.commit()).await {
+                Err(_elapsed) => Err(InboxError::CommitUnconfirmed),
+                Ok(Err(e)) => Err(error::commit_error(e)),
+                Ok(Ok(())) => {
+                    let outcome = if advanced {
+                        Outcome::Applied
+                    } else {
+                        Outcome::Stale
+                    };
+                    Ok(Receipt::new(&event, outcome))
+                }
+            }
+        }
+    }
+}
+
+/// Everything up to, not including, COMMIT.
+async fn prepare<S>(
+    store: &InboxStore,
+    mut inner: S,
+    delivery: Delivery<Bytes>,
+    event: Event,
+) -> Result<Phase, InboxError>
+where
+    S: Service<Delivery<Applying>, Response = Verdict>,
+    S::Error: Into<BoxError>,
+{
+    let mut tx = store.pool().begin().await?;
+    match store::insert_event(&mut tx, store.scope(), &event).await {
+        Ok(()) => {}
+        Err(e) if error::is_duplicate_key(&e) => {
+            tx.rollback().await?;
+            return Ok(Phase::Duplicate(event));
+        }
+        Err(e) => return Err(e.into()),
+    }
+
+    let applying = Applying {
+        event,
+        scope: store.scope().clone(),
+        tx,
+    };
+    let mut verdict = inner
+        .call(delivery.map_body(|_| applying))
+        .await
+        .map_err(|e| InboxError::from_inner(e.into()))?;
+    if verdict.advanced {
+        let Applying { event, scope, tx } = &mut verdict.applying;
+        store::mark_applied(tx, scope, event).await?;
+    }
+    Ok(Phase::ReadyToCommit(verdict))
+}

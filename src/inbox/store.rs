@@ -1,0 +1,160 @@
+//! The inbox table and the connection pool the inbox runs its transactions on.
+
+use std::time::Duration;
+
+use sqlx::mysql::{MySqlConnection, MySqlPool, MySqlPoolOptions};
+use sqlx::Executor;
+
+use super::error::{DbError, InboxError};
+use crate::digest::Digest;
+use crate::dsn::Dsn;
+use crate::event::{Event, EventId};
+use crate::scope::InboxScope;
+
+/// How the inbox uses its database.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// Longest a whole apply may take, from BEGIN to the end of COMMIT.
+    /// Row-lock waits are bounded by the same budget. Default 5 s.
+    pub transaction_timeout: Duration,
+    /// Most connections kept open. Default 10.
+    pub max_connections: u32,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            transaction_timeout: Duration::from_secs(5),
+            max_connections: 10,
+        }
+    }
+}
+
+/// The receiver's database, as the inbox sees it: a pool whose connections
+/// are all `READ COMMITTED`, and the scope every row is written under.
+///
+/// Cloning is cheap and shares the pool.
+#[derive(Debug, Clone)]
+pub struct InboxStore {
+    pool: MySqlPool,
+    scope: InboxScope,
+    transaction_timeout: Duration,
+}
+
+impl InboxStore {
+    /// Opens a pool on `dsn` for `scope`.
+    ///
+    /// Isolation and lock-wait time are set once per connection rather than
+    /// per transaction: it saves a round trip on every apply.
+    pub async fn connect(
+        dsn: &Dsn,
+        scope: InboxScope,
+        options: StoreOptions,
+    ) -> Result<Self, DbError> {
+        // innodb_lock_wait_timeout takes whole seconds, at least 1.
+        let lock_wait = options.transaction_timeout.as_secs().max(1);
+        let pool = MySqlPoolOptions::new()
+            .max_connections(options.max_connections)
+            .acquire_timeout(options.transaction_timeout)
+            .after_connect(move |conn, _meta| {
+                Box::pin(async move {
+                    conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                        .await?;
+                    conn.execute(
+                        format!("SET SESSION innodb_lock_wait_timeout = {lock_wait}").as_str(),
+                    )
+                    .await?;
+                    Ok(())
+                })
+            })
+            .connect_with(dsn.connect_options())
+            .await?;
+        Ok(Self {
+            pool,
+            scope,
+            transaction_timeout: options.transaction_timeout,
+        })
+    }
+
+    /// The pool, for reading the receiver's tables.
+    pub fn pool(&self) -> &MySqlPool {
+        &self.pool
+    }
+
+    /// The scope rows are written under.
+    pub fn scope(&self) -> &InboxScope {
+        &self.scope
+    }
+
+    /// The time budget of one apply.
+    pub fn transaction_timeout(&self) -> Duration {
+        self.transaction_timeout
+    }
+
+    /// Reads the committed inbox row of `event_id`: its digest and whether it
+    /// advanced the view.
+    pub(crate) async fn committed_row(
+        &self,
+        event_id: &EventId,
+    ) -> Result<Option<(Digest, bool)>, InboxError> {
+        let row: Option<(Vec<u8>, bool)> = sqlx::query_as(
+            "SELECT event_digest, applied FROM receiver_inbox \
+             WHERE consumer_name = ? AND queue_id = ? AND event_id = ?",
+        )
+        .bind(self.scope.receiver.as_str())
+        .bind(self.scope.queue_id.as_str())
+        .bind(event_id.as_str())
+        .fetch_optional(&self.pool)
+        .await?;
+        match row {
+            None => Ok(None),
+            Some((hex, applied)) => {
+                let digest = std::str::from_utf8(&hex)
+                    .ok()
+                    .and_then(Digest::from_hex)
+                    .ok_or(InboxError::Database(DbError::inconsistent()))?;
+                Ok(Some((digest, applied)))
+            }
+        }
+    }
+}
+
+/// Records the first receipt of `event`. A duplicate key here is the signal
+/// that this event was committed before; the caller decides what that means.
+pub(crate) async fn insert_event(
+    conn: &mut MySqlConnection,
+    scope: &InboxScope,
+    event: &Event,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO receiver_inbox \
+         (consumer_name, queue_id, event_id, event_digest, event_canonical, applied, received_at) \
+         VALUES (?, ?, ?, ?, ?, 0, UTC_TIMESTAMP(6))",
+    )
+    .bind(scope.receiver.as_str())
+    .bind(scope.queue_id.as_str())
+    .bind(event.id().as_str())
+    .bind(event.canonical().digest().to_hex())
+    .bind(event.canonical().as_str())
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Marks the event's inbox row as having advanced the view.
+pub(crate) async fn mark_applied(
+    conn: &mut MySqlConnection,
+    scope: &InboxScope,
+    event: &Event,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE receiver_inbox SET applied = 1 \
+         WHERE consumer_name = ? AND queue_id = ? AND event_id = ?",
+    )
+    .bind(scope.receiver.as_str())
+    .bind(scope.queue_id.as_str())
+    .bind(event.id().as_str())
+    .execute(conn)
+    .await?;
+    Ok(())
+}

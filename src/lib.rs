@@ -1,0 +1,51 @@
+//! Receive task results from the Orbit task platform exactly once in effect.
+//!
+//! Orbit delivers every event at least once: leases run out, consumers crash,
+//! ACK responses get lost, and the same event arrives again. This crate turns
+//! that into an effect that happens once. For each delivery it runs one local
+//! `READ COMMITTED` transaction in the receiver's *own* MySQL database that
+//!
+//! 1. inserts the event into an inbox table keyed by
+//!    `(consumer_name, queue_id, event_id)` together with the SHA-256 digest of
+//!    its canonical JSON — a second copy of the event hits the unique key;
+//! 2. lets the business service check the task version and advance its view
+//!    in the same transaction — an older version never overwrites a newer one;
+//! 3. commits, and only then reports success, so that the consumer ACKs only
+//!    what is durably recorded.
+//!
+//! # Map of the crate
+//!
+//! * [`digest`] — the frozen canonical JSON form and its SHA-256 digest.
+//! * [`event`] — the Orbit event envelope, its ids and its validation.
+//! * [`delivery`] — what Orbit hands a consumer: an event plus the lease proof
+//!   that ACKs it.
+//! * [`scope`] — the receiver's identity: a validated [`scope::ReceiverName`]
+//!   and the queue it consumes.
+//! * `inbox` (feature `mysql`) — [`InboxLayer`](inbox::InboxLayer), the tower
+//!   middleware that deduplicates and commits around an inner service.
+//! * `task_view` (feature `mysql`) — the receiver's task result view, the
+//!   inner service that [`InboxLayer`](inbox::InboxLayer) wraps in the
+//!   `receiver` binary.
+//! * `schema` and `dsn` (feature `mysql`) — `schema.sql` and the one-time
+//!   `receiver init`, and a database address that always names its database.
+//!
+//! `ARCHITECTURE.md` in the repository lists the invariants every part keeps.
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+#![forbid(unsafe_code)]
+
+pub mod delivery;
+pub mod digest;
+pub mod event;
+pub mod scope;
+
+#[cfg(feature = "mysql")]
+pub mod dsn;
+#[cfg(feature = "mysql")]
+pub mod inbox;
+#[cfg(feature = "mysql")]
+pub mod schema;
+#[cfg(feature = "mysql")]
+pub mod task_view;
+
+/// The error type of inner services: any error that can cross threads.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;

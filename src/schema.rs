@@ -1,0 +1,141 @@
+//! `schema.sql` and the one-time initialization behind `receiver init`.
+//!
+//! Initialization runs only the initial DDL. It never repairs, alters or
+//! overwrites: if either table already exists it stops with
+//! [`InitError::TablesExist`] before creating anything, and a `CREATE TABLE`
+//! that races with someone else fails rather than replacing. Schema changes
+//! after release belong in the receiver's own forward migrations.
+
+use sqlx::mysql::MySqlConnection;
+use sqlx::{Connection, Row};
+
+use crate::dsn::Dsn;
+
+/// The DDL of both tables, exactly as shipped in `schema.sql`.
+pub const SCHEMA_SQL: &str = include_str!("../schema.sql");
+
+/// The inbox table: one row per event received.
+pub const INBOX_TABLE: &str = "receiver_inbox";
+/// The task view table: one row per task.
+pub const TASK_VIEW_TABLE: &str = "receiver_task_views";
+/// Both tables, in creation order.
+pub const TABLES: [&str; 2] = [INBOX_TABLE, TASK_VIEW_TABLE];
+
+/// What a successful initialization found when it read the schema back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InitReport {
+    /// Foreign keys on the receiver's tables, counted in `information_schema`.
+    pub foreign_keys: u64,
+}
+
+/// Why `receiver init` stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum InitError {
+    /// One or both tables exist already; nothing was changed.
+    #[error("table(s) {} already exist in database {database}; init creates new tables only and changed nothing", .tables.join(", "))]
+    TablesExist {
+        /// The database that was checked.
+        database: String,
+        /// The receiver tables found there.
+        tables: Vec<String>,
+    },
+    /// The server refused or the connection failed; the message is redacted.
+    #[error("schema initialization failed: {0}")]
+    Database(crate::inbox::DbError),
+}
+
+impl From<sqlx::Error> for InitError {
+    fn from(e: sqlx::Error) -> Self {
+        InitError::Database(crate::inbox::DbError::from(e))
+    }
+}
+
+/// The `CREATE TABLE` statements of [`SCHEMA_SQL`], without comments.
+pub fn statements() -> Vec<&'static str> {
+    SCHEMA_SQL
+        .split(";\n")
+        .map(str::trim)
+        .filter(|s| s.contains("CREATE TABLE"))
+        .map(|s| {
+            let start = s.find("CREATE TABLE").unwrap_or(0);
+            &s[start..]
+        })
+        .collect()
+}
+
+/// Creates both tables in the DSN's database, then reads back the number of
+/// foreign keys on them.
+pub async fn init(dsn: &Dsn) -> Result<InitReport, InitError> {
+    let mut conn = MySqlConnection::connect_with(&dsn.connect_options()).await?;
+    let existing = existing_tables(&mut conn).await?;
+    if !existing.is_empty() {
+        return Err(InitError::TablesExist {
+            database: dsn.database().to_owned(),
+            tables: existing,
+        });
+    }
+    for ddl in statements() {
+        sqlx::raw_sql(ddl).execute(&mut conn).await?;
+    }
+    let foreign_keys = count_foreign_keys(&mut conn).await?;
+    conn.close().await.ok();
+    Ok(InitReport { foreign_keys })
+}
+
+async fn existing_tables(conn: &mut MySqlConnection) -> Result<Vec<String>, sqlx::Error> {
+    let rows = sqlx::query(
+        "SELECT CAST(TABLE_NAME AS CHAR) FROM information_schema.TABLES \
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN (?, ?) ORDER BY TABLE_NAME",
+    )
+    .bind(INBOX_TABLE)
+    .bind(TASK_VIEW_TABLE)
+    .fetch_all(conn)
+    .await?;
+    rows.iter().map(|r| r.try_get::<String, _>(0)).collect()
+}
+
+/// Foreign keys declared on, or pointing at, the receiver's tables.
+pub async fn count_foreign_keys(conn: &mut MySqlConnection) -> Result<u64, sqlx::Error> {
+    let n: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM information_schema.REFERENTIAL_CONSTRAINTS \
+         WHERE CONSTRAINT_SCHEMA = DATABASE() \
+         AND (TABLE_NAME IN (?, ?) OR REFERENCED_TABLE_NAME IN (?, ?))",
+    )
+    .bind(INBOX_TABLE)
+    .bind(TASK_VIEW_TABLE)
+    .bind(INBOX_TABLE)
+    .bind(TASK_VIEW_TABLE)
+    .fetch_one(conn)
+    .await?;
+    Ok(n as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_schema_has_two_create_statements() {
+        let s = statements();
+        assert_eq!(s.len(), 2);
+        assert!(s[0].starts_with("CREATE TABLE receiver_inbox"));
+        assert!(s[1].starts_with("CREATE TABLE receiver_task_views"));
+    }
+
+    #[test]
+    fn the_schema_creates_only_and_never_drops_or_references() {
+        let upper = statements().join("\n").to_uppercase();
+        for word in [
+            "DROP ",
+            "ALTER ",
+            "FOREIGN KEY",
+            "REFERENCES",
+            "CASCADE",
+            "IF NOT EXISTS",
+            " JSON ",
+        ] {
+            assert!(!upper.contains(word), "schema.sql contains {word}");
+        }
+    }
+}

@@ -1,0 +1,220 @@
+//! The receiver's task result view: the latest state and result per task.
+//!
+//! This is the business the `receiver` binary runs inside the inbox
+//! transaction. It is the receiver's read model, not the platform's
+//! authoritative task state, and it is never rebuilt from a later `GetTask`:
+//! every change comes from an event, and only a higher task version changes
+//! it.
+//!
+//! [`advance`] creates or locks the task's row and decides in one statement
+//! (see its docs). The outcomes:
+//!
+//! | stored version vs. event | effect                                   | verdict |
+//! |--------------------------|------------------------------------------|---------|
+//! | no row                   | row created with the event               | applied |
+//! | lower                    | row advanced, `applied_events + 1`       | applied |
+//! | higher                   | nothing                                  | stale   |
+//! | equal, same event id     | nothing                                  | stale   |
+//! | equal, other event id    | nothing; the caller rolls back           | [`Conflict::VersionTaken`] |
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use sqlx::mysql::{MySqlConnection, MySqlPool};
+use tower::Service;
+
+use crate::delivery::Delivery;
+use crate::event::{Event, TaskId};
+use crate::inbox::{Applying, Conflict, DbError, InboxError, Verdict};
+use crate::scope::InboxScope;
+
+/// What [`advance`] did to the view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Advance {
+    /// The view now reflects this event.
+    Applied,
+    /// The view already held this or a newer version; nothing changed.
+    Stale,
+}
+
+// The ODKU branch reports which case it met through LAST_INSERT_ID(expr),
+// whose value the server returns in the statement's OK packet. The insert
+// branch never calls it and reports 0. This lets one round trip create or
+// lock the row, compare versions and write, without a read-back.
+const CASE_CREATED: u64 = 0;
+const CASE_ADVANCED: u64 = 1;
+const CASE_OLDER: u64 = 2;
+const CASE_SAME_EVENT: u64 = 3;
+const CASE_OTHER_EVENT_SAME_VERSION: u64 = 4;
+
+/// One statement decides and writes. Assignments run left to right and see
+/// the values assigned before them, so the case is computed first and
+/// `task_version` is assigned last: every condition compares against the
+/// stored version. The `?` placeholders repeat the event's values instead of
+/// using `VALUES()`, which MySQL 8 deprecates.
+const ADVANCE_SQL: &str = "\
+INSERT INTO receiver_task_views
+  (consumer_name, queue_id, task_id, task_version, last_event_id, last_state, last_result,
+   applied_events, created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, 1, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))
+ON DUPLICATE KEY UPDATE
+  applied_events = applied_events + IF(LAST_INSERT_ID(CASE
+      WHEN task_version < ? THEN 1
+      WHEN task_version > ? THEN 2
+      WHEN last_event_id = ? THEN 3
+      ELSE 4 END) = 1, 1, 0),
+  last_event_id = IF(task_version < ?, ?, last_event_id),
+  last_state = IF(task_version < ?, ?, last_state),
+  last_result = IF(task_version < ?, ?, last_result),
+  updated_at = IF(task_version < ?, UTC_TIMESTAMP(6), updated_at),
+  task_version = GREATEST(task_version, ?)";
+
+/// Applies `event` to its task's view row, inside the caller's transaction.
+///
+/// The `INSERT … ON DUPLICATE KEY UPDATE` takes the row's exclusive lock
+/// whether it creates or updates, so concurrent events of one task queue up
+/// on that lock and each sees the version the previous one committed. No
+/// placeholder row is ever written: a created row holds the event's values.
+///
+/// Same task, same version, other event id is a [`Conflict::VersionTaken`];
+/// the caller must roll back (returning the error from an inner service does).
+pub async fn advance(
+    conn: &mut MySqlConnection,
+    scope: &InboxScope,
+    event: &Event,
+) -> Result<Advance, InboxError> {
+    let task = event.task();
+    let version = task.version;
+    let event_id = event.id().as_str();
+    let state = task.state.as_str();
+    let result = task.result.as_deref();
+    let done = sqlx::query(ADVANCE_SQL)
+        .bind(scope.receiver.as_str())
+        .bind(scope.queue_id.as_str())
+        .bind(task.id.as_str())
+        .bind(version)
+        .bind(event_id)
+        .bind(state)
+        .bind(result)
+        // The CASE.
+        .bind(version)
+        .bind(version)
+        .bind(event_id)
+        // The conditional assignments.
+        .bind(version)
+        .bind(event_id)
+        .bind(version)
+        .bind(state)
+        .bind(version)
+        .bind(result)
+        .bind(version)
+        .bind(version)
+        .execute(conn)
+        .await?;
+    match done.last_insert_id() {
+        CASE_CREATED | CASE_ADVANCED => Ok(Advance::Applied),
+        CASE_OLDER | CASE_SAME_EVENT => Ok(Advance::Stale),
+        CASE_OTHER_EVENT_SAME_VERSION => Err(InboxError::Conflict(Conflict::VersionTaken {
+            task_id: task.id.clone(),
+            version,
+        })),
+        _ => Err(InboxError::Database(DbError::inconsistent())),
+    }
+}
+
+/// The inner service of the `receiver` binary: applies each event to the task
+/// result view and reports whether it advanced.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TaskView;
+
+impl TaskView {
+    /// The service.
+    pub fn new() -> Self {
+        TaskView
+    }
+}
+
+impl Service<Delivery<Applying>> for TaskView {
+    type Response = Verdict;
+    type Error = InboxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Verdict, InboxError>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), InboxError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, delivery: Delivery<Applying>) -> Self::Future {
+        let mut applying = delivery.into_body();
+        Box::pin(async move {
+            let scope = applying.scope().clone();
+            let event = applying.event().clone();
+            match advance(applying.connection(), &scope, &event).await? {
+                Advance::Applied => Ok(applying.applied()),
+                Advance::Stale => Ok(applying.stale()),
+            }
+        })
+    }
+}
+
+/// One row of the task result view, as committed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TaskViewRow {
+    /// Highest task version applied.
+    pub task_version: u64,
+    /// The event that brought the view to that version.
+    pub last_event_id: String,
+    /// The task state at that version.
+    pub last_state: String,
+    /// The canonical result text at that version, if any.
+    pub last_result: Option<String>,
+    /// How many events advanced this view.
+    pub applied_events: u64,
+}
+
+impl std::fmt::Debug for TaskViewRow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskViewRow")
+            .field("task_version", &self.task_version)
+            .field("last_event_id", &self.last_event_id)
+            .field("last_state", &self.last_state)
+            .field(
+                "last_result",
+                &self
+                    .last_result
+                    .as_ref()
+                    .map(|r| format!("<{} bytes>", r.len())),
+            )
+            .field("applied_events", &self.applied_events)
+            .finish()
+    }
+}
+
+/// Reads the committed view of one task.
+pub async fn load(
+    pool: &MySqlPool,
+    scope: &InboxScope,
+    task_id: &TaskId,
+) -> Result<Option<TaskViewRow>, DbError> {
+    // The columns use a binary collation, which sqlx hands out as bytes.
+    let row: Option<(u64, Vec<u8>, Vec<u8>, Option<Vec<u8>>, u64)> = sqlx::query_as(
+        "SELECT task_version, last_event_id, last_state, last_result, applied_events \
+         FROM receiver_task_views WHERE consumer_name = ? AND queue_id = ? AND task_id = ?",
+    )
+    .bind(scope.receiver.as_str())
+    .bind(scope.queue_id.as_str())
+    .bind(task_id.as_str())
+    .fetch_optional(pool)
+    .await?;
+    let Some((task_version, last_event_id, last_state, last_result, applied_events)) = row else {
+        return Ok(None);
+    };
+    let text = |b: Vec<u8>| String::from_utf8(b).map_err(|_| DbError::inconsistent());
+    Ok(Some(TaskViewRow {
+        task_version,
+        last_event_id: text(last_event_id)?,
+        last_state: text(last_state)?,
+        last_result: last_result.map(text).transpose()?,
+        applied_events,
+    }))
+}

@@ -1,0 +1,107 @@
+//! The `receiver` command line: `digest` and configuration errors.
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+fn receiver(args: &[&str], stdin: &[u8]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_receiver"))
+        .args(args)
+        .env_remove("ORBIT_RECEIVER_DSN")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A writer that finds the pipe closed early is fine: the command may
+    // stop reading once it knows the answer.
+    let _ = child.stdin.take().unwrap().write_all(stdin);
+    child.wait_with_output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8(bytes.to_vec()).unwrap()
+}
+
+#[test]
+fn digest_prints_the_sha256_of_the_canonical_form() {
+    let out = receiver(&["digest", "-"], br#" { "b" : 1, "a" : [true, null] } "#);
+    assert!(out.status.success());
+    let expected = result_inbox::digest::digest(br#"{"a":[true,null],"b":1}"#).unwrap();
+    assert_eq!(text(&out.stdout), format!("sha256={expected}\n"));
+    assert_eq!(text(&out.stdout).trim().len(), "sha256=".len() + 64);
+}
+
+#[test]
+fn digest_reads_a_file_and_ignores_key_order() {
+    let dir = std::env::temp_dir().join(format!("receiver-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let a = dir.join("a.json");
+    let b = dir.join("b.json");
+    std::fs::write(&a, r#"{"x":1,"y":"é"}"#).unwrap();
+    std::fs::write(&b, "{\n  \"y\": \"\\u00e9\",\n  \"x\": 1\n}\n").unwrap();
+    let da = receiver(&["digest", a.to_str().unwrap()], b"");
+    let db = receiver(&["digest", b.to_str().unwrap()], b"");
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(da.status.success() && db.status.success());
+    assert_eq!(da.stdout, db.stdout);
+}
+
+#[test]
+fn digest_of_an_invalid_document_exits_3_with_one_line_naming_the_problem() {
+    for (input, problem) in [
+        (&br#"{"a":1,"a":2}"#[..], "duplicate"),
+        (b"{\"a\":", "invalid JSON"),
+        (b"\xef\xbb\xbf{}", "byte order mark"),
+        (b"\"\xff\"", "UTF-8"),
+    ] {
+        let out = receiver(&["digest"], input);
+        assert_eq!(out.status.code(), Some(3), "{input:?}");
+        assert!(out.stdout.is_empty());
+        let err = text(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.to_lowercase().contains(&problem.to_lowercase()),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn digest_of_an_oversized_document_is_refused_without_reading_it_all() {
+    let mut big = vec![b' '; 2 * 1024 * 1024];
+    big[0] = b'1';
+    let out = receiver(&["digest"], &big);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        text(&out.stderr).contains("larger than 524288 bytes (512 KiB)"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn digest_of_a_missing_file_exits_2() {
+    let out = receiver(&["digest", "/nonexistent/event.json"], b"");
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(text(&out.stderr).lines().count(), 1);
+}
+
+#[test]
+fn init_without_a_database_in_the_dsn_fails_before_connecting() {
+    // Port 1 on loopback: a connection attempt would fail differently.
+    let out = Command::new(env!("CARGO_BIN_EXE_receiver"))
+        .arg("init")
+        .env("ORBIT_RECEIVER_DSN", "mysql://root:sentinel-pw@127.0.0.1:1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(err.contains("must name the receiver's database"), "{err}");
+    assert!(!err.contains("sentinel-pw"));
+}
+
+#[test]
+fn an_unknown_subcommand_is_a_usage_error() {
+    let out = receiver(&["frobnicate"], b"");
+    assert_eq!(out.status.code(), Some(2));
+}

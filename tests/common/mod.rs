@@ -1,0 +1,142 @@
+//! Shared set-up for the tests that need a real MySQL-compatible server.
+//!
+//! The server is the throwaway one `scripts/with-mysql.sh` starts (`make test`,
+//! `make integration`). Each test gets its own fresh database on it, so tests
+//! run in parallel without seeing each other's rows and schema assertions
+//! read exactly one schema.
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use result_inbox::dsn::Dsn;
+use result_inbox::event::QueueId;
+use result_inbox::inbox::{InboxStore, StoreOptions};
+use result_inbox::scope::{InboxScope, ReceiverName};
+use sqlx::mysql::MySqlPool;
+use sqlx::Executor;
+
+/// The admin DSN of the throwaway server. Tests never run against any other
+/// server: without it they stop and say how to run them.
+pub fn admin_dsn() -> String {
+    std::env::var("RESULT_INBOX_TEST_ADMIN_DSN").unwrap_or_else(|_| {
+        panic!(
+            "RESULT_INBOX_TEST_ADMIN_DSN is not set: run the integration tests with \
+             `make test` or `scripts/with-mysql.sh cargo test`, which start a throwaway server"
+        )
+    })
+}
+
+/// A URL of the throwaway server naming `database`.
+pub fn dsn_for(database: &str) -> String {
+    let admin = admin_dsn();
+    let base = admin.rsplit_once('/').map(|(b, _)| b).unwrap_or(&admin);
+    format!("{base}/{database}")
+}
+
+/// A fresh, empty database of its own.
+pub struct TestDb {
+    pub name: String,
+    pub dsn: Dsn,
+    pub admin: MySqlPool,
+}
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+impl TestDb {
+    /// Creates an empty database `orbit_receiver_test_<unique>`.
+    pub async fn empty() -> TestDb {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let name = format!(
+            "orbit_receiver_test_{}_{}_{}",
+            std::process::id(),
+            n,
+            random_hex(4)
+        );
+        let admin = MySqlPool::connect(&admin_dsn())
+            .await
+            .expect("connect to the throwaway server");
+        admin
+            .execute(format!("CREATE DATABASE `{name}` CHARACTER SET utf8mb4").as_str())
+            .await
+            .expect("create test database");
+        let dsn = Dsn::parse(&dsn_for(&name)).unwrap();
+        TestDb { name, dsn, admin }
+    }
+
+    /// A fresh database with the receiver schema.
+    pub async fn initialized() -> TestDb {
+        let db = TestDb::empty().await;
+        result_inbox::schema::init(&db.dsn)
+            .await
+            .expect("schema init");
+        db
+    }
+
+    /// A store for a fresh random scope in this database.
+    pub async fn store(&self, scope: InboxScope) -> InboxStore {
+        InboxStore::connect(&self.dsn, scope, StoreOptions::default())
+            .await
+            .expect("connect store")
+    }
+
+    /// A plain pool on this database, for reading what was committed.
+    pub async fn pool(&self) -> MySqlPool {
+        MySqlPool::connect_with(self.dsn.connect_options())
+            .await
+            .expect("connect pool")
+    }
+}
+
+/// A scope with a new random queue and the given receiver name.
+pub fn scope(name: &str) -> InboxScope {
+    InboxScope::new(
+        ReceiverName::parse(name).unwrap(),
+        QueueId::parse(&random_hex(16)).unwrap(),
+    )
+}
+
+/// `bytes` random bytes as lowercase hex.
+pub fn random_hex(bytes: usize) -> String {
+    let mut out = String::with_capacity(bytes * 2);
+    let mut state = seed();
+    for _ in 0..bytes {
+        // xorshift64*: enough to keep test names and ids apart.
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        let b = (state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 56) as u8;
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
+}
+
+fn seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(COUNTER.fetch_add(1, Ordering::Relaxed));
+    h.finish() | 1
+}
+
+/// An Orbit event envelope as JSON text.
+pub struct EventSpec<'a> {
+    pub id: String,
+    pub queue_id: &'a str,
+    pub task_id: &'a str,
+    pub version: u64,
+    pub event_type: &'a str,
+    pub state: &'a str,
+    pub result: Option<&'a str>,
+}
+
+impl<'a> EventSpec<'a> {
+    pub fn json(&self) -> String {
+        let result = self
+            .result
+            .map(|r| format!(r#","result":{r}"#))
+            .unwrap_or_default();
+        format!(
+            r#"{{"id":"{}","type":"{}","queue_id":"{}","occurred_at":"2026-11-30T16:02:44.5+08:00","task":{{"id":"{}","version":{},"state":"{}"{}}}}}"#,
+            self.id, self.event_type, self.queue_id, self.task_id, self.version, self.state, result
+        )
+    }
+}

@@ -1,0 +1,409 @@
+//! Storage regressions of the inbox against a real server (R3, R10).
+
+mod common;
+
+use bytes::Bytes;
+use common::{random_hex, scope, EventSpec, TestDb};
+use result_inbox::delivery::{Delivery, DeliveryId, LeaseProof};
+use result_inbox::inbox::{
+    Applying, Conflict, Inbox, InboxError, InboxLayer, InboxStore, Outcome, Verdict,
+};
+use result_inbox::scope::InboxScope;
+use result_inbox::task_view::{self, TaskView};
+use result_inbox::BoxError;
+use sqlx::MySqlPool;
+use tower::{Service, ServiceBuilder, ServiceExt};
+
+fn delivery(json: &str) -> Delivery<Bytes> {
+    Delivery::new(
+        DeliveryId::new(random_hex(16)),
+        1,
+        LeaseProof::new(random_hex(16)),
+        Bytes::from(json.to_owned()),
+    )
+}
+
+fn receiver(store: &InboxStore) -> Inbox<TaskView> {
+    ServiceBuilder::new()
+        .layer(InboxLayer::new(store.clone()))
+        .service(TaskView::new())
+}
+
+async fn apply(store: &InboxStore, json: &str) -> Result<result_inbox::inbox::Receipt, InboxError> {
+    receiver(store).oneshot(delivery(json)).await
+}
+
+struct Fixture {
+    db: TestDb,
+    scope: InboxScope,
+    store: InboxStore,
+    pool: MySqlPool,
+    task: String,
+}
+
+impl Fixture {
+    async fn new() -> Fixture {
+        let db = TestDb::initialized().await;
+        let scope = scope("task-result-view");
+        let store = db.store(scope.clone()).await;
+        let pool = db.pool().await;
+        Fixture {
+            db,
+            scope,
+            store,
+            pool,
+            task: random_hex(16),
+        }
+    }
+
+    fn event(&self, version: u64, event_type: &'static str, state: &'static str) -> EventSpec<'_> {
+        EventSpec {
+            id: random_hex(16),
+            queue_id: self.scope.queue_id.as_str(),
+            task_id: &self.task,
+            version,
+            event_type,
+            state,
+            result: None,
+        }
+    }
+
+    async fn view(&self) -> Option<task_view::TaskViewRow> {
+        let task = result_inbox::event::TaskId::parse(&self.task).unwrap();
+        task_view::load(&self.pool, &self.scope, &task)
+            .await
+            .unwrap()
+    }
+
+    async fn count(&self, table: &str) -> i64 {
+        sqlx::query_scalar(&format!("SELECT COUNT(*) FROM {table}"))
+            .fetch_one(&self.pool)
+            .await
+            .unwrap()
+    }
+
+    async fn inbox_applied(&self, event_id: &str) -> Option<bool> {
+        sqlx::query_scalar("SELECT applied FROM receiver_inbox WHERE event_id = ?")
+            .bind(event_id)
+            .fetch_optional(&self.pool)
+            .await
+            .unwrap()
+    }
+}
+
+#[tokio::test]
+async fn eight_concurrent_identical_deliveries_advance_the_view_exactly_once() {
+    let f = Fixture::new().await;
+    let json = f.event(2, "task.cancelled", "CANCELLED").json();
+    let mut handles = Vec::new();
+    for _ in 0..8 {
+        let store = f.store.clone();
+        let json = json.clone();
+        handles.push(tokio::spawn(async move { apply(&store, &json).await }));
+    }
+    let mut outcomes = Vec::new();
+    for h in handles {
+        outcomes.push(h.await.unwrap().expect("every copy succeeds").outcome);
+    }
+    let applied = outcomes.iter().filter(|o| **o == Outcome::Applied).count();
+    let duplicates = outcomes
+        .iter()
+        .filter(|o| **o == Outcome::Duplicate { applied: true })
+        .count();
+    assert_eq!((applied, duplicates), (1, 7), "{outcomes:?}");
+    let view = f.view().await.unwrap();
+    assert_eq!(view.applied_events, 1);
+    assert_eq!(view.task_version, 2);
+    assert_eq!(f.count("receiver_inbox").await, 1);
+}
+
+#[tokio::test]
+async fn a_redelivery_reports_duplicate_with_the_original_applied_flag() {
+    let f = Fixture::new().await;
+    let newer = f.event(3, "task.cancelled", "CANCELLED").json();
+    let older = f.event(2, "task.needs_review", "NEEDS_REVIEW").json();
+    assert_eq!(
+        apply(&f.store, &newer).await.unwrap().outcome,
+        Outcome::Applied
+    );
+    assert_eq!(
+        apply(&f.store, &older).await.unwrap().outcome,
+        Outcome::Stale
+    );
+    assert_eq!(
+        apply(&f.store, &newer).await.unwrap().outcome,
+        Outcome::Duplicate { applied: true }
+    );
+    assert_eq!(
+        apply(&f.store, &older).await.unwrap().outcome,
+        Outcome::Duplicate { applied: false }
+    );
+    assert_eq!(f.view().await.unwrap().applied_events, 1);
+}
+
+#[tokio::test]
+async fn the_same_event_id_with_other_content_is_a_conflict_and_changes_nothing() {
+    let f = Fixture::new().await;
+    let first = f.event(2, "task.succeeded", "SUCCEEDED");
+    let original = EventSpec {
+        result: Some("1"),
+        ..first
+    };
+    apply(&f.store, &original.json()).await.unwrap();
+    let view_before = f.view().await;
+
+    let altered = EventSpec {
+        result: Some("2"),
+        ..original
+    };
+    let err = apply(&f.store, &altered.json()).await.unwrap_err();
+    assert!(
+        matches!(err, InboxError::Conflict(Conflict::ContentMismatch { .. })),
+        "{err:?}"
+    );
+    assert!(!err.is_retryable());
+    assert_eq!(f.view().await, view_before);
+    assert_eq!(f.count("receiver_inbox").await, 1);
+}
+
+#[tokio::test]
+async fn an_older_version_is_recorded_with_applied_false_and_leaves_the_view() {
+    let f = Fixture::new().await;
+    let newer = f.event(3, "task.cancelled", "CANCELLED");
+    apply(&f.store, &newer.json()).await.unwrap();
+    let view_before = f.view().await.unwrap();
+
+    let older = f.event(2, "task.needs_review", "NEEDS_REVIEW");
+    let receipt = apply(&f.store, &older.json()).await.unwrap();
+    assert_eq!(receipt.outcome, Outcome::Stale);
+    assert_eq!(f.view().await.unwrap(), view_before);
+    assert_eq!(f.inbox_applied(&older.id).await, Some(false));
+    assert_eq!(f.inbox_applied(&newer.id).await, Some(true));
+}
+
+#[tokio::test]
+async fn a_newer_version_advances_the_view_and_counts_the_advance() {
+    let f = Fixture::new().await;
+    let review = f.event(2, "task.needs_review", "NEEDS_REVIEW");
+    let review = EventSpec {
+        result: Some(r#"{"score":0.4}"#),
+        ..review
+    };
+    apply(&f.store, &review.json()).await.unwrap();
+    let view = f.view().await.unwrap();
+    assert_eq!(view.last_state, "NEEDS_REVIEW");
+
+    let done = f.event(3, "task.succeeded", "SUCCEEDED");
+    let done = EventSpec {
+        result: Some(r#"{"ok":true}"#),
+        ..done
+    };
+    assert_eq!(
+        apply(&f.store, &done.json()).await.unwrap().outcome,
+        Outcome::Applied
+    );
+    let view = f.view().await.unwrap();
+    assert_eq!(
+        (
+            view.task_version,
+            view.last_state.as_str(),
+            view.last_event_id.as_str(),
+            view.applied_events
+        ),
+        (3, "SUCCEEDED", done.id.as_str(), 2)
+    );
+    assert_eq!(view.last_result.as_deref(), Some(r#"{"ok":true}"#));
+}
+
+#[tokio::test]
+async fn the_same_task_and_version_under_another_event_id_rolls_back_both_tables() {
+    let f = Fixture::new().await;
+    let first = f.event(2, "task.cancelled", "CANCELLED");
+    apply(&f.store, &first.json()).await.unwrap();
+    let view_before = f.view().await;
+
+    let rival = f.event(2, "task.cancelled", "CANCELLED");
+    let err = apply(&f.store, &rival.json()).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            InboxError::Conflict(Conflict::VersionTaken { version: 2, .. })
+        ),
+        "{err:?}"
+    );
+    assert_eq!(f.view().await, view_before);
+    assert_eq!(
+        f.inbox_applied(&rival.id).await,
+        None,
+        "the rival's inbox row rolled back"
+    );
+    assert_eq!(f.count("receiver_inbox").await, 1);
+}
+
+#[tokio::test]
+async fn another_receiver_name_or_queue_is_isolated() {
+    let f = Fixture::new().await;
+    let event = f.event(2, "task.cancelled", "CANCELLED").json();
+    apply(&f.store, &event).await.unwrap();
+
+    // Same queue, other receiver name: its own first receipt.
+    let other_name = InboxScope::new("billing-view".parse().unwrap(), f.scope.queue_id.clone());
+    let other_store = f.db.store(other_name.clone()).await;
+    assert_eq!(
+        apply(&other_store, &event).await.unwrap().outcome,
+        Outcome::Applied
+    );
+
+    // Same name, other queue: the event is not meant for it at all.
+    let other_queue = scope("task-result-view");
+    let queue_store = f.db.store(other_queue).await;
+    let err = apply(&queue_store, &event).await.unwrap_err();
+    assert!(matches!(err, InboxError::Rejected(_)), "{err:?}");
+
+    // Each scope's view advanced once, independently.
+    let task = result_inbox::event::TaskId::parse(&f.task).unwrap();
+    for s in [&f.scope, &other_name] {
+        let view = task_view::load(&f.pool, s, &task).await.unwrap().unwrap();
+        assert_eq!(view.applied_events, 1);
+    }
+    assert_eq!(f.count("receiver_inbox").await, 2);
+}
+
+#[tokio::test]
+async fn a_failing_inner_service_leaves_both_tables_untouched() {
+    let f = Fixture::new().await;
+    let failing = tower::service_fn(|mut d: Delivery<Applying>| async move {
+        // The business writes first, then fails: all of it must roll back.
+        let applying = d.body_mut();
+        let scope = applying.scope().clone();
+        let event = applying.event().clone();
+        task_view::advance(applying.connection(), &scope, &event).await?;
+        Err::<Verdict, BoxError>("business rule refused the result".into())
+    });
+    let mut svc = ServiceBuilder::new()
+        .layer(InboxLayer::new(f.store.clone()))
+        .service(failing);
+    let json = f.event(2, "task.cancelled", "CANCELLED").json();
+    let err = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(delivery(&json))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, InboxError::Handler(_)), "{err:?}");
+    assert!(err.is_retryable());
+    assert_eq!(f.count("receiver_inbox").await, 0);
+    assert_eq!(f.count("receiver_task_views").await, 0);
+
+    // The event can still be applied later.
+    assert_eq!(
+        apply(&f.store, &json).await.unwrap().outcome,
+        Outcome::Applied
+    );
+}
+
+#[tokio::test]
+async fn a_result_with_a_30_digit_integer_and_a_decimal_round_trips_byte_exact() {
+    let f = Fixture::new().await;
+    let spec = f.event(2, "task.succeeded", "SUCCEEDED");
+    let spec = EventSpec {
+        result: Some(r#"{"total":123456789012345678901234567890,"ratio":1.10,"tiny":-0.0e-7}"#),
+        ..spec
+    };
+    apply(&f.store, &spec.json()).await.unwrap();
+    let stored: String =
+        sqlx::query_scalar("SELECT CAST(last_result AS CHAR) FROM receiver_task_views")
+            .fetch_one(&f.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        stored,
+        r#"{"ratio":1.10,"tiny":-0.0e-7,"total":123456789012345678901234567890}"#
+    );
+    let event: String =
+        sqlx::query_scalar("SELECT CAST(event_canonical AS CHAR) FROM receiver_inbox")
+            .fetch_one(&f.pool)
+            .await
+            .unwrap();
+    assert!(event.contains(r#""total":123456789012345678901234567890"#));
+    assert!(event.contains(r#""ratio":1.10"#));
+}
+
+#[tokio::test]
+async fn an_absent_result_is_stored_as_sql_null() {
+    let f = Fixture::new().await;
+    apply(&f.store, &f.event(2, "task.cancelled", "CANCELLED").json())
+        .await
+        .unwrap();
+    let is_null: bool = sqlx::query_scalar("SELECT last_result IS NULL FROM receiver_task_views")
+        .fetch_one(&f.pool)
+        .await
+        .unwrap();
+    assert!(is_null);
+}
+
+#[tokio::test]
+async fn a_rejected_event_writes_nothing() {
+    let f = Fixture::new().await;
+    let wrong_state = f.event(2, "task.cancelled", "SUCCEEDED").json();
+    let duplicate_keys = r#"{"id":"a","id":"b"}"#;
+    for bad in [wrong_state.as_str(), duplicate_keys, "{", "[1,2]"] {
+        let err = apply(&f.store, bad).await.unwrap_err();
+        assert!(matches!(err, InboxError::Rejected(_)), "{err:?}");
+        assert!(!err.is_retryable());
+    }
+    assert_eq!(f.count("receiver_inbox").await, 0);
+    assert_eq!(f.count("receiver_task_views").await, 0);
+}
+
+#[tokio::test]
+async fn the_stored_event_is_the_canonical_form_with_its_digest() {
+    let f = Fixture::new().await;
+    let spec = f.event(2, "task.cancelled", "CANCELLED");
+    let receipt = apply(&f.store, &spec.json()).await.unwrap();
+    let (digest, canonical, received_utc): (String, String, bool) = sqlx::query_as(
+        "SELECT CAST(event_digest AS CHAR), CAST(event_canonical AS CHAR), \
+         received_at BETWEEN UTC_TIMESTAMP(6) - INTERVAL 1 MINUTE AND UTC_TIMESTAMP(6) \
+         FROM receiver_inbox",
+    )
+    .fetch_one(&f.pool)
+    .await
+    .unwrap();
+    let expected = result_inbox::digest::canonicalize(spec.json().as_bytes()).unwrap();
+    assert_eq!(canonical, expected.as_str());
+    assert_eq!(digest, expected.digest().to_hex());
+    assert_eq!(digest, receipt.digest.to_hex());
+    assert!(canonical.contains(r#""occurred_at":"2026-11-30T08:02:44.5Z""#));
+    assert!(received_utc);
+}
+
+#[tokio::test]
+async fn the_layer_composes_with_tower_timeout_inside_a_service_builder() {
+    let f = Fixture::new().await;
+    let svc = ServiceBuilder::new()
+        .timeout(std::time::Duration::from_secs(10))
+        .layer(InboxLayer::new(f.store.clone()))
+        .timeout(std::time::Duration::from_secs(5))
+        .service(TaskView::new());
+    let json = f.event(2, "task.cancelled", "CANCELLED").json();
+    let receipt = svc.oneshot(delivery(&json)).await.unwrap();
+    assert_eq!(receipt.outcome, Outcome::Applied);
+}
+
+#[tokio::test]
+async fn an_inner_service_that_runs_out_of_time_rolls_everything_back() {
+    let f = Fixture::new().await;
+    let slow = tower::service_fn(|d: Delivery<Applying>| async move {
+        tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+        Ok::<_, BoxError>(d.into_body().applied())
+    });
+    let svc = ServiceBuilder::new()
+        .layer(InboxLayer::new(f.store.clone()))
+        .timeout(std::time::Duration::from_millis(200))
+        .service(slow);
+    let json = f.event(2, "task.cancelled", "CANCELLED").json();
+    let err = svc.oneshot(delivery(&json)).await.unwrap_err();
+    assert!(matches!(err, InboxError::Handler(_)), "{err:?}");
+    assert_eq!(f.count("receiver_inbox").await, 0);
+}

@@ -1,0 +1,203 @@
+//! The receiver schema as the server reports it (R1), and `receiver init`.
+
+mod common;
+
+use std::process::Command;
+
+use common::{dsn_for, TestDb};
+use sqlx::MySqlPool;
+
+async fn columns(pool: &MySqlPool, db: &str) -> Vec<(String, String, String)> {
+    sqlx::query_as(
+        "SELECT CAST(TABLE_NAME AS CHAR), CAST(COLUMN_NAME AS CHAR), CAST(COLUMN_COMMENT AS CHAR) \
+         FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? ORDER BY TABLE_NAME, ORDINAL_POSITION",
+    )
+    .bind(db)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+fn is_chinese(c: char) -> bool {
+    ('\u{4e00}'..='\u{9fff}').contains(&c)
+}
+
+#[tokio::test]
+async fn the_schema_has_two_tables_and_seventeen_columns_each_commented_in_chinese() {
+    let db = TestDb::initialized().await;
+    let cols = columns(&db.admin, &db.name).await;
+    assert_eq!(cols.len(), 17, "{cols:?}");
+    let tables: std::collections::BTreeSet<_> = cols.iter().map(|c| c.0.as_str()).collect();
+    assert_eq!(
+        tables.into_iter().collect::<Vec<_>>(),
+        ["receiver_inbox", "receiver_task_views"]
+    );
+    for (table, column, comment) in &cols {
+        assert!(
+            comment.chars().any(is_chinese),
+            "{table}.{column} has no Chinese comment: {comment:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_schema_has_no_foreign_keys_and_uses_innodb_and_utf8mb4() {
+    let db = TestDb::initialized().await;
+    let fks: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM information_schema.REFERENTIAL_CONSTRAINTS WHERE CONSTRAINT_SCHEMA = ?",
+    )
+    .bind(&db.name)
+    .fetch_one(&db.admin)
+    .await
+    .unwrap();
+    assert_eq!(fks, 0);
+    let tables: Vec<(String, String, String)> = sqlx::query_as(
+        "SELECT CAST(TABLE_NAME AS CHAR), CAST(ENGINE AS CHAR), CAST(TABLE_COLLATION AS CHAR) \
+         FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? ORDER BY TABLE_NAME",
+    )
+    .bind(&db.name)
+    .fetch_all(&db.admin)
+    .await
+    .unwrap();
+    assert_eq!(tables.len(), 2);
+    for (table, engine, collation) in tables {
+        assert_eq!(engine, "InnoDB", "{table}");
+        assert!(collation.starts_with("utf8mb4"), "{table}: {collation}");
+    }
+}
+
+#[tokio::test]
+async fn each_table_is_unique_on_its_scope_and_identity() {
+    let db = TestDb::initialized().await;
+    let keys: Vec<(String, String)> = sqlx::query_as(
+        "SELECT CAST(TABLE_NAME AS CHAR), \
+         CAST(GROUP_CONCAT(COLUMN_NAME ORDER BY SEQ_IN_INDEX) AS CHAR) \
+         FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = ? AND NON_UNIQUE = 0 \
+         GROUP BY TABLE_NAME, INDEX_NAME ORDER BY TABLE_NAME",
+    )
+    .bind(&db.name)
+    .fetch_all(&db.admin)
+    .await
+    .unwrap();
+    assert_eq!(
+        keys,
+        [
+            (
+                "receiver_inbox".into(),
+                "consumer_name,queue_id,event_id".into()
+            ),
+            (
+                "receiver_task_views".into(),
+                "consumer_name,queue_id,task_id".into()
+            ),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn event_and_result_are_stored_as_text_not_as_json() {
+    let db = TestDb::initialized().await;
+    let types: Vec<(String, String)> = sqlx::query_as(
+        "SELECT CAST(COLUMN_NAME AS CHAR), CAST(DATA_TYPE AS CHAR) FROM information_schema.COLUMNS \
+         WHERE TABLE_SCHEMA = ? AND COLUMN_NAME IN ('event_canonical', 'last_result') ORDER BY COLUMN_NAME",
+    )
+    .bind(&db.name)
+    .fetch_all(&db.admin)
+    .await
+    .unwrap();
+    assert_eq!(
+        types,
+        [
+            ("event_canonical".into(), "mediumtext".into()),
+            ("last_result".into(), "mediumtext".into())
+        ]
+    );
+}
+
+fn receiver() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_receiver"))
+}
+
+async fn show_create(pool: &MySqlPool, db: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for table in ["receiver_inbox", "receiver_task_views"] {
+        let (_, ddl): (String, String) =
+            sqlx::query_as(&format!("SHOW CREATE TABLE `{db}`.`{table}`"))
+                .fetch_one(pool)
+                .await
+                .unwrap();
+        out.push(ddl);
+    }
+    out
+}
+
+#[tokio::test]
+async fn receiver_init_prints_the_schema_line_with_foreign_keys_read_back() {
+    let db = TestDb::empty().await;
+    let out = receiver()
+        .arg("init")
+        .env("ORBIT_RECEIVER_DSN", dsn_for(&db.name))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        "receiver_schema_initialized=true foreign_keys=0\n"
+    );
+    assert_eq!(show_create(&db.admin, &db.name).await.len(), 2);
+}
+
+#[tokio::test]
+async fn a_second_init_fails_clearly_and_leaves_both_tables_exactly_as_they_were() {
+    let db = TestDb::initialized().await;
+    let pool = db.pool().await;
+    sqlx::query(
+        "INSERT INTO receiver_inbox VALUES ('r', 'q', 'e', REPEAT('0', 64), '{}', 0, UTC_TIMESTAMP(6))",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let before = show_create(&db.admin, &db.name).await;
+
+    let out = receiver()
+        .arg("init")
+        .env("ORBIT_RECEIVER_DSN", dsn_for(&db.name))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("already exist"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+
+    assert_eq!(show_create(&db.admin, &db.name).await, before);
+    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM receiver_inbox")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 1);
+}
+
+#[tokio::test]
+async fn init_refuses_when_only_one_table_exists_and_creates_nothing() {
+    let db = TestDb::empty().await;
+    let pool = db.pool().await;
+    sqlx::query("CREATE TABLE receiver_task_views (x INT)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let err = result_inbox::schema::init(&db.dsn).await.unwrap_err();
+    assert!(err.to_string().contains("receiver_task_views"), "{err}");
+    let inbox_exists: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = 'receiver_inbox'",
+    )
+    .bind(&db.name)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(inbox_exists, 0);
+}
