@@ -407,3 +407,133 @@ async fn an_inner_service_that_runs_out_of_time_rolls_everything_back() {
     assert!(matches!(err, InboxError::Handler(_)), "{err:?}");
     assert_eq!(f.count("receiver_inbox").await, 0);
 }
+
+#[tokio::test]
+async fn a_transaction_over_its_time_budget_is_abandoned_before_commit() {
+    let f = Fixture::new().await;
+    let options = result_inbox::inbox::StoreOptions {
+        transaction_timeout: std::time::Duration::from_millis(300),
+        ..Default::default()
+    };
+    let store = InboxStore::connect(&f.db.dsn, f.scope.clone(), options)
+        .await
+        .unwrap();
+    let slow = tower::service_fn(|d: Delivery<Applying>| async move {
+        tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+        Ok::<_, BoxError>(d.into_body().applied())
+    });
+    let svc = ServiceBuilder::new()
+        .layer(InboxLayer::new(store))
+        .service(slow);
+    let json = f.event(2, "task.cancelled", "CANCELLED").json();
+    let started = std::time::Instant::now();
+    let err = svc.oneshot(delivery(&json)).await.unwrap_err();
+    assert!(matches!(err, InboxError::Timeout), "{err:?}");
+    assert!(err.is_retryable());
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    assert_eq!(f.count("receiver_inbox").await, 0);
+}
+
+#[tokio::test]
+async fn only_a_duplicate_key_takes_the_duplicate_path() {
+    // A database without the schema: the insert fails with 1146, which must
+    // surface as a database error, never as "already received".
+    let db = TestDb::empty().await;
+    let scope = scope("task-result-view");
+    let store = db.store(scope.clone()).await;
+    let spec = EventSpec {
+        id: random_hex(16),
+        queue_id: scope.queue_id.as_str(),
+        task_id: &random_hex(16),
+        version: 1,
+        event_type: "task.submitted",
+        state: "PENDING",
+        result: None,
+    };
+    let err = apply(&store, &spec.json()).await.unwrap_err();
+    match &err {
+        InboxError::Database(e) => assert_eq!(
+            e.number(),
+            Some(result_inbox::inbox::mysql_errno::NO_SUCH_TABLE)
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert!(err.is_retryable());
+}
+
+#[tokio::test]
+async fn store_connections_run_read_committed_with_lock_waits_bounded_by_the_budget() {
+    let f = Fixture::new().await;
+    let mut conn = f.store.pool().acquire().await.unwrap();
+    // MariaDB names the variable tx_isolation, MySQL 8 transaction_isolation.
+    let isolation: String =
+        match sqlx::query_scalar("SELECT CAST(@@SESSION.transaction_isolation AS CHAR)")
+            .fetch_one(&mut *conn)
+            .await
+        {
+            Ok(v) => v,
+            Err(_) => sqlx::query_scalar("SELECT CAST(@@SESSION.tx_isolation AS CHAR)")
+                .fetch_one(&mut *conn)
+                .await
+                .unwrap(),
+        };
+    let lock_wait: u64 = sqlx::query_scalar("SELECT @@SESSION.innodb_lock_wait_timeout")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    assert_eq!(isolation, "READ-COMMITTED");
+    assert_eq!(lock_wait, 5);
+}
+
+#[tokio::test]
+async fn a_racing_copy_waits_for_the_first_and_never_takes_an_uncommitted_row_as_success() {
+    use std::sync::{Arc, Mutex};
+    use tokio::sync::oneshot;
+
+    let f = Fixture::new().await;
+    let json = f.event(2, "task.cancelled", "CANCELLED").json();
+
+    // The first copy inserts its inbox row, then holds its transaction open
+    // until told to fail.
+    let (entered_tx, entered) = oneshot::channel::<()>();
+    let (release, released) = oneshot::channel::<()>();
+    let hooks = Arc::new(Mutex::new(Some((entered_tx, released))));
+    let holding = tower::service_fn(move |d: Delivery<Applying>| {
+        let hooks = hooks.lock().unwrap().take();
+        async move {
+            // Holding the delivery holds its open transaction.
+            let _open = d;
+            let (entered_tx, released) = hooks.expect("called once");
+            entered_tx.send(()).unwrap();
+            released.await.ok();
+            Err::<Verdict, BoxError>("first copy gives up".into())
+        }
+    });
+    let first = ServiceBuilder::new()
+        .layer(InboxLayer::new(f.store.clone()))
+        .service(holding)
+        .oneshot(delivery(&json));
+    let first = tokio::spawn(first);
+    entered.await.unwrap();
+
+    let store = f.store.clone();
+    let json2 = json.clone();
+    let second = tokio::spawn(async move { apply(&store, &json2).await });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    if second.is_finished() {
+        panic!(
+            "the second copy must wait on the first's row lock, it ended with {:?}",
+            second.await
+        );
+    }
+
+    release.send(()).unwrap();
+    assert!(matches!(first.await.unwrap(), Err(InboxError::Handler(_))));
+    let receipt = second.await.unwrap().unwrap();
+    assert_eq!(
+        receipt.outcome,
+        Outcome::Applied,
+        "the rolled-back row was not taken as a duplicate"
+    );
+    assert_eq!(f.view().await.unwrap().applied_events, 1);
+}

@@ -51,12 +51,12 @@ const TIMESTAMP_KEY: &[u8] = b"occurred_at";
 pub(super) fn canonical_bytes(input: &[u8]) -> Result<Vec<u8>, DigestError> {
     let mut parser = Parser {
         input,
-        pos: 0,
         out: Vec::with_capacity(input.len()),
         pend: 0,
         frames: Vec::with_capacity(16),
         members: Vec::new(),
         keys: Vec::new(),
+        order: Vec::new(),
         scratch: Vec::new(),
     };
     parser.run()?;
@@ -73,6 +73,8 @@ struct Frame {
     members_base: u32,
     /// Length of `Parser::keys` when the object opened.
     keys_base: u32,
+    /// Input position of the `[` or `{`.
+    open: u32,
     /// Logical output position of the `{`.
     out_open: u32,
 }
@@ -102,7 +104,6 @@ type Text = (bool, usize, usize);
 
 struct Parser<'a> {
     input: &'a [u8],
-    pos: usize,
     out: Vec<u8>,
     /// Start of the pending input bytes, to be copied verbatim to `out`.
     pend: usize,
@@ -111,6 +112,8 @@ struct Parser<'a> {
     members: Vec<Member>,
     /// Unescaped keys that had escapes in the input, innermost last.
     keys: Vec<u8>,
+    /// Reused buffer for the sorted order of an object's members.
+    order: Vec<u32>,
     /// Reused buffer for rewriting an object in sorted order.
     scratch: Vec<u8>,
 }
@@ -289,9 +292,14 @@ fn is_canonical_u_escape(cp: u32, escape: &[u8]) -> bool {
 }
 
 impl Parser<'_> {
+    // The current input position is passed by value through the helpers
+    // (never stored in `self`), so that it stays in a register: each token's
+    // start depends on the previous token's end, and a round trip through
+    // memory would lengthen that chain for every token.
+
     /// The logical output position of input position `pos`; valid when the
     /// pending bytes reach `pos`.
-    #[inline]
+    #[inline(always)]
     fn logical(&self, pos: usize) -> u32 {
         (self.out.len() + pos - self.pend) as u32
     }
@@ -303,32 +311,32 @@ impl Parser<'_> {
         self.pend = upto;
     }
 
-    #[inline]
-    fn peek(&self) -> Option<u8> {
-        self.input.get(self.pos).copied()
-    }
-
-    /// Skips insignificant whitespace; it is dropped from the output.
-    #[inline]
-    fn skip_ws(&mut self) {
-        if self.peek().is_some_and(is_ws) {
-            self.skip_ws_slow();
+    /// Skips insignificant whitespace at `pos` (dropping it from the output)
+    /// and returns the position after it.
+    #[inline(always)]
+    fn skip_ws(&mut self, pos: usize) -> usize {
+        match self.input.get(pos) {
+            Some(&b) if is_ws(b) => self.skip_ws_slow(pos),
+            _ => pos,
         }
     }
 
     #[cold]
-    fn skip_ws_slow(&mut self) {
-        self.flush(self.pos);
-        while self.peek().is_some_and(is_ws) {
-            self.pos += 1;
+    #[inline(never)]
+    fn skip_ws_slow(&mut self, mut pos: usize) -> usize {
+        self.flush(pos);
+        while self.input.get(pos).is_some_and(|&b| is_ws(b)) {
+            pos += 1;
         }
-        self.pend = self.pos;
+        self.pend = pos;
+        pos
     }
 
     /// Turns an error into the error to report: a duplicate key that was
     /// already read in a still-open object comes earlier in the input than
     /// the error at hand (objects are only checked in full when they close).
     #[cold]
+    #[inline(never)]
     fn fail(&mut self, err: DigestError) -> DigestError {
         let mut earliest: Option<u32> = None;
         let mut end = self.members.len();
@@ -351,50 +359,51 @@ impl Parser<'_> {
     }
 
     #[cold]
+    #[inline(never)]
     fn syntax(&mut self, offset: usize, reason: &'static str) -> DigestError {
         self.fail(DigestError::InvalidJson { offset, reason })
     }
 
-    /// The error for a missing token at the current position.
+    /// The error for a missing token at `pos`.
     #[cold]
-    fn expected(&mut self, reason: &'static str) -> DigestError {
-        let reason = if self.pos >= self.input.len() {
+    #[inline(never)]
+    fn expected(&mut self, pos: usize, reason: &'static str) -> DigestError {
+        let reason = if pos >= self.input.len() {
             R_EOF
         } else {
             reason
         };
-        self.syntax(self.pos, reason)
+        self.syntax(pos, reason)
     }
 
     fn run(&mut self) -> Result<(), DigestError> {
+        let input = self.input;
+        let mut pos = 0;
         // Whether the innermost open container is an object.
         let mut in_object = false;
         // Whether the next value is that of the top-level `occurred_at`.
         let mut timestamp_next = false;
         'value: loop {
-            self.skip_ws();
+            pos = self.skip_ws(pos);
             let at_timestamp = std::mem::take(&mut timestamp_next);
-            let Some(b) = self.peek() else {
+            let Some(&b) = input.get(pos) else {
                 let reason = if self.frames.is_empty() {
                     R_EMPTY
                 } else {
                     R_EOF
                 };
-                return Err(self.syntax(self.pos, reason));
+                return Err(self.syntax(pos, reason));
             };
-            match b {
-                b'"' if at_timestamp => self.timestamp_string()?,
-                b'"' => {
-                    self.string(false)?;
-                }
-                b'-' | b'0'..=b'9' => self.number()?,
-                b't' => self.literal(b"true")?,
-                b'f' => self.literal(b"false")?,
-                b'n' => self.literal(b"null")?,
+            pos = match b {
+                b'"' if at_timestamp => self.timestamp_string(pos)?,
+                b'"' => self.string(pos, false)?.0,
+                b'-' | b'0'..=b'9' => self.number(pos)?,
+                b't' => self.literal(pos, b"true")?,
+                b'f' => self.literal(pos, b"false")?,
+                b'n' => self.literal(pos, b"null")?,
                 b'[' | b'{' => {
                     if self.frames.len() >= MAX_DEPTH {
-                        let err = DigestError::TooDeep { offset: self.pos };
-                        return Err(self.fail(err));
+                        return Err(self.fail(DigestError::TooDeep { offset: pos }));
                     }
                     let object = b == b'{';
                     self.frames.push(Frame {
@@ -402,78 +411,77 @@ impl Parser<'_> {
                         sorted: true,
                         members_base: self.members.len() as u32,
                         keys_base: self.keys.len() as u32,
-                        out_open: self.logical(self.pos),
+                        open: pos as u32,
+                        out_open: self.logical(pos),
                     });
-                    self.pos += 1;
-                    self.skip_ws();
-                    match self.peek() {
+                    pos = self.skip_ws(pos + 1);
+                    match input.get(pos) {
                         Some(b']') if !object => {
                             self.frames.pop();
-                            self.pos += 1;
+                            pos + 1
                         }
                         Some(b'}') if object => {
                             self.frames.pop();
-                            self.pos += 1;
+                            pos + 1
                         }
                         Some(b'"') if object => {
                             in_object = true;
-                            timestamp_next = self.member_key(true)?;
+                            (pos, timestamp_next) = self.member_key(pos, true)?;
                             continue 'value;
                         }
-                        _ if object => return Err(self.expected(R_KEY)),
+                        _ if object => return Err(self.expected(pos, R_KEY)),
                         _ => {
                             in_object = false;
                             continue 'value;
                         }
                     }
                 }
-                _ => return Err(self.syntax(self.pos, R_VALUE)),
-            }
+                _ => return Err(self.syntax(pos, R_VALUE)),
+            };
 
             // A value is complete: close containers until one continues.
             loop {
+                pos = self.skip_ws(pos);
                 if self.frames.is_empty() {
-                    self.skip_ws();
-                    if self.pos != self.input.len() {
-                        return Err(self.syntax(self.pos, R_TRAILING));
+                    if pos != input.len() {
+                        return Err(self.syntax(pos, R_TRAILING));
                     }
-                    self.flush(self.pos);
+                    self.flush(pos);
                     return Ok(());
                 }
-                self.skip_ws();
-                match self.peek() {
+                match input.get(pos) {
                     Some(b',') => {
-                        self.pos += 1;
+                        pos += 1;
                         if in_object {
-                            self.skip_ws();
-                            if self.peek() != Some(b'"') {
-                                return Err(self.expected(R_KEY));
+                            pos = self.skip_ws(pos);
+                            if input.get(pos) != Some(&b'"') {
+                                return Err(self.expected(pos, R_KEY));
                             }
-                            timestamp_next = self.member_key(false)?;
+                            (pos, timestamp_next) = self.member_key(pos, false)?;
                         }
                         continue 'value;
                     }
                     Some(b']') if !in_object => {
                         self.frames.pop();
-                        self.pos += 1;
+                        pos += 1;
                     }
-                    Some(b'}') if in_object => self.close_object()?,
-                    _ if in_object => return Err(self.expected(R_OBJECT_NEXT)),
-                    _ => return Err(self.expected(R_ARRAY_NEXT)),
+                    Some(b'}') if in_object => pos = self.close_object(pos)?,
+                    _ if in_object => return Err(self.expected(pos, R_OBJECT_NEXT)),
+                    _ => return Err(self.expected(pos, R_ARRAY_NEXT)),
                 }
                 in_object = self.frames.last().is_some_and(|f| f.object);
             }
         }
     }
 
-    /// Reads a member key (at its opening quote) and the `:` after it, and
+    /// Reads a member key (opening quote at `pos`) and the `:` after it, and
     /// records the member; `first` tells whether it is the object's first.
-    /// Returns whether the key is the top-level `occurred_at`.
+    /// Returns the position after the `:` and whether the key is the
+    /// top-level `occurred_at`.
     #[inline(always)]
-    fn member_key(&mut self, first: bool) -> Result<bool, DigestError> {
-        let key_offset = self.pos;
-        let out_start = self.logical(self.pos);
-        let (in_buf, start, end) = self.string(true)?;
+    fn member_key(&mut self, pos: usize, first: bool) -> Result<(usize, bool), DigestError> {
+        let out_start = self.logical(pos);
+        let (after, (in_buf, start, end)) = self.string(pos, true)?;
         let source = if in_buf { &self.keys[..] } else { self.input };
         let prefix = key_prefix(source, start, end - start);
         let is_timestamp = self.frames.len() == 1 && &source[start..end] == TIMESTAMP_KEY;
@@ -482,7 +490,7 @@ impl Parser<'_> {
             key_start: start as u32,
             key_end: end as u32,
             key_in_buf: in_buf,
-            key_offset: key_offset as u32,
+            key_offset: pos as u32,
             out_start,
             out_end: out_start,
         });
@@ -492,18 +500,16 @@ impl Parser<'_> {
                 Ordering::Greater => self.mark_unsorted(),
                 Ordering::Equal => {
                     self.members.pop();
-                    let err = DigestError::DuplicateKey { offset: key_offset };
-                    return Err(self.fail(err));
+                    return Err(self.fail(DigestError::DuplicateKey { offset: pos }));
                 }
             }
         }
 
-        self.skip_ws();
-        if self.peek() != Some(b':') {
-            return Err(self.expected(R_COLON));
+        let colon = self.skip_ws(after);
+        if self.input.get(colon) != Some(&b':') {
+            return Err(self.expected(colon, R_COLON));
         }
-        self.pos += 1;
-        Ok(is_timestamp)
+        Ok((colon + 1, is_timestamp))
     }
 
     #[cold]
@@ -513,74 +519,121 @@ impl Parser<'_> {
         }
     }
 
-    /// Closes the object whose `}` is at the current position, putting its
-    /// members in order.
-    fn close_object(&mut self) -> Result<(), DigestError> {
+    /// Closes the object whose `}` is at `pos`, putting its members in order.
+    /// Returns the position after the `}`.
+    fn close_object(&mut self, pos: usize) -> Result<usize, DigestError> {
         let Some(&frame) = self.frames.last() else {
-            return Ok(());
+            return Ok(pos + 1);
         };
         let base = frame.members_base as usize;
         if !frame.sorted {
-            self.flush(self.pos);
-            let members = &mut self.members[base..];
-            // Each member ends just before the comma that precedes the next
-            // one, the last just before the `}` (at the end of `out`).
-            let mut next_start = self.out.len() as u32 + 1;
-            for member in members.iter_mut().rev() {
-                member.out_end = next_start - 1;
-                next_start = member.out_start;
+            self.sort_object(&frame, pos)?;
+        }
+        self.members.truncate(base);
+        self.keys.truncate(frame.keys_base as usize);
+        self.frames.pop();
+        Ok(pos + 1)
+    }
+
+    /// Rewrites the output of the object `frame`, whose `}` is at `pos`, with
+    /// its members sorted by key.
+    fn sort_object(&mut self, frame: &Frame, pos: usize) -> Result<(), DigestError> {
+        let input = self.input;
+        let close = self.logical(pos);
+        let members = &mut self.members[frame.members_base as usize..];
+        // Each member ends just before the comma that precedes the next one,
+        // the last just before the `}`.
+        let mut next_start = close + 1;
+        for member in members.iter_mut().rev() {
+            member.out_end = next_start - 1;
+            next_start = member.out_start;
+        }
+
+        // Sort indices (small and `Copy`, which lets the standard library
+        // use a branch-free sorting network for short slices).
+        let members = &self.members[frame.members_base as usize..];
+        let keys = &self.keys;
+        self.order.clear();
+        self.order.extend(0..members.len() as u32);
+        self.order.sort_unstable_by(|&a, &b| {
+            compare_members(input, keys, &members[a as usize], &members[b as usize])
+        });
+        let duplicate = self
+            .order
+            .windows(2)
+            .map(|w| (&members[w[0] as usize], &members[w[1] as usize]))
+            .filter(|(a, b)| compare_keys(input, keys, a, b) == Ordering::Equal)
+            .map(|(_, later)| later.key_offset)
+            .min();
+        if let Some(offset) = duplicate {
+            let err = DigestError::DuplicateKey {
+                offset: offset as usize,
+            };
+            return Err(self.fail(err));
+        }
+
+        let open = frame.open as usize;
+        if self.pend <= open {
+            // Nothing was rewritten since the `{`: the whole object is still
+            // pending, and logical positions inside it are input positions
+            // shifted by a constant. Write the sorted members from the input.
+            let shift = open - frame.out_open as usize;
+            // (`flush`, spelled out to borrow only these fields)
+            self.out.extend_from_slice(&input[self.pend..=open]);
+            for (n, &k) in self.order.iter().enumerate() {
+                if n > 0 {
+                    self.out.push(b',');
+                }
+                let member = &members[k as usize];
+                let range = member.out_start as usize + shift..member.out_end as usize + shift;
+                self.out.extend_from_slice(&input[range]);
             }
-            if let Some(offset) = sort_and_find_duplicate(self.input, &self.keys, members) {
-                let err = DigestError::DuplicateKey {
-                    offset: offset as usize,
-                };
-                return Err(self.fail(err));
-            }
-            // The body is the members joined by commas, nothing else, so
-            // the sorted body has exactly the same length.
+            self.pend = pos;
+        } else {
+            // The body is the members joined by commas, nothing else, so the
+            // sorted body has exactly the same length.
+            self.out.extend_from_slice(&input[self.pend..pos]);
+            self.pend = pos;
             let body = frame.out_open as usize + 1..self.out.len();
             self.scratch.clear();
-            for (n, member) in self.members[base..].iter().enumerate() {
+            for (n, &k) in self.order.iter().enumerate() {
                 if n > 0 {
                     self.scratch.push(b',');
                 }
+                let member = &members[k as usize];
                 let range = member.out_start as usize..member.out_end as usize;
                 self.scratch.extend_from_slice(&self.out[range]);
             }
             self.out[body].copy_from_slice(&self.scratch);
         }
-        self.members.truncate(base);
-        self.keys.truncate(frame.keys_base as usize);
-        self.frames.pop();
-        self.pos += 1;
         Ok(())
     }
 
-    /// Reads the string whose opening quote is at the current position and
-    /// leaves the position after its closing quote. Escapes that are not
-    /// canonical are rewritten in the output. With `decode`, also makes the
-    /// unescaped content available (pushing it to `keys` if it had escapes).
+    /// Reads the string whose opening quote is at `pos`; returns the position
+    /// after its closing quote and its unescaped content. Escapes that are
+    /// not canonical are rewritten in the output. With `decode`, content
+    /// with escapes is decoded into `keys`; otherwise the returned content
+    /// is meaningful only when the string has no escapes.
     #[inline(always)]
-    fn string(&mut self, decode: bool) -> Result<Text, DigestError> {
-        let start = self.pos + 1;
+    fn string(&mut self, pos: usize, decode: bool) -> Result<(usize, Text), DigestError> {
+        let start = pos + 1;
         let i = find_string_special(self.input, start);
         if self.input.get(i) == Some(&b'"') {
             // No escapes: the content is the input range, copied verbatim.
-            self.pos = i + 1;
-            return Ok((false, start, i));
+            return Ok((i + 1, (false, start, i)));
         }
         self.string_slow(start, i, decode)
     }
 
-    /// [`string`](Self::string) from the first byte at `i` that is not plain
-    /// content.
+    /// [`string`](Self::string) from `i`, the first byte after `start` that
+    /// is not plain content.
     #[inline(never)]
     fn string_slow(
         &mut self,
         start: usize,
         mut i: usize,
         decode: bool,
-    ) -> Result<Text, DigestError> {
+    ) -> Result<(usize, Text), DigestError> {
         let input = self.input;
         // Decoded so far: input[start..run] (when `buf_start` is None) or
         // keys[buf_start..] followed by input[run..i] (otherwise).
@@ -589,17 +642,17 @@ impl Parser<'_> {
         loop {
             match input.get(i) {
                 Some(b'"') => {
-                    self.pos = i + 1;
-                    return Ok(match buf_start {
+                    let text = match buf_start {
                         None => (false, start, i),
                         Some(buf_start) => {
                             self.keys.extend_from_slice(&input[run..i]);
                             (true, buf_start, self.keys.len())
                         }
-                    });
+                    };
+                    return Ok((i + 1, text));
                 }
                 Some(b'\\') => {
-                    let next = match input.get(i + 1) {
+                    i = match input.get(i + 1) {
                         // Canonical short escapes, when not decoding, need
                         // nothing but a skip.
                         Some(b'"' | b'\\' | b'b' | b'f' | b'n' | b'r' | b't') if !decode => i + 2,
@@ -608,13 +661,11 @@ impl Parser<'_> {
                                 buf_start.get_or_insert(self.keys.len());
                                 self.keys.extend_from_slice(&input[run..i]);
                             }
-                            self.escape(i, decode)?
+                            let next = self.escape(i, decode)?;
+                            run = next;
+                            next
                         }
                     };
-                    i = next;
-                    if decode {
-                        run = i;
-                    }
                 }
                 Some(_) => return Err(self.syntax(i, R_CONTROL)),
                 None => return Err(self.syntax(input.len(), R_UNTERMINATED)),
@@ -690,13 +741,13 @@ impl Parser<'_> {
         Ok(next)
     }
 
-    /// Reads the value of the top-level `occurred_at` member, a string at the
-    /// current position, applying the timestamp rule.
-    fn timestamp_string(&mut self) -> Result<(), DigestError> {
-        self.flush(self.pos);
+    /// Reads the value of the top-level `occurred_at` member, a string at
+    /// `pos`, applying the timestamp rule. Returns the position after it.
+    fn timestamp_string(&mut self, pos: usize) -> Result<usize, DigestError> {
+        self.flush(pos);
         let out_mark = self.out.len();
         let keys_mark = self.keys.len();
-        let (in_buf, start, end) = self.string(true)?;
+        let (after, (in_buf, start, end)) = self.string(pos, true)?;
         let text = if in_buf {
             &self.keys[start..end]
         } else {
@@ -707,16 +758,18 @@ impl Parser<'_> {
             self.out.push(b'"');
             self.out.extend_from_slice(utc.as_bytes());
             self.out.push(b'"');
-            self.pend = self.pos;
+            self.pend = after;
         }
         self.keys.truncate(keys_mark);
-        Ok(())
+        Ok(after)
     }
 
-    /// Validates the number at the current position; it is copied verbatim.
-    fn number(&mut self) -> Result<(), DigestError> {
+    /// Validates the number at `pos` (it is copied verbatim) and returns the
+    /// position after it.
+    #[inline(always)]
+    fn number(&mut self, pos: usize) -> Result<usize, DigestError> {
         let s = self.input;
-        let mut i = self.pos;
+        let mut i = pos;
         if s.get(i) == Some(&b'-') {
             i += 1;
         }
@@ -756,17 +809,17 @@ impl Parser<'_> {
                 i += 1;
             }
         }
-        self.pos = i;
-        Ok(())
+        Ok(i)
     }
 
-    /// Checks for `word` (`true`, `false` or `null`) at the current position.
-    fn literal(&mut self, word: &[u8]) -> Result<(), DigestError> {
-        if self.input[self.pos..].starts_with(word) {
-            self.pos += word.len();
-            Ok(())
+    /// Checks for `word` (`true`, `false` or `null`) at `pos` and returns
+    /// the position after it.
+    #[inline(always)]
+    fn literal(&mut self, pos: usize, word: &[u8]) -> Result<usize, DigestError> {
+        if self.input[pos..].starts_with(word) {
+            Ok(pos + word.len())
         } else {
-            Err(self.syntax(self.pos, R_LITERAL))
+            Err(self.syntax(pos, R_LITERAL))
         }
     }
 }
