@@ -49,3 +49,8 @@ pub mod task_view;
 
 /// The error type of inner services: any error that can cross threads.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+// The README's example is compiled as a doctest so that it cannot drift.
+#[cfg(all(doctest, feature = "mysql"))]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

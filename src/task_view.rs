@@ -22,6 +22,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use sqlx::mysql::{MySqlConnection, MySqlPool};
+use sqlx::Row;
 use tower::Service;
 
 use crate::delivery::Delivery;
@@ -196,8 +197,7 @@ pub async fn load(
     scope: &InboxScope,
     task_id: &TaskId,
 ) -> Result<Option<TaskViewRow>, DbError> {
-    // The columns use a binary collation, which sqlx hands out as bytes.
-    let row: Option<(u64, Vec<u8>, Vec<u8>, Option<Vec<u8>>, u64)> = sqlx::query_as(
+    let row = sqlx::query(
         "SELECT task_version, last_event_id, last_state, last_result, applied_events \
          FROM receiver_task_views WHERE consumer_name = ? AND queue_id = ? AND task_id = ?",
     )
@@ -206,15 +206,22 @@ pub async fn load(
     .bind(task_id.as_str())
     .fetch_optional(pool)
     .await?;
-    let Some((task_version, last_event_id, last_state, last_result, applied_events)) = row else {
+    let Some(row) = row else {
         return Ok(None);
     };
-    let text = |b: Vec<u8>| String::from_utf8(b).map_err(|_| DbError::inconsistent());
+    // The columns use a binary collation, which sqlx hands out as bytes.
+    let text = |column: &str| -> Result<Option<String>, DbError> {
+        let bytes: Option<Vec<u8>> = row.try_get(column)?;
+        bytes
+            .map(|b| String::from_utf8(b).map_err(|_| DbError::inconsistent()))
+            .transpose()
+    };
+    let required = |column: &str| text(column)?.ok_or_else(DbError::inconsistent);
     Ok(Some(TaskViewRow {
-        task_version,
-        last_event_id: text(last_event_id)?,
-        last_state: text(last_state)?,
-        last_result: last_result.map(text).transpose()?,
-        applied_events,
+        task_version: row.try_get("task_version")?,
+        last_event_id: required("last_event_id")?,
+        last_state: required("last_state")?,
+        last_result: text("last_result")?,
+        applied_events: row.try_get("applied_events")?,
     }))
 }
