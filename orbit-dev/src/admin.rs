@@ -51,7 +51,10 @@ struct BootstrapView<'a> {
 fn check_name(field: &str, name: &str) -> Result<(), ApiError> {
     let valid = !name.is_empty()
         && name.len() <= MAX_NAME_LEN
-        && name.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && name
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_alphanumeric())
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));

@@ -172,9 +172,7 @@ fn parse_response(raw: &[u8]) -> io::Result<HttpResponse> {
     {
         dechunk(rest)?
     } else if let Some(length) = response.header("content-length") {
-        let length: usize = length
-            .parse()
-            .map_err(|_| invalid("bad content-length"))?;
+        let length: usize = length.parse().map_err(|_| invalid("bad content-length"))?;
         rest.get(..length)
             .ok_or_else(|| invalid("the response body is truncated"))?
             .to_vec()
@@ -217,7 +215,9 @@ mod tests {
         assert_eq!(url.authority(), "127.0.0.1:8080");
         assert_eq!(url.prefix, "/orbit");
         assert_eq!(
-            BaseUrl::parse("http://localhost").unwrap().connect_address(),
+            BaseUrl::parse("http://localhost")
+                .unwrap()
+                .connect_address(),
             "localhost:80"
         );
         assert!(BaseUrl::parse("https://example.test").is_err());

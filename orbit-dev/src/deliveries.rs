@@ -13,7 +13,7 @@ use tokio::time::{sleep_until, Instant};
 
 use crate::auth::{Scope, TokenGrant};
 use crate::error::ApiError;
-use crate::ids::{random_secret, rfc3339, Id};
+use crate::ids::{random_secret, rfc3339, secrets_equal, Id};
 use crate::state::{json_response, App, RawBody, RawId, State};
 use crate::tasks::Event;
 
@@ -167,6 +167,7 @@ impl State {
         }
         let (_, delivery_id) = subscription.ready.pop_first()?;
         let delivery = self.deliveries.get_mut(&delivery_id)?;
+        debug_assert_eq!(delivery.state, DeliveryState::Pending);
         let expires_at = now + self.config.lease;
         let expires_at_wall = SystemTime::now() + self.config.lease;
         delivery.attempts += 1;
@@ -248,7 +249,7 @@ impl State {
         let current = delivery
             .lease
             .as_ref()
-            .is_some_and(|lease| crate::ids::secrets_equal(&lease.proof, proof));
+            .is_some_and(|lease| secrets_equal(&lease.proof, proof));
         if !current {
             return Err(ApiError::stale_lease_proof());
         }

@@ -1,5 +1,6 @@
 //! The `orbit-dev` command: `serve`, `bootstrap` and thin admin wrappers.
 
+use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -163,6 +164,7 @@ fn main() -> ExitCode {
 async fn serve(args: ServeArgs) -> Result<(), String> {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("orbit_dev=info")),

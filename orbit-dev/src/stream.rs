@@ -68,7 +68,7 @@ pub(crate) async fn open(
 }
 
 #[derive(Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 enum ClientMessage {
     Credit { n: u64 },
 }
@@ -178,27 +178,7 @@ impl Consumer {
                 ))
             }
         };
-        let value: serde_json::Value = serde_json::from_str(text.as_str())
-            .map_err(|_| Closing::protocol("invalid_message", "the message is not valid JSON"))?;
-        let known_type = value
-            .get("type")
-            .and_then(|t| t.as_str())
-            .is_some_and(|t| t == "credit");
-        if !known_type {
-            return Err(Closing::protocol(
-                "unknown_message_type",
-                "the only message a client sends is {\"type\":\"credit\",\"n\":k}",
-            ));
-        }
-        let ClientMessage::Credit { n } = serde_json::from_value(value).map_err(|_| {
-            Closing::protocol("invalid_message", "n must be an integer from 1 to 1000")
-        })?;
-        if !(1..=MAX_CREDIT).contains(&n) {
-            return Err(Closing::protocol(
-                "invalid_message",
-                "n must be an integer from 1 to 1000",
-            ));
-        }
+        let n = parse_credit(text.as_str())?;
         if self.credit + n > MAX_CREDIT {
             return Err(Closing::protocol(
                 "credit_limit_exceeded",
@@ -260,6 +240,28 @@ impl Consumer {
     }
 }
 
+/// The credit a client message grants, or why the message is refused.
+fn parse_credit(text: &str) -> Result<u64, Closing> {
+    let value: serde_json::Value = serde_json::from_str(text)
+        .map_err(|_| Closing::protocol("invalid_message", "the message is not valid JSON"))?;
+    let known_type = value
+        .get("type")
+        .and_then(|t| t.as_str())
+        .is_some_and(|t| t == "credit");
+    if !known_type {
+        return Err(Closing::protocol(
+            "unknown_message_type",
+            "the only message a client sends is {\"type\":\"credit\",\"n\":k}",
+        ));
+    }
+    let invalid_n = || Closing::protocol("invalid_message", "n must be an integer from 1 to 1000");
+    let ClientMessage::Credit { n } = serde_json::from_value(value).map_err(|_| invalid_n())?;
+    if !(1..=MAX_CREDIT).contains(&n) {
+        return Err(invalid_n());
+    }
+    Ok(n)
+}
+
 /// The delivery message, with the event's bytes spliced in unchanged.
 fn delivery_message(leased: &Leased) -> String {
     // Every interpolated value but the event is hex, digits or a timestamp:
@@ -276,4 +278,37 @@ fn delivery_message(leased: &Leased) -> String {
         leased.lease_expires_at,
         leased.event.raw,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(text: &str) -> &'static str {
+        parse_credit(text)
+            .err()
+            .map(|c| c.reason)
+            .unwrap_or("accepted")
+    }
+
+    #[test]
+    fn only_well_formed_credit_messages_grant_credit() {
+        assert_eq!(parse_credit(r#"{"type":"credit","n":1}"#).ok(), Some(1));
+        assert_eq!(
+            parse_credit(r#"{"n":1000,"type":"credit"}"#).ok(),
+            Some(1000)
+        );
+        assert_eq!(refusal(r#"{"type":"credit","n":0}"#), "invalid_message");
+        assert_eq!(refusal(r#"{"type":"credit","n":1001}"#), "invalid_message");
+        assert_eq!(refusal(r#"{"type":"credit","n":1.5}"#), "invalid_message");
+        assert_eq!(refusal(r#"{"type":"credit","n":"1"}"#), "invalid_message");
+        assert_eq!(
+            refusal(r#"{"type":"credit","n":1,"x":0}"#),
+            "invalid_message"
+        );
+        assert_eq!(refusal(r#"{"type":"credit"}"#), "invalid_message");
+        assert_eq!(refusal(r#"{"type":"ack","n":1}"#), "unknown_message_type");
+        assert_eq!(refusal(r#"{"n":1}"#), "unknown_message_type");
+        assert_eq!(refusal("credit 1"), "invalid_message");
+    }
 }

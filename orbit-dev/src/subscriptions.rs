@@ -191,7 +191,10 @@ pub(crate) async fn create(
         .entry(grant.namespace_id)
         .or_default() += 1;
     tracing::info!(subscription_id = %id, queue_id = %grant.queue_id, "subscription created");
-    Ok(json_response(StatusCode::CREATED, &state.subscription_view(id)))
+    Ok(json_response(
+        StatusCode::CREATED,
+        &state.subscription_view(id),
+    ))
 }
 
 #[derive(Serialize)]

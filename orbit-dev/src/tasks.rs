@@ -253,7 +253,10 @@ impl State {
     ) -> Result<&Task, ApiError> {
         let task = self.task_mut(id)?;
         if !task.state.is_open() {
-            return Err(ApiError::invalid_transition(task.state.as_str(), to.as_str()));
+            return Err(ApiError::invalid_transition(
+                task.state.as_str(),
+                to.as_str(),
+            ));
         }
         task.state = to;
         task.version += 1;
