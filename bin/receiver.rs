@@ -8,12 +8,25 @@
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
+use tower::ServiceBuilder;
 
+use result_inbox::config::{OrbitSettings, OrbitSource};
+use result_inbox::consumer::{Consumer, ConsumerError, ConsumerOptions};
+use result_inbox::demo::{self, DemoOptions};
 use result_inbox::digest::{self, MAX_EVENT_BYTES};
 use result_inbox::dsn::Dsn;
+use result_inbox::ids::SubscriptionId;
+use result_inbox::inbox::{InboxLayer, InboxStore, StoreOptions};
+use result_inbox::orbit::{OrbitClient, Token};
 use result_inbox::schema;
+use result_inbox::scope::{InboxScope, ReceiverName};
+use result_inbox::task_view::TaskView;
+
+/// Timeout of every single call to Orbit.
+const ORBIT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Exit code: the operation failed.
 const EXIT_FAILED: u8 = 1;
@@ -27,7 +40,7 @@ const EXIT_REJECTED: u8 = 3;
     name = "receiver",
     version,
     about = "Receive Orbit task results exactly once in effect (inbox + task result view in MySQL).",
-    after_help = "Exit codes: 0 success, 1 operation failed, 2 usage or configuration error, 3 input rejected."
+    after_help = "Exit codes: 0 success, 1 operation failed, 2 usage or configuration error, 3 input rejected.\nLogs go to stderr; RECEIVER_LOG sets the filter (default warn,result_inbox=info)."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -46,6 +59,23 @@ enum Command {
         #[arg(long, env = "ORBIT_RECEIVER_DSN", hide_env_values = true)]
         dsn: String,
     },
+    /// Run the whole flow once: subscribe to task.cancelled, submit and cancel
+    /// a task, apply its event twice (applied, then duplicate), ACK, check the
+    /// view, pause the subscription. Needs a dedicated queue and a token with
+    /// events:read, events:consume, events:manage, tasks:submit, tasks:cancel.
+    /// Finishes within 20 s; on failure everything is kept for inspection.
+    Demo(Receiver),
+    /// Consume an existing subscription until SIGINT/SIGTERM (concurrency 4,
+    /// shutdown within 10 s). Needs only events:read and events:consume on the
+    /// subscription's queue. Never pauses the subscription.
+    Consume {
+        #[command(flatten)]
+        receiver: Receiver,
+        /// The subscription to consume (32 lowercase hex characters), created
+        /// with the same credentials.
+        #[arg(long, env = "ORBIT_SUBSCRIPTION_ID")]
+        subscription_id: String,
+    },
     /// Print the SHA-256 of a JSON document's canonical form, as the inbox
     /// stores it (`sha256=<64 hex>`), to investigate conflicts.
     Digest {
@@ -54,18 +84,80 @@ enum Command {
     },
 }
 
+/// What `demo` and `consume` need: Orbit, the receiver's database and name.
+#[derive(Args)]
+struct Receiver {
+    /// Orbit's base URL (http:// only on loopback; https:// in production).
+    /// Overrides the credentials file's orbit_url.
+    #[arg(long, env = "ORBIT_URL")]
+    orbit_url: Option<String>,
+    /// The credentials file written by bootstrap (token, queue id, URL); must
+    /// be private (mode 0600).
+    #[arg(long, env = "ORBIT_CREDENTIALS_FILE")]
+    credentials_file: Option<PathBuf>,
+    /// The queue token; overrides the credentials file. Never printed.
+    #[arg(long, env = "ORBIT_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// The queue this receiver consumes; overrides the credentials file.
+    #[arg(long, env = "ORBIT_QUEUE_ID")]
+    queue_id: Option<String>,
+    /// The receiver's own database; must name the database.
+    #[arg(long, env = "ORBIT_RECEIVER_DSN", hide_env_values = true)]
+    dsn: String,
+    /// The receiver's fixed name: the same for every restart and instance.
+    /// At most 64 ASCII characters: a letter or digit, then letters, digits,
+    /// '.', '_' or '-'.
+    #[arg(long, env = "RECEIVER_NAME", default_value = ReceiverName::DEFAULT)]
+    receiver_name: String,
+}
+
+/// A receiver's resolved configuration.
+struct Resolved {
+    orbit: OrbitSettings,
+    dsn: Dsn,
+    name: ReceiverName,
+}
+
+impl Receiver {
+    fn resolve(self) -> Result<Resolved, String> {
+        let dsn = Dsn::parse(&self.dsn).map_err(|e| format!("ORBIT_RECEIVER_DSN: {e}"))?;
+        let name =
+            ReceiverName::parse(&self.receiver_name).map_err(|e| format!("RECEIVER_NAME: {e}"))?;
+        let orbit = OrbitSource {
+            url: self.orbit_url,
+            credentials_file: self.credentials_file,
+            token: self.token.map(Token::new),
+            queue_id: self.queue_id,
+        }
+        .resolve()
+        .map_err(|e| e.to_string())?;
+        if !orbit.url.is_tls() && !orbit.url.is_loopback() {
+            tracing::warn!(url = %orbit.url, "plain http:// to a non-loopback host: tokens and results travel unencrypted; use https://");
+        }
+        Ok(Resolved { orbit, dsn, name })
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
     match cli.command {
         Command::Init { dsn } => run_init(&dsn),
         Command::Digest { file } => run_digest(file),
+        Command::Demo(receiver) => run_demo(receiver),
+        Command::Consume {
+            receiver,
+            subscription_id,
+        } => run_consume(receiver, &subscription_id),
     }
 }
 
 fn init_logging() {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("RECEIVER_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
+    // One line per delivery from the inbox (class, delivery, event); warnings
+    // from everything else. Nothing logged carries secrets or result bodies.
+    let filter = EnvFilter::try_from_env("RECEIVER_LOG")
+        .unwrap_or_else(|_| EnvFilter::new("warn,result_inbox=info"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -79,10 +171,112 @@ fn fail(code: u8, message: impl std::fmt::Display) -> ExitCode {
 }
 
 fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
         .enable_all()
         .build()
         .expect("a tokio runtime")
+}
+
+/// Resolves when SIGINT or SIGTERM arrives.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("shutdown requested: no new deliveries, cancelling in-flight handlers");
+}
+
+async fn connect(resolved: &Resolved) -> Result<(OrbitClient, InboxStore), (u8, String)> {
+    let client = OrbitClient::new(
+        resolved.orbit.url.clone(),
+        resolved.orbit.token.clone(),
+        ORBIT_CALL_TIMEOUT,
+    )
+    .map_err(|e| (EXIT_CONFIG, format!("ORBIT_URL: {e}")))?;
+    let scope = InboxScope::new(resolved.name.clone(), resolved.orbit.queue_id.clone());
+    let store = InboxStore::connect(&resolved.dsn, scope, StoreOptions::default())
+        .await
+        .map_err(|e| (EXIT_FAILED, format!("database {}: {e}", resolved.dsn)))?;
+    Ok((client, store))
+}
+
+fn run_demo(receiver: Receiver) -> ExitCode {
+    let resolved = match receiver.resolve() {
+        Ok(r) => r,
+        Err(e) => return fail(EXIT_CONFIG, e),
+    };
+    let options = DemoOptions::default();
+    runtime().block_on(async {
+        let (client, store) = match connect(&resolved).await {
+            Ok(c) => c,
+            Err((code, e)) => return fail(code, e),
+        };
+        match demo::run(client, store, options).await {
+            Ok(report) => {
+                for line in report.lines() {
+                    println!("{line}");
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(
+                EXIT_FAILED,
+                format!("demo failed: {e}; task, subscription, deliveries and rows are kept for inspection"),
+            ),
+        }
+    })
+}
+
+fn run_consume(receiver: Receiver, subscription_id: &str) -> ExitCode {
+    let Some(subscription) = SubscriptionId::parse(subscription_id) else {
+        return fail(
+            EXIT_CONFIG,
+            "ORBIT_SUBSCRIPTION_ID must be 32 lowercase hexadecimal characters",
+        );
+    };
+    let resolved = match receiver.resolve() {
+        Ok(r) => r,
+        Err(e) => return fail(EXIT_CONFIG, e),
+    };
+    let options = ConsumerOptions::default();
+    runtime().block_on(async {
+        let (client, store) = match connect(&resolved).await {
+            Ok(c) => c,
+            Err((code, e)) => return fail(code, e),
+        };
+        let consumer = match Consumer::connect(
+            client,
+            subscription,
+            &resolved.orbit.queue_id,
+            options,
+        )
+        .await
+        {
+            Ok(c) => c,
+            Err(e @ ConsumerError::QueueMismatch { .. }) => return fail(EXIT_CONFIG, e),
+            Err(e) => return fail(EXIT_FAILED, e),
+        };
+        let service = ServiceBuilder::new()
+            .layer(InboxLayer::new(store))
+            .service(TaskView::new());
+        tracing::info!(receiver = %resolved.name, queue = %resolved.orbit.queue_id, "consuming");
+        match consumer.run(service, shutdown_signal()).await {
+            Ok(report) => {
+                tracing::info!(
+                    received = report.received,
+                    acked = report.acked,
+                    failed = report.failed,
+                    ack_refused = report.ack_refused,
+                    abandoned = report.abandoned,
+                    "stopped"
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(EXIT_FAILED, e),
+        }
+    })
 }
 
 fn run_init(dsn: &str) -> ExitCode {

@@ -23,70 +23,7 @@ use serde_json::value::RawValue;
 
 use crate::digest::{self, Canonical, DigestError};
 
-macro_rules! hex_id {
-    ($(#[$doc:meta])* $name:ident) => {
-        $(#[$doc])*
-        ///
-        /// Always 32 lowercase hexadecimal characters.
-        #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub struct $name(String);
-
-        impl $name {
-            /// Accepts exactly 32 lowercase hexadecimal characters.
-            pub fn parse(s: &str) -> Option<Self> {
-                is_hex_id(s).then(|| Self(s.to_owned()))
-            }
-
-            /// The id as text.
-            pub fn as_str(&self) -> &str {
-                &self.0
-            }
-        }
-
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(&self.0)
-            }
-        }
-
-        impl fmt::Debug for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                write!(f, "{}({})", stringify!($name), self.0)
-            }
-        }
-
-        impl std::str::FromStr for $name {
-            type Err = InvalidId;
-
-            fn from_str(s: &str) -> Result<Self, InvalidId> {
-                Self::parse(s).ok_or(InvalidId(stringify!($name)))
-            }
-        }
-    };
-}
-
-hex_id!(
-    /// The platform's id of one event. Redeliveries of an event keep its id.
-    EventId
-);
-hex_id!(
-    /// The platform's id of one task.
-    TaskId
-);
-hex_id!(
-    /// The platform's id of one queue.
-    QueueId
-);
-
-/// A string that should have been a 32-character lowercase hex id.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0} must be 32 lowercase hexadecimal characters")]
-pub struct InvalidId(&'static str);
-
-/// Whether `s` has the shape of an Orbit id.
-pub fn is_hex_id(s: &str) -> bool {
-    s.len() == 32 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-}
+pub use crate::ids::{is_hex_id, EventId, InvalidId, QueueId, TaskId};
 
 /// The kinds of task event Orbit emits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -17,8 +17,13 @@
 //!
 //! * [`digest`] — the frozen canonical JSON form and its SHA-256 digest.
 //! * [`event`] — the Orbit event envelope, its ids and its validation.
+//! * [`ids`] — Orbit's 32-hex ids, one type per kind.
 //! * [`delivery`] — what Orbit hands a consumer: an event plus the lease proof
 //!   that ACKs it.
+//! * [`orbit`] — the Orbit API client: subscriptions, tasks, ACKs, and the
+//!   WebSocket delivery stream (`docs/orbit-protocol.md`).
+//! * [`consumer`] — drives any `Service<Delivery<Bytes>>` over one
+//!   subscription with bounded concurrency, and ACKs only what returned `Ok`.
 //! * [`scope`] — the receiver's identity: a validated [`scope::ReceiverName`]
 //!   and the queue it consumes.
 //! * `inbox` (feature `mysql`) — [`InboxLayer`](inbox::InboxLayer), the tower
@@ -26,6 +31,8 @@
 //! * `task_view` (feature `mysql`) — the receiver's task result view, the
 //!   inner service that [`InboxLayer`](inbox::InboxLayer) wraps in the
 //!   `receiver` binary.
+//! * [`config`] — how the commands find Orbit (credentials file, overrides).
+//! * `demo` (feature `mysql`) — the `receiver demo` flow.
 //! * `schema` and `dsn` (feature `mysql`) — `schema.sql` and the one-time
 //!   `receiver init`, and a database address that always names its database.
 //!
@@ -33,11 +40,17 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![forbid(unsafe_code)]
 
+pub mod config;
+pub mod consumer;
 pub mod delivery;
 pub mod digest;
 pub mod event;
+pub mod ids;
+pub mod orbit;
 pub mod scope;
 
+#[cfg(feature = "mysql")]
+pub mod demo;
 #[cfg(feature = "mysql")]
 pub mod dsn;
 #[cfg(feature = "mysql")]

@@ -22,6 +22,7 @@
 //! a `u32`).
 
 use std::cmp::Ordering;
+use std::ops::Range;
 
 use super::error::DigestError;
 use super::timestamp;
@@ -67,8 +68,6 @@ pub(super) fn canonical_bytes(input: &[u8]) -> Result<Vec<u8>, DigestError> {
 #[derive(Clone, Copy)]
 struct Frame {
     object: bool,
-    /// Keys so far are strictly increasing (objects only).
-    sorted: bool,
     /// Index of this object's first record in `Parser::members`.
     members_base: u32,
     /// Length of `Parser::keys` when the object opened.
@@ -128,7 +127,7 @@ fn key_of<'s>(input: &'s [u8], keys: &'s [u8], m: &Member) -> &'s [u8] {
 }
 
 /// Orders two members by unescaped key, bytewise.
-#[inline]
+#[inline(always)]
 fn compare_keys(input: &[u8], keys: &[u8], a: &Member, b: &Member) -> Ordering {
     match a.prefix.cmp(&b.prefix) {
         Ordering::Equal => {
@@ -172,6 +171,61 @@ fn key_prefix(source: &[u8], start: usize, len: usize) -> u64 {
         // Keep the first `len` bytes (the high ones); `len` is 0..=7.
         word & !(u64::MAX >> (8 * len))
     }
+}
+
+/// Whether the keys of `members` are strictly increasing: then the object is
+/// already in canonical order and has no duplicate keys.
+///
+/// Checked once when the object closes rather than key by key, and without
+/// data-dependent branches in the common case (distinct prefixes), because
+/// in objects that are out of order the outcome of each comparison is
+/// unpredictable.
+#[inline(always)]
+fn in_order(input: &[u8], keys: &[u8], members: &[Member]) -> bool {
+    let mut increasing = true;
+    for pair in members.windows(2) {
+        let (a, b) = (&pair[0], &pair[1]);
+        increasing &= (a.prefix < b.prefix)
+            | (a.prefix == b.prefix && compare_keys(input, keys, a, b) == Ordering::Less);
+    }
+    increasing
+}
+
+/// Largest object sorted by [`order_by_prefix`].
+const RANK_SORT_MAX: usize = 16;
+
+/// Fills `order` with the indices of `members` in key order, if the members
+/// are few and their key prefixes all differ (then the prefixes alone decide
+/// the order, and no two keys are equal). Returns false otherwise.
+///
+/// Counts, for each member, the members with a smaller prefix: quadratic,
+/// but free of data-dependent branches, which beats a comparison sort on
+/// the small objects that make up most documents.
+fn order_by_prefix(members: &[Member], order: &mut Vec<u32>) -> bool {
+    if members.len() > RANK_SORT_MAX {
+        return false;
+    }
+    let mut prefixes = [0u64; RANK_SORT_MAX];
+    for (prefix, member) in prefixes.iter_mut().zip(members) {
+        *prefix = member.prefix;
+    }
+    let prefixes = &prefixes[..members.len()];
+    let mut ranked = [0u32; RANK_SORT_MAX];
+    for (i, &p) in prefixes.iter().enumerate() {
+        let mut below = 0;
+        let mut same = 0;
+        for &q in prefixes {
+            below += usize::from(q < p);
+            same += usize::from(q == p);
+        }
+        if same != 1 {
+            return false;
+        }
+        ranked[below] = i as u32;
+    }
+    order.clear();
+    order.extend_from_slice(&ranked[..members.len()]);
+    true
 }
 
 /// Sorts the records of one object and returns the offset of the earliest
@@ -220,18 +274,27 @@ fn load(chunk: &[u8]) -> u64 {
     u64::from_le_bytes(word)
 }
 
-/// Index of the first `"`, `\` or byte below 0x20 at or after `i`, or
+/// Index of the first `"`, `\\` or byte below 0x20 at or after `i`, or
 /// `s.len()` if there is none.
 #[inline(always)]
 fn find_string_special(s: &[u8], mut i: usize) -> usize {
-    // Sixteen bytes a step, so that most keys and short values end within
-    // the first step and the loop exit is well predicted.
+    if let Some(chunk) = s.get(i..i + 8) {
+        let marks = special(load(chunk));
+        if marks != 0 {
+            return i + (marks.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
     while let Some(chunk) = s.get(i..i + 16) {
         let low = special(load(&chunk[..8]));
         let high = special(load(&chunk[8..]));
         if low | high != 0 {
-            let marks = u128::from(low) | u128::from(high) << 64;
-            return i + (marks.trailing_zeros() / 8) as usize;
+            let bit = if low != 0 {
+                low.trailing_zeros()
+            } else {
+                64 + high.trailing_zeros()
+            };
+            return i + (bit / 8) as usize;
         }
         i += 16;
     }
@@ -242,6 +305,26 @@ fn find_string_special(s: &[u8], mut i: usize) -> usize {
         i += 1;
     }
     s.len()
+}
+
+/// Appends `src[range]` to `out`.
+///
+/// Short ranges are copied as one fixed-size block (which compiles to a few
+/// vector moves instead of a call to `memcpy`) and the excess is cut off
+/// again; this matters because most copies are a single token or member.
+#[inline(always)]
+fn append(out: &mut Vec<u8>, src: &[u8], range: Range<usize>) {
+    const BLOCK: usize = 32;
+    let len = range.end - range.start;
+    if len <= BLOCK {
+        if let Some(block) = src.get(range.start..range.start + BLOCK) {
+            let before = out.len();
+            out.extend_from_slice(block);
+            out.truncate(before + len);
+            return;
+        }
+    }
+    out.extend_from_slice(&src[range]);
 }
 
 /// The value of four hex digits (either case) at `s[at..]`.
@@ -307,7 +390,7 @@ impl Parser<'_> {
     /// Copies the pending bytes up to `upto` to the output.
     #[inline]
     fn flush(&mut self, upto: usize) {
-        self.out.extend_from_slice(&self.input[self.pend..upto]);
+        append(&mut self.out, self.input, self.pend..upto);
         self.pend = upto;
     }
 
@@ -408,7 +491,6 @@ impl Parser<'_> {
                     let object = b == b'{';
                     self.frames.push(Frame {
                         object,
-                        sorted: true,
                         members_base: self.members.len() as u32,
                         keys_base: self.keys.len() as u32,
                         open: pos as u32,
@@ -426,7 +508,7 @@ impl Parser<'_> {
                         }
                         Some(b'"') if object => {
                             in_object = true;
-                            (pos, timestamp_next) = self.member_key(pos, true)?;
+                            (pos, timestamp_next) = self.member_key(pos)?;
                             continue 'value;
                         }
                         _ if object => return Err(self.expected(pos, R_KEY)),
@@ -457,7 +539,7 @@ impl Parser<'_> {
                             if input.get(pos) != Some(&b'"') {
                                 return Err(self.expected(pos, R_KEY));
                             }
-                            (pos, timestamp_next) = self.member_key(pos, false)?;
+                            (pos, timestamp_next) = self.member_key(pos)?;
                         }
                         continue 'value;
                     }
@@ -475,11 +557,10 @@ impl Parser<'_> {
     }
 
     /// Reads a member key (opening quote at `pos`) and the `:` after it, and
-    /// records the member; `first` tells whether it is the object's first.
-    /// Returns the position after the `:` and whether the key is the
-    /// top-level `occurred_at`.
+    /// records the member. Returns the position after the `:` and whether
+    /// the key is the top-level `occurred_at`.
     #[inline(always)]
-    fn member_key(&mut self, pos: usize, first: bool) -> Result<(usize, bool), DigestError> {
+    fn member_key(&mut self, pos: usize) -> Result<(usize, bool), DigestError> {
         let out_start = self.logical(pos);
         let (after, (in_buf, start, end)) = self.string(pos, true)?;
         let source = if in_buf { &self.keys[..] } else { self.input };
@@ -494,29 +575,11 @@ impl Parser<'_> {
             out_start,
             out_end: out_start,
         });
-        if let (false, [.., previous, member]) = (first, &self.members[..]) {
-            match compare_keys(self.input, &self.keys, previous, member) {
-                Ordering::Less => {}
-                Ordering::Greater => self.mark_unsorted(),
-                Ordering::Equal => {
-                    self.members.pop();
-                    return Err(self.fail(DigestError::DuplicateKey { offset: pos }));
-                }
-            }
-        }
-
         let colon = self.skip_ws(after);
         if self.input.get(colon) != Some(&b':') {
             return Err(self.expected(colon, R_COLON));
         }
         Ok((colon + 1, is_timestamp))
-    }
-
-    #[cold]
-    fn mark_unsorted(&mut self) {
-        if let Some(frame) = self.frames.last_mut() {
-            frame.sorted = false;
-        }
     }
 
     /// Closes the object whose `}` is at `pos`, putting its members in order.
@@ -526,7 +589,7 @@ impl Parser<'_> {
             return Ok(pos + 1);
         };
         let base = frame.members_base as usize;
-        if !frame.sorted {
+        if !in_order(self.input, &self.keys, &self.members[base..]) {
             self.sort_object(&frame, pos)?;
         }
         self.members.truncate(base);
@@ -549,27 +612,27 @@ impl Parser<'_> {
             next_start = member.out_start;
         }
 
-        // Sort indices (small and `Copy`, which lets the standard library
-        // use a branch-free sorting network for short slices).
         let members = &self.members[frame.members_base as usize..];
-        let keys = &self.keys;
-        self.order.clear();
-        self.order.extend(0..members.len() as u32);
-        self.order.sort_unstable_by(|&a, &b| {
-            compare_members(input, keys, &members[a as usize], &members[b as usize])
-        });
-        let duplicate = self
-            .order
-            .windows(2)
-            .map(|w| (&members[w[0] as usize], &members[w[1] as usize]))
-            .filter(|(a, b)| compare_keys(input, keys, a, b) == Ordering::Equal)
-            .map(|(_, later)| later.key_offset)
-            .min();
-        if let Some(offset) = duplicate {
-            let err = DigestError::DuplicateKey {
-                offset: offset as usize,
-            };
-            return Err(self.fail(err));
+        if !order_by_prefix(members, &mut self.order) {
+            let keys = &self.keys;
+            self.order.clear();
+            self.order.extend(0..members.len() as u32);
+            self.order.sort_unstable_by(|&a, &b| {
+                compare_members(input, keys, &members[a as usize], &members[b as usize])
+            });
+            let duplicate = self
+                .order
+                .windows(2)
+                .map(|w| (&members[w[0] as usize], &members[w[1] as usize]))
+                .filter(|(a, b)| compare_keys(input, keys, a, b) == Ordering::Equal)
+                .map(|(_, later)| later.key_offset)
+                .min();
+            if let Some(offset) = duplicate {
+                let err = DigestError::DuplicateKey {
+                    offset: offset as usize,
+                };
+                return Err(self.fail(err));
+            }
         }
 
         let open = frame.open as usize;
@@ -578,34 +641,45 @@ impl Parser<'_> {
             // pending, and logical positions inside it are input positions
             // shifted by a constant. Write the sorted members from the input.
             let shift = open - frame.out_open as usize;
-            // (`flush`, spelled out to borrow only these fields)
-            self.out.extend_from_slice(&input[self.pend..=open]);
+            append(&mut self.out, input, self.pend..open + 1);
             for (n, &k) in self.order.iter().enumerate() {
                 if n > 0 {
                     self.out.push(b',');
                 }
                 let member = &members[k as usize];
                 let range = member.out_start as usize + shift..member.out_end as usize + shift;
-                self.out.extend_from_slice(&input[range]);
+                append(&mut self.out, input, range);
             }
-            self.pend = pos;
         } else {
-            // The body is the members joined by commas, nothing else, so the
-            // sorted body has exactly the same length.
-            self.out.extend_from_slice(&input[self.pend..pos]);
-            self.pend = pos;
-            let body = frame.out_open as usize + 1..self.out.len();
+            // Part of the object is already in `out` (logical positions
+            // below `flushed`), the rest is pending input. Assemble the
+            // sorted body in `scratch`, then replace the object's tail of
+            // `out` with it (the `{` is in `out`, as something after it was
+            // written).
+            let flushed = self.out.len();
+            let to_input = |logical: usize| logical - flushed + self.pend;
             self.scratch.clear();
             for (n, &k) in self.order.iter().enumerate() {
                 if n > 0 {
                     self.scratch.push(b',');
                 }
                 let member = &members[k as usize];
-                let range = member.out_start as usize..member.out_end as usize;
-                self.scratch.extend_from_slice(&self.out[range]);
+                let (start, end) = (member.out_start as usize, member.out_end as usize);
+                if start < flushed {
+                    append(&mut self.scratch, &self.out, start..end.min(flushed));
+                }
+                if end > flushed {
+                    append(
+                        &mut self.scratch,
+                        input,
+                        to_input(start.max(flushed))..to_input(end),
+                    );
+                }
             }
-            self.out[body].copy_from_slice(&self.scratch);
+            self.out.truncate(frame.out_open as usize + 1);
+            self.out.extend_from_slice(&self.scratch);
         }
+        self.pend = pos;
         Ok(())
     }
 

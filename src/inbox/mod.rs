@@ -271,6 +271,9 @@ enum Phase {
     Duplicate(Event),
 }
 
+/// Applies one delivery and reports it: one log line per delivery, with a
+/// stable class (`applied`, `duplicate`, `stale`, `conflict`, `rejected`,
+/// `unconfirmed`, `error`) and the event id when the event could be read.
 async fn apply<S>(
     store: InboxStore,
     inner: S,
@@ -280,7 +283,39 @@ where
     S: Service<Delivery<Applying>, Response = Verdict>,
     S::Error: Into<BoxError>,
 {
-    let event = Event::from_json(delivery.body())?;
+    let delivery_id = delivery.id().clone();
+    let attempt = delivery.attempt();
+    let event = match Event::from_json(delivery.body()) {
+        Ok(event) => event,
+        Err(e) => {
+            let e = InboxError::from(e);
+            tracing::warn!(class = e.class(), delivery = %delivery_id, attempt, event = "-", error = %e, "delivery");
+            return Err(e);
+        }
+    };
+    let event_id = event.id().clone();
+    let answer = apply_event(store, inner, delivery, event).await;
+    match &answer {
+        Ok(receipt) => {
+            tracing::info!(class = receipt.outcome.class(), delivery = %delivery_id, attempt, event = %event_id, "delivery")
+        }
+        Err(e) => {
+            tracing::warn!(class = e.class(), delivery = %delivery_id, attempt, event = %event_id, error = %e, "delivery")
+        }
+    }
+    answer
+}
+
+async fn apply_event<S>(
+    store: InboxStore,
+    inner: S,
+    delivery: Delivery<Bytes>,
+    event: Event,
+) -> Result<Receipt, InboxError>
+where
+    S: Service<Delivery<Applying>, Response = Verdict>,
+    S::Error: Into<BoxError>,
+{
     event.check_queue(&store.scope().queue_id)?;
 
     let deadline = Instant::now() + store.transaction_timeout();

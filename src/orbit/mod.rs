@@ -1,0 +1,552 @@
+//! A client of the Orbit API, as `docs/orbit-protocol.md` describes it.
+//!
+//! Every call has a timeout. Errors keep the HTTP status and Orbit's stable
+//! error code, never a body or a token. The token itself lives in a
+//! [`Token`], which redacts itself everywhere but in the `Authorization`
+//! header.
+
+mod credentials;
+mod stream;
+
+use std::fmt;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{header, Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use serde::Deserialize;
+
+pub use self::credentials::{Credentials, CredentialsError};
+pub use self::stream::{DeliveryStream, StreamMessage};
+use crate::delivery::{DeliveryId, LeaseProof};
+use crate::event::EventType;
+use crate::ids::{QueueId, SubscriptionId, TaskId};
+
+/// A bearer token. Shown nowhere: `Debug` prints `Token(<redacted>)`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Token(String);
+
+impl Token {
+    /// Wraps a token.
+    pub fn new(token: impl Into<String>) -> Self {
+        Self(token.into())
+    }
+
+    fn header_value(&self) -> Result<http::HeaderValue, OrbitError> {
+        let mut v = http::HeaderValue::from_str(&format!("Bearer {}", self.0))
+            .map_err(|_| OrbitError::Config("token is not a valid header value"))?;
+        v.set_sensitive(true);
+        Ok(v)
+    }
+}
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Token(<redacted>)")
+    }
+}
+
+/// The base URL of an Orbit deployment: `http://` or `https://`, no path.
+#[derive(Clone, PartialEq, Eq)]
+pub struct OrbitUrl {
+    base: String,
+    tls: bool,
+    loopback: bool,
+}
+
+impl OrbitUrl {
+    /// Parses `http://host:port` or `https://host[:port]` (a trailing `/` is
+    /// accepted, any other path is not).
+    pub fn parse(s: &str) -> Result<Self, OrbitError> {
+        let trimmed = s.trim_end_matches('/');
+        let uri: http::Uri = trimmed
+            .parse()
+            .map_err(|_| OrbitError::Config("ORBIT_URL is not a valid URL"))?;
+        let tls = match uri.scheme_str() {
+            Some("http") => false,
+            Some("https") => true,
+            _ => {
+                return Err(OrbitError::Config(
+                    "ORBIT_URL must start with http:// or https://",
+                ))
+            }
+        };
+        let host = uri
+            .host()
+            .ok_or(OrbitError::Config("ORBIT_URL has no host"))?;
+        if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
+            return Err(OrbitError::Config(
+                "ORBIT_URL must not have a path or query",
+            ));
+        }
+        let loopback = host == "localhost"
+            || host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback());
+        Ok(Self {
+            base: trimmed.to_owned(),
+            tls,
+            loopback,
+        })
+    }
+
+    /// Whether the URL uses TLS (`https://`, and so `wss://` for streams).
+    pub fn is_tls(&self) -> bool {
+        self.tls
+    }
+
+    /// Whether the host is a loopback address.
+    pub fn is_loopback(&self) -> bool {
+        self.loopback
+    }
+
+    /// The URL of an API path.
+    fn http(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// The WebSocket URL of an API path.
+    fn ws(&self, path: &str) -> String {
+        let rest = self
+            .base
+            .split_once("://")
+            .map(|(_, rest)| rest)
+            .unwrap_or(&self.base);
+        let scheme = if self.tls { "wss" } else { "ws" };
+        format!("{scheme}://{rest}{path}")
+    }
+}
+
+impl fmt::Display for OrbitUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.base)
+    }
+}
+
+impl fmt::Debug for OrbitUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "OrbitUrl({})", self.base)
+    }
+}
+
+/// Why a call to Orbit failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum OrbitError {
+    /// Orbit answered with an error status and its stable error code.
+    #[error("Orbit answered {status} {code}")]
+    Status {
+        /// The HTTP status.
+        status: u16,
+        /// Orbit's stable error code (`stale_lease_proof`, `wrong_queue`, …).
+        code: String,
+    },
+    /// The request could not be sent or its answer was lost.
+    #[error("cannot reach Orbit: {0}")]
+    Transport(String),
+    /// No answer within the request timeout.
+    #[error("Orbit did not answer in time")]
+    Timeout,
+    /// The answer was not what the protocol describes.
+    #[error("unexpected answer from Orbit: {0}")]
+    Protocol(&'static str),
+    /// The client is misconfigured.
+    #[error("{0}")]
+    Config(&'static str),
+}
+
+impl OrbitError {
+    /// Whether the same call may succeed later: lost connections, time-outs
+    /// and server errors. Refusals (4xx) will be refused again.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            OrbitError::Status { status, .. } => *status >= 500,
+            OrbitError::Transport(_) | OrbitError::Timeout => true,
+            OrbitError::Protocol(_) | OrbitError::Config(_) => false,
+        }
+    }
+
+    /// Orbit's error code, when it answered with one.
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            OrbitError::Status { code, .. } => Some(code),
+            _ => None,
+        }
+    }
+
+    fn transport(e: impl fmt::Display) -> Self {
+        OrbitError::Transport(e.to_string())
+    }
+}
+
+/// Delivery counts of a subscription, by state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub struct DeliveryCounts {
+    /// Waiting to be leased.
+    pub pending: u64,
+    /// Leased to a consumer, not yet acknowledged.
+    pub leased: u64,
+    /// Acknowledged.
+    pub acked: u64,
+    /// Budget spent; waiting for an operator.
+    pub expired: u64,
+}
+
+/// A subscription as Orbit reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subscription {
+    /// Its id.
+    pub id: SubscriptionId,
+    /// The queue it is bound to.
+    pub queue_id: QueueId,
+    /// The event types it selects, as Orbit spells them.
+    pub event_types: Vec<String>,
+    /// Enabled (true) or paused.
+    pub enabled: bool,
+    /// Its deliveries by state.
+    pub counts: DeliveryCounts,
+}
+
+#[derive(Deserialize)]
+struct WireSubscription {
+    id: String,
+    queue_id: String,
+    event_types: Vec<String>,
+    enabled: bool,
+    counts: DeliveryCounts,
+}
+
+/// A task as Orbit reports it (without input or result bodies).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Task {
+    /// Its id.
+    pub id: TaskId,
+    /// Its version.
+    pub version: u64,
+    /// Its state, as Orbit spells it.
+    pub state: String,
+}
+
+#[derive(Deserialize)]
+struct WireTask {
+    id: String,
+    version: u64,
+    state: String,
+}
+
+/// A delivery as Orbit reports it (never with its lease proof).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct DeliveryInfo {
+    /// Its id.
+    pub id: String,
+    /// Its state: `PENDING`, `LEASED`, `ACKED` or `EXPIRED`.
+    pub state: String,
+    /// How many times it was leased.
+    pub attempts: u32,
+    /// How many attempts it may have.
+    pub budget: u32,
+    /// The event it carries.
+    pub event_id: String,
+}
+
+/// What Orbit said to an ACK it accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AckOutcome {
+    /// This ACK acknowledged the delivery.
+    Acked,
+    /// The delivery had been acknowledged with this proof before (e.g. the
+    /// answer to an earlier ACK was lost).
+    AlreadyAcked,
+}
+
+#[derive(Deserialize)]
+struct WireAck {
+    already_acked: bool,
+}
+
+#[derive(Deserialize)]
+struct WireError {
+    error: WireErrorBody,
+}
+
+#[derive(Deserialize)]
+struct WireErrorBody {
+    code: String,
+}
+
+/// A client of one Orbit deployment with one token.
+#[derive(Clone)]
+pub struct OrbitClient {
+    url: OrbitUrl,
+    token: Token,
+    timeout: Duration,
+    http: Client<HttpConnector, Full<Bytes>>,
+}
+
+impl fmt::Debug for OrbitClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OrbitClient")
+            .field("url", &self.url)
+            .field("token", &self.token)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OrbitClient {
+    /// A client for `url` that authenticates with `token`; every request
+    /// (and every stream handshake) is limited to `timeout`.
+    ///
+    /// `https://` URLs are refused with [`OrbitError::Config`] by this build,
+    /// which has no TLS stack; use a TLS-terminating proxy on loopback.
+    pub fn new(url: OrbitUrl, token: Token, timeout: Duration) -> Result<Self, OrbitError> {
+        if url.is_tls() {
+            return Err(OrbitError::Config(
+                "https:// is not supported by this build of the Orbit client",
+            ));
+        }
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(timeout));
+        connector.set_nodelay(true);
+        let http = Client::builder(TokioExecutor::new()).build(connector);
+        Ok(Self {
+            url,
+            token,
+            timeout,
+            http,
+        })
+    }
+
+    /// The deployment's base URL.
+    pub fn url(&self) -> &OrbitUrl {
+        &self.url
+    }
+
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<String>,
+    ) -> Result<Bytes, OrbitError> {
+        let mut request = Request::builder()
+            .method(method)
+            .uri(self.url.http(path))
+            .header(header::AUTHORIZATION, self.token.header_value()?);
+        if body.is_some() {
+            request = request.header(header::CONTENT_TYPE, "application/json");
+        }
+        let request = request
+            .body(Full::new(Bytes::from(body.unwrap_or_default())))
+            .map_err(|_| OrbitError::Config("invalid request"))?;
+        let exchange = async {
+            let response = self
+                .http
+                .request(request)
+                .await
+                .map_err(OrbitError::transport)?;
+            let status = response.status();
+            let body = response
+                .into_body()
+                .collect()
+                .await
+                .map_err(OrbitError::transport)?
+                .to_bytes();
+            Ok::<_, OrbitError>((status, body))
+        };
+        let (status, body) = tokio::time::timeout(self.timeout, exchange)
+            .await
+            .map_err(|_| OrbitError::Timeout)??;
+        if status.is_success() {
+            Ok(body)
+        } else {
+            Err(status_error(status, &body))
+        }
+    }
+
+    async fn call_json<T: serde::de::DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<String>,
+    ) -> Result<T, OrbitError> {
+        let bytes = self.call(method, path, body).await?;
+        serde_json::from_slice(&bytes).map_err(|_| OrbitError::Protocol("malformed JSON answer"))
+    }
+
+    /// `GET /v1/subscriptions/{id}`.
+    pub async fn subscription(&self, id: &SubscriptionId) -> Result<Subscription, OrbitError> {
+        let wire: WireSubscription = self
+            .call_json(Method::GET, &format!("/v1/subscriptions/{id}"), None)
+            .await?;
+        subscription(wire)
+    }
+
+    /// `POST /v1/subscriptions`: a new enabled subscription on the token's
+    /// queue for `event_types`.
+    pub async fn create_subscription(
+        &self,
+        event_types: &[EventType],
+    ) -> Result<Subscription, OrbitError> {
+        let types: Vec<&str> = event_types.iter().map(|t| t.as_str()).collect();
+        let body = serde_json::json!({ "event_types": types }).to_string();
+        let wire: WireSubscription = self
+            .call_json(Method::POST, "/v1/subscriptions", Some(body))
+            .await?;
+        subscription(wire)
+    }
+
+    /// `POST /v1/subscriptions/{id}/pause`. Only the operator or the demo
+    /// pause a subscription; a consumer never does.
+    pub async fn pause_subscription(
+        &self,
+        id: &SubscriptionId,
+    ) -> Result<Subscription, OrbitError> {
+        let wire: WireSubscription = self
+            .call_json(
+                Method::POST,
+                &format!("/v1/subscriptions/{id}/pause"),
+                Some("{}".into()),
+            )
+            .await?;
+        subscription(wire)
+    }
+
+    /// `POST /v1/tasks`: a new pending task on the token's queue.
+    pub async fn submit_task(&self) -> Result<Task, OrbitError> {
+        let wire: WireTask = self
+            .call_json(Method::POST, "/v1/tasks", Some("{}".into()))
+            .await?;
+        task(wire)
+    }
+
+    /// `POST /v1/tasks/{id}/cancel`.
+    pub async fn cancel_task(&self, id: &TaskId) -> Result<Task, OrbitError> {
+        let wire: WireTask = self
+            .call_json(
+                Method::POST,
+                &format!("/v1/tasks/{id}/cancel"),
+                Some("{}".into()),
+            )
+            .await?;
+        task(wire)
+    }
+
+    /// `GET /v1/deliveries/{id}`.
+    pub async fn delivery(&self, id: &DeliveryId) -> Result<DeliveryInfo, OrbitError> {
+        self.call_json(Method::GET, &format!("/v1/deliveries/{id}"), None)
+            .await
+    }
+
+    /// `POST /v1/deliveries/{id}/ack` with the attempt's proof. Safe to repeat
+    /// with the same proof when an answer was lost.
+    pub async fn ack(&self, id: &DeliveryId, proof: &LeaseProof) -> Result<AckOutcome, OrbitError> {
+        let body = serde_json::json!({ "lease_proof": proof.expose() }).to_string();
+        let wire: WireAck = self
+            .call_json(
+                Method::POST,
+                &format!("/v1/deliveries/{id}/ack"),
+                Some(body),
+            )
+            .await?;
+        Ok(if wire.already_acked {
+            AckOutcome::AlreadyAcked
+        } else {
+            AckOutcome::Acked
+        })
+    }
+
+    /// Opens the delivery stream of a subscription (WebSocket upgrade with
+    /// the bearer token in the header, never in the URL).
+    pub async fn open_stream(&self, id: &SubscriptionId) -> Result<DeliveryStream, OrbitError> {
+        let url = self.url.ws(&format!("/v1/subscriptions/{id}/stream"));
+        let header = self.token.header_value()?;
+        tokio::time::timeout(self.timeout, DeliveryStream::connect(&url, header))
+            .await
+            .map_err(|_| OrbitError::Timeout)?
+    }
+}
+
+fn status_error(status: StatusCode, body: &[u8]) -> OrbitError {
+    let code = serde_json::from_slice::<WireError>(body)
+        .map(|e| e.error.code)
+        .unwrap_or_else(|_| "unknown".to_owned());
+    OrbitError::Status {
+        status: status.as_u16(),
+        code,
+    }
+}
+
+fn subscription(wire: WireSubscription) -> Result<Subscription, OrbitError> {
+    Ok(Subscription {
+        id: SubscriptionId::parse(&wire.id).ok_or(OrbitError::Protocol("bad subscription id"))?,
+        queue_id: QueueId::parse(&wire.queue_id).ok_or(OrbitError::Protocol("bad queue id"))?,
+        event_types: wire.event_types,
+        enabled: wire.enabled,
+        counts: wire.counts,
+    })
+}
+
+fn task(wire: WireTask) -> Result<Task, OrbitError> {
+    Ok(Task {
+        id: TaskId::parse(&wire.id).ok_or(OrbitError::Protocol("bad task id"))?,
+        version: wire.version,
+        state: wire.state,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_map_to_http_and_websocket_endpoints() {
+        let url = OrbitUrl::parse("http://127.0.0.1:8080/").unwrap();
+        assert_eq!(url.http("/v1/tasks"), "http://127.0.0.1:8080/v1/tasks");
+        assert_eq!(url.ws("/v1/x"), "ws://127.0.0.1:8080/v1/x");
+        assert!(url.is_loopback() && !url.is_tls());
+        let tls = OrbitUrl::parse("https://orbit.example").unwrap();
+        assert_eq!(tls.ws("/v1/x"), "wss://orbit.example/v1/x");
+        assert!(tls.is_tls() && !tls.is_loopback());
+    }
+
+    #[test]
+    fn urls_with_paths_or_other_schemes_are_refused() {
+        for bad in [
+            "ftp://h",
+            "http://h/api",
+            "127.0.0.1:8080",
+            "http://h?x=1",
+            "",
+        ] {
+            assert!(OrbitUrl::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_token_never_shows_in_debug_output() {
+        let client = OrbitClient::new(
+            OrbitUrl::parse("http://127.0.0.1:1").unwrap(),
+            Token::new("sentinel-token"),
+            Duration::from_secs(1),
+        )
+        .unwrap();
+        assert!(!format!("{client:?}").contains("sentinel-token"));
+    }
+
+    #[test]
+    fn only_transport_failures_and_server_errors_are_retryable() {
+        let status = |s: u16| OrbitError::Status {
+            status: s,
+            code: "x".into(),
+        };
+        assert!(status(503).is_retryable());
+        assert!(!status(409).is_retryable());
+        assert!(OrbitError::Timeout.is_retryable());
+        assert!(OrbitError::Transport("reset".into()).is_retryable());
+    }
+}
