@@ -3,11 +3,19 @@ SHELL := /bin/bash
 CARGO ?= cargo
 WITH_MYSQL := scripts/with-mysql.sh
 
-.PHONY: test check fmt-check clippy doc unit integration toolchain
+.PHONY: demo test build check fmt-check clippy doc unit integration toolchain
+
+## demo: the whole local demo (orbit-dev, a throwaway database unless ORBIT_RECEIVER_DSN is set, init, demo)
+demo: toolchain build
+	scripts/demo.sh
 
 ## test: formatting, lints, docs, then every test (integration tests against a throwaway server)
-test: check
+test: check build
 	$(WITH_MYSQL) $(CARGO) test --workspace --locked
+
+## build: the binaries (receiver, orbit-dev); the end-to-end tests run them as processes
+build:
+	$(CARGO) build --workspace --bins --locked
 
 ## check: formatting, clippy with warnings as errors, documentation without warnings
 check: toolchain fmt-check clippy doc
@@ -26,7 +34,7 @@ unit:
 	$(CARGO) test --workspace --lib --bins --locked
 
 ## integration: only the integration tests, against a throwaway server
-integration:
+integration: build
 	$(WITH_MYSQL) $(CARGO) test --workspace --test '*' --locked
 
 toolchain:

@@ -40,7 +40,7 @@ const EXIT_REJECTED: u8 = 3;
     name = "receiver",
     version,
     about = "Receive Orbit task results exactly once in effect (inbox + task result view in MySQL).",
-    after_help = "Exit codes: 0 success, 1 operation failed, 2 usage or configuration error, 3 input rejected.\nLogs go to stderr; RECEIVER_LOG sets the filter (default warn,result_inbox=info)."
+    after_help = "Exit codes: 0 success, 1 operation failed, 2 usage or configuration error, 3 input rejected.\nLogs go to stderr; RECEIVER_LOG sets the filter (default warn,result_inbox=info,receiver=info)."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -157,7 +157,7 @@ fn init_logging() {
     // One line per delivery from the inbox (class, delivery, event); warnings
     // from everything else. Nothing logged carries secrets or result bodies.
     let filter = EnvFilter::try_from_env("RECEIVER_LOG")
-        .unwrap_or_else(|_| EnvFilter::new("warn,result_inbox=info"));
+        .unwrap_or_else(|_| EnvFilter::new("warn,result_inbox=info,receiver=info"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -178,15 +178,20 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("a tokio runtime")
 }
 
-/// Resolves when SIGINT or SIGTERM arrives.
-async fn shutdown_signal() {
+/// Resolves when SIGINT or SIGTERM arrives. The handlers are installed when
+/// this is called, not when the future is first polled, so a signal during
+/// start-up is not lost (nor does it kill the process uncleanly).
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    async move {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+        tracing::info!("shutdown requested: no new deliveries, cancelling in-flight handlers");
     }
-    tracing::info!("shutdown requested: no new deliveries, cancelling in-flight handlers");
 }
 
 async fn connect(resolved: &Resolved) -> Result<(OrbitClient, InboxStore), (u8, String)> {
@@ -241,7 +246,9 @@ fn run_consume(receiver: Receiver, subscription_id: &str) -> ExitCode {
         Err(e) => return fail(EXIT_CONFIG, e),
     };
     let options = ConsumerOptions::default();
-    runtime().block_on(async {
+    let runtime = runtime();
+    let shutdown = runtime.block_on(async { shutdown_signal() });
+    runtime.block_on(async {
         let (client, store) = match connect(&resolved).await {
             Ok(c) => c,
             Err((code, e)) => return fail(code, e),
@@ -262,7 +269,7 @@ fn run_consume(receiver: Receiver, subscription_id: &str) -> ExitCode {
             .layer(InboxLayer::new(store))
             .service(TaskView::new());
         tracing::info!(receiver = %resolved.name, queue = %resolved.orbit.queue_id, "consuming");
-        match consumer.run(service, shutdown_signal()).await {
+        match consumer.run(service, shutdown).await {
             Ok(report) => {
                 tracing::info!(
                     received = report.received,

@@ -13,7 +13,8 @@
 #   RESULT_INBOX_TEST_DSN        mysql://root@127.0.0.1:PORT/orbit_receiver_test
 #   RESULT_INBOX_TEST_PLATFORM_DB  orbit_test
 #   RESULT_INBOX_TEST_MYSQL_PORT PORT
-#   RESULT_INBOX_TEST_MYSQL_DIR  the server's temporary directory
+#   RESULT_INBOX_TEST_MYSQL_DIR  the server's temporary directory (general.log: every statement
+#                                sent after the databases were created)
 #
 # No other server on the machine is used or touched.
 set -euo pipefail
@@ -117,6 +118,9 @@ fi
 
 "$client" --no-defaults -uroot --socket="$tmp/mysql.sock" -e \
   "CREATE DATABASE orbit_test CHARACTER SET utf8mb4; CREATE DATABASE orbit_receiver_test CHARACTER SET utf8mb4;"
+# From here on every statement is logged, so that tests can prove what was
+# (and was not) sent: e.g. that nothing names the platform's database.
+"$client" --no-defaults -uroot --socket="$tmp/mysql.sock" -e "SET GLOBAL general_log = 1"
 
 export RESULT_INBOX_TEST_ADMIN_DSN="mysql://root@127.0.0.1:$port/mysql"
 export RESULT_INBOX_TEST_DSN="mysql://root@127.0.0.1:$port/orbit_receiver_test"

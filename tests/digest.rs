@@ -250,6 +250,36 @@ fn is_utc_timestamp_accepts_exactly_the_normalized_form() {
     assert!(!is_utc_timestamp(""));
 }
 
+#[test]
+fn a_large_event_out_of_order_at_every_level_gets_the_reference_form() {
+    // The envelope, `task` and `result` are each many KiB and out of order,
+    // and each contains small objects out of order, rewritten escapes and
+    // whitespace; the envelope's timestamp is rewritten too.
+    let record = |i: usize| {
+        format!(
+            r#"{{ "sku": "SKU-{i:05}", "name": "Widget \u00e9 \/ {i}", "qty": {i}, "dims": {{"w": 1, "h": 2, "d": 3}} }}"#
+        )
+    };
+    let records: Vec<String> = (0..400).map(record).collect();
+    let log = r"line\n".repeat(2000);
+    let input = format!(
+        r#"{{"id":"e1","type":"task.succeeded","occurred_at":"2026-01-01T01:00:00.500+02:00","task":{{"version":2,"id":"t1","result":{{"status":"ok","records":[{}],"log":"{log}"}}}}}}"#,
+        records.join(", ")
+    );
+
+    let record = |i: usize| {
+        format!(r#"{{"dims":{{"d":3,"h":2,"w":1}},"name":"Widget é / {i}","qty":{i},"sku":"SKU-{i:05}"}}"#)
+    };
+    let records: Vec<String> = (0..400).map(record).collect();
+    let expected = format!(
+        r#"{{"id":"e1","occurred_at":"2025-12-31T23:00:00.5Z","task":{{"id":"t1","result":{{"log":"{log}","records":[{}],"status":"ok"}},"version":2}},"type":"task.succeeded"}}"#,
+        records.join(",")
+    );
+    let c = canonicalize(input.as_bytes()).unwrap();
+    assert!(c.as_str() == expected, "canonical form differs from the reference");
+    assert_eq!(canonicalize(expected.as_bytes()).unwrap(), c);
+}
+
 // ---------------------------------------------------------------------------
 // Error cases
 // ---------------------------------------------------------------------------
@@ -863,6 +893,22 @@ fn noisy_string(s: &str, noise: &mut Noise<'_>, out: &mut String) {
     out.push('"');
 }
 
+/// Trees whose objects often exceed a few KiB (long strings, several levels
+/// of objects), so that large objects out of order nest in each other.
+fn large_json() -> impl Strategy<Value = Json> {
+    let leaf = prop_oneof![
+        "[a-z\u{e9}\\\\\"/ ]{0,3000}".prop_map(Json::Str),
+        "-?[1-9][0-9]{0,5}".prop_map(Json::Number),
+        Just(Json::Null),
+    ];
+    leaf.prop_recursive(4, 48, 6, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Json::Array),
+            prop::collection::btree_map(key(), inner, 1..6).prop_map(Json::Object),
+        ]
+    })
+}
+
 fn canonical_of(value: &Json) -> String {
     let mut out = String::new();
     reference(value, &mut out);
@@ -909,6 +955,17 @@ proptest! {
         let c = canonicalize(noisy_of(&value, &tape).as_bytes()).unwrap();
         let again = canonicalize(c.as_bytes()).unwrap();
         prop_assert_eq!(&again, &c);
+    }
+
+    #[test]
+    fn large_objects_out_of_order_inside_each_other_get_the_reference_form(
+        value in large_json(),
+        tape in prop::collection::vec(any::<u32>(), 1..32),
+    ) {
+        let input = noisy_of(&value, &tape);
+        let expected = canonical_of(&value);
+        let c = canonicalize(input.as_bytes()).map_err(|e| TestCaseError::fail(format!("{e}")))?;
+        prop_assert!(c.as_str() == expected, "canonical form differs from the reference");
     }
 
     #[test]

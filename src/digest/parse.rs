@@ -59,9 +59,81 @@ pub(super) fn canonical_bytes(input: &[u8]) -> Result<Vec<u8>, DigestError> {
         keys: Vec::new(),
         order: Vec::new(),
         scratch: Vec::new(),
+        deferred: Vec::new(),
+        spans: Vec::new(),
     };
     parser.run()?;
-    Ok(parser.out)
+    if parser.deferred.is_empty() {
+        return Ok(parser.out);
+    }
+    // Large objects were left in input order: write the final bytes with
+    // every deferred object's members in their sorted order.
+    parser.deferred.sort_unstable_by_key(|d| d.open);
+    let mut sorted = Vec::with_capacity(parser.out.len());
+    let whole = 0..parser.out.len() as u32;
+    emit(
+        &parser.out,
+        &parser.deferred,
+        &parser.spans,
+        whole,
+        &mut sorted,
+    );
+    Ok(sorted)
+}
+
+/// Objects whose body (between the braces) is at least this long are not
+/// rewritten when they close but once, at the end (see [`Deferred`]).
+const DEFER_MIN_BODY: u32 = 4096;
+
+/// An object whose members were sorted but whose bytes were left in input
+/// order, to be reordered by [`emit`] when the whole output is known.
+///
+/// Rewriting an object in place costs a copy of its body; objects out of
+/// order nested in objects out of order (a typical event: the envelope, its
+/// `task`, the `result`) would copy the big inner bodies once per level.
+/// Deferring large objects copies every byte once however deep they nest.
+#[derive(Clone, Copy)]
+struct Deferred {
+    /// Output positions of the `{` and the `}`.
+    open: u32,
+    close: u32,
+    /// The members' output ranges, in sorted order, are
+    /// `spans[first..first + count]`.
+    first: u32,
+    count: u32,
+}
+
+/// Appends `out[range]` to `dst`, with the members of every deferred object
+/// in it written in sorted order. Deferred objects are ordered by position;
+/// they nest like the values they are, so recursion follows the nesting
+/// (at most `MAX_DEPTH` deep).
+fn emit(
+    out: &[u8],
+    deferred: &[Deferred],
+    spans: &[(u32, u32)],
+    range: Range<u32>,
+    dst: &mut Vec<u8>,
+) {
+    let mut cursor = range.start;
+    loop {
+        // The first deferred object opening at or after the cursor. (Objects
+        // inside one that was just written are skipped this way, and a
+        // member's range never includes its own object's `{`.)
+        let next = deferred.partition_point(|d| d.open < cursor);
+        let Some(object) = deferred.get(next).filter(|d| d.open < range.end) else {
+            break;
+        };
+        dst.extend_from_slice(&out[cursor as usize..=object.open as usize]);
+        let members = &spans[object.first as usize..(object.first + object.count) as usize];
+        for (n, &(start, end)) in members.iter().enumerate() {
+            if n > 0 {
+                dst.push(b',');
+            }
+            emit(out, deferred, spans, start..end, dst);
+        }
+        cursor = object.close;
+    }
+    dst.extend_from_slice(&out[cursor as usize..range.end as usize]);
 }
 
 /// An open array or object.
@@ -115,6 +187,9 @@ struct Parser<'a> {
     order: Vec<u32>,
     /// Reused buffer for rewriting an object in sorted order.
     scratch: Vec<u8>,
+    /// Large objects to reorder at the end, and their members' ranges.
+    deferred: Vec<Deferred>,
+    spans: Vec<(u32, u32)>,
 }
 
 fn key_of<'s>(input: &'s [u8], keys: &'s [u8], m: &Member) -> &'s [u8] {
@@ -198,33 +273,43 @@ const RANK_SORT_MAX: usize = 16;
 /// are few and their key prefixes all differ (then the prefixes alone decide
 /// the order, and no two keys are equal). Returns false otherwise.
 ///
-/// Counts, for each member, the members with a smaller prefix: quadratic,
-/// but free of data-dependent branches, which beats a comparison sort on
-/// the small objects that make up most documents.
+/// Ranks each member by counting the members with a smaller prefix:
+/// quadratic, but free of data-dependent branches, which beats a comparison
+/// sort on the small objects that make up most documents.
 fn order_by_prefix(members: &[Member], order: &mut Vec<u32>) -> bool {
-    if members.len() > RANK_SORT_MAX {
+    let n = members.len();
+    if n > RANK_SORT_MAX {
         return false;
     }
     let mut prefixes = [0u64; RANK_SORT_MAX];
     for (prefix, member) in prefixes.iter_mut().zip(members) {
         *prefix = member.prefix;
     }
-    let prefixes = &prefixes[..members.len()];
+    // Each pair is compared once; ties go to the earlier member, so the
+    // ranks are always a permutation of 0..n.
+    let mut rank = [0u32; RANK_SORT_MAX];
+    for i in 0..n {
+        for j in i + 1..n {
+            let later_first = u32::from(prefixes[j] < prefixes[i]);
+            rank[i] += later_first;
+            rank[j] += 1 - later_first;
+        }
+    }
     let mut ranked = [0u32; RANK_SORT_MAX];
-    for (i, &p) in prefixes.iter().enumerate() {
-        let mut below = 0;
-        let mut same = 0;
-        for &q in prefixes {
-            below += usize::from(q < p);
-            same += usize::from(q == p);
-        }
-        if same != 1 {
-            return false;
-        }
-        ranked[below] = i as u32;
+    for (i, &r) in rank[..n].iter().enumerate() {
+        ranked[r as usize] = i as u32;
+    }
+    // Equal prefixes end up next to each other: the keys need a full
+    // comparison (and may be duplicates).
+    let ranked = &ranked[..n];
+    if ranked
+        .windows(2)
+        .any(|w| prefixes[w[0] as usize] == prefixes[w[1] as usize])
+    {
+        return false;
     }
     order.clear();
-    order.extend_from_slice(&ranked[..members.len()]);
+    order.extend_from_slice(ranked);
     true
 }
 
@@ -633,6 +718,23 @@ impl Parser<'_> {
                 };
                 return Err(self.fail(err));
             }
+        }
+
+        let body_start = frame.out_open + 1;
+        if close - body_start >= DEFER_MIN_BODY {
+            let first = self.spans.len() as u32;
+            let spans = self.order.iter().map(|&k| {
+                let member = &members[k as usize];
+                (member.out_start, member.out_end)
+            });
+            self.spans.extend(spans);
+            self.deferred.push(Deferred {
+                open: frame.out_open,
+                close,
+                first,
+                count: self.order.len() as u32,
+            });
+            return Ok(());
         }
 
         let open = frame.open as usize;

@@ -6,6 +6,8 @@
 //! read exactly one schema.
 #![allow(dead_code)]
 
+pub mod orbit;
+
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use result_inbox::dsn::Dsn;
