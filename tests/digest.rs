@@ -268,7 +268,9 @@ fn a_large_event_out_of_order_at_every_level_gets_the_reference_form() {
     );
 
     let record = |i: usize| {
-        format!(r#"{{"dims":{{"d":3,"h":2,"w":1}},"name":"Widget é / {i}","qty":{i},"sku":"SKU-{i:05}"}}"#)
+        format!(
+            r#"{{"dims":{{"d":3,"h":2,"w":1}},"name":"Widget é / {i}","qty":{i},"sku":"SKU-{i:05}"}}"#
+        )
     };
     let records: Vec<String> = (0..400).map(record).collect();
     let expected = format!(
@@ -276,7 +278,10 @@ fn a_large_event_out_of_order_at_every_level_gets_the_reference_form() {
         records.join(",")
     );
     let c = canonicalize(input.as_bytes()).unwrap();
-    assert!(c.as_str() == expected, "canonical form differs from the reference");
+    assert!(
+        c.as_str() == expected,
+        "canonical form differs from the reference"
+    );
     assert_eq!(canonicalize(expected.as_bytes()).unwrap(), c);
 }
 

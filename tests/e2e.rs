@@ -252,7 +252,9 @@ async fn consume_applies_duplicates_and_out_of_order_versions_of_every_kind_once
     orbit.inject(&sub.id, &v3.json()).await;
     let mut consume = Consume::start(&orbit, &creds, &db, &sub.id, "task-result-view", &[]);
     orbit
-        .wait_for_counts(&creds, &sub.id, Duration::from_secs(30), |c| c["acked"] == 10)
+        .wait_for_counts(&creds, &sub.id, Duration::from_secs(30), |c| {
+            c["acked"] == 10
+        })
         .await;
     for event in [v1.json(), v2.json(), v3.json(), v3_reformatted] {
         orbit.inject(&sub.id, &event).await;
@@ -471,7 +473,11 @@ async fn sigterm_mid_stream_loses_nothing_and_a_restart_finishes_the_work() {
     let stopping = std::time::Instant::now();
     assert!(first.terminate().success(), "{}", first.output());
     assert!(stopping.elapsed() < Duration::from_secs(10));
-    assert!(first.output().contains("shutdown requested"), "{}", first.output());
+    assert!(
+        first.output().contains("shutdown requested"),
+        "{}",
+        first.output()
+    );
     let after_first = orbit
         .wait_for_counts(&creds, &sub.id, Duration::from_secs(1), |_| true)
         .await;

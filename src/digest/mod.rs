@@ -56,7 +56,10 @@
 //! One pass over the input without building a tree: output goes straight into
 //! one buffer of at most the input's length (the canonical form is never
 //! longer than its input), and runs of already-canonical input are copied in
-//! bulk. Objects whose keys arrive out of order are sorted when they close.
+//! bulk. Objects whose keys arrive out of order are sorted when they close;
+//! large ones are reordered in one final pass, so that every byte is copied
+//! once however deeply such objects nest. Memory is a small multiple of the
+//! input size, and no input can exhaust the stack.
 
 mod error;
 mod parse;

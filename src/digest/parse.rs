@@ -2,20 +2,36 @@
 //!
 //! # Design
 //!
-//! The parser is an explicit-stack state machine (no recursion, at most
-//! [`MAX_DEPTH`] frames) that never builds a tree. Most of a typical input is
-//! already canonical, so output is produced lazily: the bytes from
-//! `pend` up to the current position are "pending" and will be copied to the
+//! The parser is an explicit-stack state machine (at most [`MAX_DEPTH`]
+//! frames, no recursion) that never builds a tree. Most of a typical input
+//! is already canonical, so output is produced lazily: the input bytes from
+//! `pend` up to the current position are *pending*, to be copied to the
 //! output verbatim. Only when something must change — whitespace to drop, an
-//! escape to rewrite, a timestamp to normalize — are the pending bytes flushed
-//! and the change written. Positions in the output are therefore tracked as
-//! *logical* positions: `out.len() + (pos - pend)`.
+//! escape to rewrite, a timestamp to normalize, an object to reorder — are
+//! the pending bytes flushed and the change written. Output positions are
+//! therefore tracked as *logical* positions, `out.len() + (pos - pend)`,
+//! which never change once assigned.
 //!
-//! For each open object the parser records its members (key and output
-//! range). If the keys arrive strictly increasing the output is already
-//! right; otherwise, when the object closes, the member records are sorted and
-//! the object's output region is rewritten in sorted order through a scratch
-//! buffer of the same length.
+//! For each open object the parser records its members (key, 8-byte key
+//! prefix, output position). When the object closes:
+//!
+//! * keys already strictly increasing (checked without data-dependent
+//!   branches) mean the output is right and there is no duplicate;
+//! * otherwise the members are ordered — by ranking their prefixes when the
+//!   object is small and the prefixes differ (branch-free), else by a
+//!   comparison sort that also finds duplicate keys — and the object is
+//!   rewritten: straight from the input if none of it was flushed yet,
+//!   otherwise through a scratch buffer;
+//! * except for large objects (body of at least [`DEFER_MIN_BODY`] bytes):
+//!   their sorted member ranges are recorded and the bytes stay in input
+//!   order, and a final pass ([`emit`], recursive along the nesting of such
+//!   objects, so at most `MAX_DEPTH` deep) writes every byte once in
+//!   canonical order. This keeps an event whose envelope, `task` and
+//!   `result` are all out of order from copying its body once per level.
+//!
+//! Errors abort the parse; before one is returned, the still-open objects
+//! are searched for a duplicate key that comes earlier in the input
+//! ([`Parser::fail`]), so that the first problem in the input is reported.
 //!
 //! The input must already be known to be valid UTF-8 and at most
 //! [`MAX_EVENT_BYTES`](super::MAX_EVENT_BYTES) long (so every offset fits in
@@ -397,11 +413,12 @@ fn find_string_special(s: &[u8], mut i: usize) -> usize {
 /// Short ranges are copied as one fixed-size block (which compiles to a few
 /// vector moves instead of a call to `memcpy`) and the excess is cut off
 /// again; this matters because most copies are a single token or member.
+/// Only done with room to spare, so that it never makes `out` reallocate.
 #[inline(always)]
 fn append(out: &mut Vec<u8>, src: &[u8], range: Range<usize>) {
     const BLOCK: usize = 32;
     let len = range.end - range.start;
-    if len <= BLOCK {
+    if len <= BLOCK && out.capacity() - out.len() >= BLOCK {
         if let Some(block) = src.get(range.start..range.start + BLOCK) {
             let before = out.len();
             out.extend_from_slice(block);

@@ -62,12 +62,12 @@ use bytes::Bytes;
 use sqlx::mysql::{MySql, MySqlConnection};
 use sqlx::Transaction;
 use tokio::time::{timeout_at, Instant};
-use tower::Service;
+use tower::{Service, ServiceExt};
 
 pub use self::error::{mysql_errno, Conflict, DbError, DbErrorKind, InboxError};
 pub use self::future::ResponseFuture;
 pub use self::layer::InboxLayer;
-pub use self::store::{InboxStore, StoreOptions};
+pub use self::store::{InboxStats, InboxStore, StoreOptions};
 use crate::delivery::Delivery;
 use crate::digest::Digest;
 use crate::event::{Event, EventId, TaskId};
@@ -280,7 +280,7 @@ async fn apply<S>(
     delivery: Delivery<Bytes>,
 ) -> Result<Receipt, InboxError>
 where
-    S: Service<Delivery<Applying>, Response = Verdict>,
+    S: Service<Delivery<Applying>, Response = Verdict> + Clone,
     S::Error: Into<BoxError>,
 {
     let delivery_id = delivery.id().clone();
@@ -313,15 +313,36 @@ async fn apply_event<S>(
     event: Event,
 ) -> Result<Receipt, InboxError>
 where
-    S: Service<Delivery<Applying>, Response = Verdict>,
+    S: Service<Delivery<Applying>, Response = Verdict> + Clone,
     S::Error: Into<BoxError>,
 {
     event.check_queue(&store.scope().queue_id)?;
 
     let deadline = Instant::now() + store.transaction_timeout();
-    let phase = timeout_at(deadline, prepare(&store, inner, delivery, event))
-        .await
-        .map_err(|_| InboxError::Timeout)??;
+    // A deadlock victim or a lock-wait timeout was rolled back before COMMIT,
+    // so running the whole transaction again is safe; it is retried while
+    // the time budget lasts. The first attempt uses the service that was
+    // polled ready; retries wait for a clone to become ready.
+    let spare = inner.clone();
+    let mut attempt = prepare(&store, inner, delivery.clone(), event.clone());
+    let phase = loop {
+        match timeout_at(deadline, attempt).await {
+            Err(_elapsed) => return Err(InboxError::Timeout),
+            Ok(Err(InboxError::Database(e))) if is_lock_victim(&e) => {
+                store.record_retry(e.kind());
+                tracing::info!(event = %event.id(), cause = %e, "transaction rolled back by the server; retrying");
+                timeout_at(deadline, tokio::time::sleep(RETRY_PAUSE))
+                    .await
+                    .map_err(|_| InboxError::Database(e.clone()))?;
+                let ready = timeout_at(deadline, spare.clone().ready_oneshot())
+                    .await
+                    .map_err(|_| InboxError::Database(e))?
+                    .map_err(|e| InboxError::from_inner(e.into()))?;
+                attempt = prepare(&store, ready, delivery.clone(), event.clone());
+            }
+            Ok(other) => break other?,
+        }
+    };
 
     match phase {
         Phase::Duplicate(event) => {
@@ -355,6 +376,17 @@ where
             }
         }
     }
+}
+
+/// Pause before running a rolled-back transaction again, so that the
+/// transaction that won the lock can finish.
+const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
+
+fn is_lock_victim(e: &DbError) -> bool {
+    matches!(
+        e.kind(),
+        DbErrorKind::Deadlock | DbErrorKind::LockWaitTimeout
+    )
 }
 
 /// Everything up to, not including, COMMIT.

@@ -1,11 +1,13 @@
 //! The inbox table and the connection pool the inbox runs its transactions on.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::mysql::{MySqlConnection, MySqlPool, MySqlPoolOptions};
 use sqlx::Executor;
 
-use super::error::{DbError, InboxError};
+use super::error::{DbError, DbErrorKind, InboxError};
 use crate::digest::Digest;
 use crate::dsn::Dsn;
 use crate::event::{Event, EventId};
@@ -15,7 +17,9 @@ use crate::scope::InboxScope;
 #[derive(Debug, Clone)]
 pub struct StoreOptions {
     /// Longest a whole apply may take, from BEGIN to the end of COMMIT.
-    /// Row-lock waits are bounded by the same budget. Default 5 s.
+    /// Default 5 s. A single row-lock wait is bounded by half of it (at
+    /// least the server's minimum of 1 s), so that a lock-wait victim can
+    /// still be retried inside the budget.
     pub transaction_timeout: Duration,
     /// Most connections kept open. Default 10.
     pub max_connections: u32,
@@ -33,12 +37,28 @@ impl Default for StoreOptions {
 /// The receiver's database, as the inbox sees it: a pool whose connections
 /// are all `READ COMMITTED`, and the scope every row is written under.
 ///
-/// Cloning is cheap and shares the pool.
+/// Cloning is cheap and shares the pool and the statistics.
 #[derive(Debug, Clone)]
 pub struct InboxStore {
     pool: MySqlPool,
     scope: InboxScope,
     transaction_timeout: Duration,
+    stats: Arc<Counters>,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    deadlock_retries: AtomicU64,
+    lock_wait_retries: AtomicU64,
+}
+
+/// What the store has counted since it was connected.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct InboxStats {
+    /// Transactions run again after the server chose them as deadlock victim (1213).
+    pub deadlock_retries: u64,
+    /// Transactions run again after a lock wait timed out (1205).
+    pub lock_wait_retries: u64,
 }
 
 impl InboxStore {
@@ -52,7 +72,7 @@ impl InboxStore {
         options: StoreOptions,
     ) -> Result<Self, DbError> {
         // innodb_lock_wait_timeout takes whole seconds, at least 1.
-        let lock_wait = options.transaction_timeout.as_secs().max(1);
+        let lock_wait = (options.transaction_timeout.as_secs() / 2).max(1);
         let pool = MySqlPoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(options.transaction_timeout)
@@ -73,7 +93,24 @@ impl InboxStore {
             pool,
             scope,
             transaction_timeout: options.transaction_timeout,
+            stats: Arc::default(),
         })
+    }
+
+    /// Retries counted so far (shared by all clones of this store).
+    pub fn stats(&self) -> InboxStats {
+        InboxStats {
+            deadlock_retries: self.stats.deadlock_retries.load(Ordering::Relaxed),
+            lock_wait_retries: self.stats.lock_wait_retries.load(Ordering::Relaxed),
+        }
+    }
+
+    pub(crate) fn record_retry(&self, kind: DbErrorKind) {
+        let counter = match kind {
+            DbErrorKind::Deadlock => &self.stats.deadlock_retries,
+            _ => &self.stats.lock_wait_retries,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The pool, for reading the receiver's tables.
