@@ -247,7 +247,10 @@ fn run_consume(receiver: Receiver, subscription_id: &str) -> ExitCode {
     };
     let options = ConsumerOptions::default();
     let runtime = runtime();
-    let shutdown = runtime.block_on(async { shutdown_signal() });
+    let shutdown = {
+        let _context = runtime.enter();
+        shutdown_signal()
+    };
     runtime.block_on(async {
         let (client, store) = match connect(&resolved).await {
             Ok(c) => c,

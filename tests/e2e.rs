@@ -4,82 +4,16 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::{Child, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::time::Duration;
 
+use common::consume::Consume;
 use common::orbit::{receiver, OrbitDev, QueueCredentials};
 use common::{dsn_for, random_hex, EventSpec, TestDb};
 use result_inbox::event::{EventType, TaskId};
 use result_inbox::ids::SubscriptionId;
 use result_inbox::scope::{InboxScope, ReceiverName};
 use result_inbox::task_view;
-
-/// A `receiver consume` process whose output goes to files; killed if still
-/// running when dropped.
-struct Consume {
-    child: Child,
-    stdout: PathBuf,
-    stderr: PathBuf,
-}
-
-impl Consume {
-    fn start(
-        orbit: &OrbitDev,
-        creds: &QueueCredentials,
-        db: &TestDb,
-        sub: &SubscriptionId,
-        name: &str,
-        extra: &[(&str, &str)],
-    ) -> Consume {
-        let tag = random_hex(4);
-        let stdout = orbit.dir.join(format!("consume-{tag}.out"));
-        let stderr = orbit.dir.join(format!("consume-{tag}.err"));
-        let child = receiver()
-            .arg("consume")
-            .env("ORBIT_CREDENTIALS_FILE", &creds.file)
-            .env("ORBIT_SUBSCRIPTION_ID", sub.as_str())
-            .env("ORBIT_RECEIVER_DSN", dsn_for(&db.name))
-            .env("RECEIVER_NAME", name)
-            .envs(extra.iter().copied())
-            .stdout(std::fs::File::create(&stdout).unwrap())
-            .stderr(std::fs::File::create(&stderr).unwrap())
-            .spawn()
-            .unwrap();
-        Consume {
-            child,
-            stdout,
-            stderr,
-        }
-    }
-
-    fn terminate(&mut self) -> std::process::ExitStatus {
-        let pid = self.child.id() as i32;
-        // SIGTERM, as a service manager would send it.
-        std::process::Command::new("kill")
-            .args(["-TERM", &pid.to_string()])
-            .status()
-            .unwrap();
-        self.child.wait().unwrap()
-    }
-
-    fn output(&self) -> String {
-        std::fs::read_to_string(&self.stdout).unwrap()
-            + &std::fs::read_to_string(&self.stderr).unwrap()
-    }
-
-    fn handled(&self) -> usize {
-        self.output()
-            .matches("result_inbox::inbox: delivery")
-            .count()
-    }
-}
-
-impl Drop for Consume {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn text(out: &Output) -> (String, String) {
     (
@@ -327,7 +261,7 @@ async fn consume_applies_duplicates_and_out_of_order_versions_of_every_kind_once
     );
     let out = consume.output();
     assert_eq!(out.matches(r#"class="duplicate""#).count(), 2, "{out}");
-    assert_eq!(out.matches(r#"class="stale""#).count() >= 2, true, "{out}");
+    assert!(out.matches(r#"class="stale""#).count() >= 2, "{out}");
 }
 
 #[tokio::test]

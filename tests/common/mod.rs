@@ -6,6 +6,9 @@
 //! read exactly one schema.
 #![allow(dead_code)]
 
+pub mod consume;
+pub mod http_proxy;
+pub mod mysqld;
 pub mod orbit;
 
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -1,0 +1,79 @@
+//! A `receiver consume` process, as an operator would run it.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::Child;
+
+use result_inbox::ids::SubscriptionId;
+
+use super::orbit::{receiver, OrbitDev, QueueCredentials};
+use super::{dsn_for, random_hex, TestDb};
+
+/// A `receiver consume` process whose output goes to files; killed if still
+/// running when dropped.
+pub struct Consume {
+    pub child: Child,
+    stdout: PathBuf,
+    stderr: PathBuf,
+}
+
+impl Consume {
+    pub fn start(
+        orbit: &OrbitDev,
+        creds: &QueueCredentials,
+        db: &TestDb,
+        sub: &SubscriptionId,
+        name: &str,
+        extra: &[(&str, &str)],
+    ) -> Consume {
+        let tag = random_hex(4);
+        let stdout = orbit.dir.join(format!("consume-{tag}.out"));
+        let stderr = orbit.dir.join(format!("consume-{tag}.err"));
+        let child = receiver()
+            .arg("consume")
+            .env("ORBIT_CREDENTIALS_FILE", &creds.file)
+            .env("ORBIT_SUBSCRIPTION_ID", sub.as_str())
+            .env("ORBIT_RECEIVER_DSN", dsn_for(&db.name))
+            .env("RECEIVER_NAME", name)
+            .envs(extra.iter().copied())
+            .stdout(std::fs::File::create(&stdout).unwrap())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .unwrap();
+        Consume {
+            child,
+            stdout,
+            stderr,
+        }
+    }
+
+    /// SIGTERM, as a service manager would send it; waits for the exit.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let pid = self.child.id() as i32;
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .unwrap();
+        self.child.wait().unwrap()
+    }
+
+    /// Everything it printed so far.
+    pub fn output(&self) -> String {
+        std::fs::read_to_string(&self.stdout).unwrap()
+            + &std::fs::read_to_string(&self.stderr).unwrap()
+    }
+
+    /// How many deliveries the inbox reported handling.
+    pub fn handled(&self) -> usize {
+        self.output()
+            .matches("result_inbox::inbox: delivery")
+            .count()
+    }
+}
+
+impl Drop for Consume {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
