@@ -109,7 +109,6 @@ pub struct Consumer {
 
 struct Handled {
     id: DeliveryId,
-    attempt: u32,
     proof: LeaseProof,
     settlement: Settlement,
 }
@@ -203,10 +202,7 @@ impl Consumer {
                             let backoff = Backoff::new(self.options.retry_min, self.options.retry_max);
                             acks.spawn(ack_until_answered(client, done.id, done.proof, backoff));
                         }
-                        Settlement::Leave => {
-                            report.failed += 1;
-                            info!(delivery = %done.id, attempt = done.attempt, "not acknowledged; left for redelivery");
-                        }
+                        Settlement::Leave => report.failed += 1,
                     }
                     if let Some(s) = stream.as_mut() {
                         if let Err(e) = s.grant(1).await {
@@ -301,11 +297,10 @@ where
         Err(e) => Err(e.into()),
     };
     if let Err(e) = &answer {
-        warn!(delivery = %id, attempt, error = %e, "delivery failed");
+        info!(delivery = %id, attempt, error = %e, "not acknowledged; left for redelivery");
     }
     Handled {
         id,
-        attempt,
         proof,
         settlement: settle(&answer),
     }
