@@ -8,6 +8,7 @@
 
 pub mod consume;
 pub mod http_proxy;
+pub mod mysql_proxy;
 pub mod mysqld;
 pub mod orbit;
 

@@ -1,0 +1,264 @@
+//! A COMMIT whose answer never arrives: the inbox reports it as
+//! `CommitUnconfirmed`, the consumer does not ACK it, and the redelivery finds
+//! out what really happened — a committed row is a duplicate, a rolled-back
+//! one is applied now. The network faults come from a MySQL-protocol proxy
+//! between the inbox and the throwaway server.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::mysql_proxy::{Fault, MySqlProxy};
+use common::orbit::OrbitDev;
+use common::{random_hex, scope, EventSpec, TestDb};
+use result_inbox::consumer::{Consumer, ConsumerOptions, ConsumerReport};
+use result_inbox::delivery::{Delivery, DeliveryId, LeaseProof};
+use result_inbox::event::{EventType, TaskId};
+use result_inbox::inbox::{InboxError, InboxLayer, InboxStore, Outcome, Receipt, StoreOptions};
+use result_inbox::scope::{InboxScope, ReceiverName};
+use result_inbox::task_view::{self, TaskView, TaskViewRow};
+use sqlx::{Connection, MySqlConnection, MySqlPool};
+use tokio::time::Instant;
+use tower::{ServiceBuilder, ServiceExt};
+
+/// One test's database, proxy, scope and task.
+struct Fixture {
+    db: TestDb,
+    proxy: MySqlProxy,
+    scope: InboxScope,
+    /// Straight to the server, for reading what was committed.
+    pool: MySqlPool,
+    task: String,
+    event_id: String,
+}
+
+impl Fixture {
+    async fn new(scope: InboxScope) -> Fixture {
+        let db = TestDb::initialized().await;
+        let pool = db.pool().await;
+        Fixture {
+            db,
+            proxy: MySqlProxy::start().await,
+            scope,
+            pool,
+            task: random_hex(16),
+            event_id: random_hex(16),
+        }
+    }
+
+    /// The one valid event every test delivers.
+    fn event_json(&self) -> String {
+        EventSpec {
+            id: self.event_id.clone(),
+            queue_id: self.scope.queue_id.as_str(),
+            task_id: &self.task,
+            version: 2,
+            event_type: "task.succeeded",
+            state: "SUCCEEDED",
+            result: Some(r#"{"ok":true}"#),
+        }
+        .json()
+    }
+
+    /// A store whose connections all go through the proxy.
+    async fn proxied_store(&self) -> InboxStore {
+        let dsn = self.proxy.dsn_for(&self.db.name);
+        InboxStore::connect(&dsn, self.scope.clone(), StoreOptions::default())
+            .await
+            .expect("connect through the proxy")
+    }
+
+    /// A new store straight to the server, as a restarted receiver would have.
+    async fn direct_store(&self) -> InboxStore {
+        self.db.store(self.scope.clone()).await
+    }
+
+    /// Attempt `attempt` of the event's delivery (same delivery id each time).
+    fn delivery(&self, attempt: u32) -> Delivery<Bytes> {
+        Delivery::new(
+            DeliveryId::new(format!("d{}", self.event_id)),
+            attempt,
+            LeaseProof::new(random_hex(16)),
+            Bytes::from(self.event_json()),
+        )
+    }
+
+    async fn view(&self) -> Option<TaskViewRow> {
+        let task = TaskId::parse(&self.task).unwrap();
+        task_view::load(&self.pool, &self.scope, &task)
+            .await
+            .unwrap()
+    }
+
+    /// The committed inbox row's `applied` flag, if the row exists.
+    async fn inbox_applied(&self) -> Option<bool> {
+        sqlx::query_scalar("SELECT applied FROM receiver_inbox WHERE event_id = ?")
+            .bind(&self.event_id)
+            .fetch_optional(&self.pool)
+            .await
+            .unwrap()
+    }
+
+    /// The event's inbox rows as a locking read counts them. Unlike a plain
+    /// read, which never sees uncommitted rows anyway, it waits for the row
+    /// lock of a transaction still open on the server, so it answers only
+    /// once an abandoned transaction has really been rolled back (or
+    /// committed). The wait is bounded at 2 s: a transaction the server
+    /// never ends fails the test with a lock wait timeout.
+    async fn settled_inbox_rows(&self) -> i64 {
+        let mut conn = MySqlConnection::connect_with(&self.db.dsn.connect_options())
+            .await
+            .unwrap();
+        sqlx::query("SET SESSION innodb_lock_wait_timeout = 2")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        let mut tx = conn.begin().await.unwrap();
+        let rows = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM receiver_inbox \
+             WHERE consumer_name = ? AND queue_id = ? AND event_id = ? FOR UPDATE",
+        )
+        .bind(self.scope.receiver.as_str())
+        .bind(self.scope.queue_id.as_str())
+        .bind(&self.event_id)
+        .fetch_one(&mut *tx)
+        .await
+        .expect("the abandoned transaction ends within 2 s");
+        tx.rollback().await.unwrap();
+        rows
+    }
+}
+
+/// The receiver's service: the inbox over the task view.
+async fn apply(store: &InboxStore, delivery: Delivery<Bytes>) -> Result<Receipt, InboxError> {
+    ServiceBuilder::new()
+        .layer(InboxLayer::new(store.clone()))
+        .service(TaskView::new())
+        .oneshot(delivery)
+        .await
+}
+
+#[tokio::test]
+async fn a_lost_commit_ok_is_reported_unconfirmed_and_the_data_is_committed() {
+    let f = Fixture::new(scope("task-result-view")).await;
+    let store = f.proxied_store().await;
+    f.proxy.arm(Fault::DropCommitOk);
+
+    let err = apply(&store, f.delivery(1)).await.unwrap_err();
+    assert!(matches!(err, InboxError::CommitUnconfirmed), "{err:?}");
+    assert!(err.is_retryable());
+    assert_eq!(f.proxy.fired(), 1, "the server's answer to COMMIT was lost");
+
+    // The server did commit: the inbox row and the view are there.
+    assert_eq!(f.inbox_applied().await, Some(true));
+    assert_eq!(f.view().await.expect("view committed").applied_events, 1);
+
+    // The redelivery, to a receiver that knows nothing of the first attempt,
+    // finds the committed row and changes nothing.
+    let receipt = apply(&f.direct_store().await, f.delivery(2)).await.unwrap();
+    assert_eq!(receipt.outcome, Outcome::Duplicate { applied: true });
+    let view = f.view().await.unwrap();
+    assert_eq!((view.task_version, view.applied_events), (2, 1));
+}
+
+#[tokio::test]
+async fn a_commit_dropped_before_the_server_saw_it_is_unconfirmed_and_nothing_is_committed() {
+    let f = Fixture::new(scope("task-result-view")).await;
+    let store = f.proxied_store().await;
+    f.proxy.arm(Fault::DropCommitBeforeServer);
+
+    let err = apply(&store, f.delivery(1)).await.unwrap_err();
+    assert!(matches!(err, InboxError::CommitUnconfirmed), "{err:?}");
+    assert!(err.is_retryable());
+    assert_eq!(f.proxy.fired(), 1, "the COMMIT never reached the server");
+
+    // The server rolled the transaction back when the connection closed.
+    assert_eq!(f.settled_inbox_rows().await, 0);
+    assert_eq!(f.inbox_applied().await, None);
+    assert_eq!(f.view().await, None);
+
+    // So the redelivery applies the event, once.
+    let receipt = apply(&f.direct_store().await, f.delivery(2)).await.unwrap();
+    assert_eq!(receipt.outcome, Outcome::Applied);
+    assert_eq!(f.inbox_applied().await, Some(true));
+    assert_eq!(f.view().await.unwrap().applied_events, 1);
+}
+
+#[tokio::test]
+async fn the_consumer_does_not_ack_an_unconfirmed_commit_and_the_redelivery_dedups() {
+    let orbit = OrbitDev::start(1_500, 5);
+    let creds = orbit.bootstrap("inbox-commit-loss", None).await;
+    let client = orbit.client(&creds);
+    let sub = client.create_subscription(&EventType::ALL).await.unwrap();
+    let name = ReceiverName::parse("task-result-view").unwrap();
+    let f = Fixture::new(InboxScope::new(name, creds.queue())).await;
+    let delivery = orbit.inject(&sub.id, &f.event_json()).await;
+
+    let store = f.proxied_store().await;
+    f.proxy.arm(Fault::DropCommitOk);
+    let service = ServiceBuilder::new()
+        .layer(InboxLayer::new(store))
+        .service(TaskView::new());
+    let consumer = Consumer::connect(
+        client,
+        sub.id.clone(),
+        &creds.queue(),
+        ConsumerOptions::default(),
+    )
+    .await
+    .unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(consumer.run(service, async {
+        let _ = stopped.await;
+    }));
+
+    // The first attempt commits, but its COMMIT answer is lost.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while f.proxy.fired() == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the first attempt never committed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(f.view().await.expect("view committed").applied_events, 1);
+
+    // As long as the first attempt is the latest, it is not ACKed; once its
+    // lease runs out the redelivery is deduplicated and ACKed.
+    let path = format!("/v1/deliveries/{delivery}");
+    let mut first_attempt_seen = 0;
+    let last = loop {
+        let d = orbit.get(&creds, &path).await;
+        let state = d["state"].as_str().unwrap().to_owned();
+        if d["attempts"] == 1 {
+            assert!(state == "LEASED" || state == "PENDING", "{d}");
+            first_attempt_seen += 1;
+        } else if state == "ACKED" {
+            break d;
+        }
+        assert!(Instant::now() < deadline, "never ACKed: {d}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        first_attempt_seen > 0,
+        "the unACKed first attempt was observed"
+    );
+    assert_eq!(last["attempts"], 2, "{last}");
+    assert_eq!(f.inbox_applied().await, Some(true));
+    assert_eq!(f.view().await.unwrap().applied_events, 1);
+
+    stop.send(()).unwrap();
+    let report = running.await.unwrap().unwrap();
+    assert_eq!(
+        report,
+        ConsumerReport {
+            received: 2,
+            succeeded: 1,
+            failed: 1,
+            acked: 1,
+            ack_refused: 0,
+            abandoned: 0,
+        }
+    );
+}
