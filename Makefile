@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 WITH_MYSQL := scripts/with-mysql.sh
 
-.PHONY: demo test build check fmt-check clippy doc unit integration toolchain
+.PHONY: demo test bench build check fmt-check clippy doc unit integration toolchain
 
 ## demo: the whole local demo (orbit-dev, a throwaway database unless ORBIT_RECEIVER_DSN is set, init, demo)
 demo: toolchain build
@@ -41,3 +41,9 @@ toolchain:
 	@command -v $(CARGO) >/dev/null || { echo "cargo not found: install the Rust toolchain (https://rustup.rs)"; exit 2; }
 	@$(CARGO) fmt --version >/dev/null 2>&1 || { echo "rustfmt missing: run 'rustup component add rustfmt'"; exit 2; }
 	@$(CARGO) clippy --version >/dev/null 2>&1 || { echo "clippy missing: run 'rustup component add clippy'"; exit 2; }
+
+## bench: criterion benchmarks of canonical hashing (+ ratio report), then apply throughput against a throwaway server
+bench: toolchain
+	$(CARGO) bench --locked --bench canonical_hash
+	$(CARGO) run --locked --release --example bench_report
+	$(WITH_MYSQL) $(CARGO) bench --locked --bench apply

@@ -14,7 +14,8 @@
 //! 3. calls the inner service with the event and the open transaction. The
 //!    inner service checks the task version, does its writes and answers with
 //!    a [`Verdict`]: advanced or stale. It never commits;
-//! 4. records the verdict on the inbox row and COMMITs. Only a confirmed
+//! 4. records a stale verdict on the inbox row (the row was written as
+//!    "applied", the common case, to save a statement) and COMMITs. Only a confirmed
 //!    COMMIT yields `Ok`; a COMMIT whose answer was lost is
 //!    [`InboxError::CommitUnconfirmed`].
 //!
@@ -419,9 +420,9 @@ where
         .call(delivery.map_body(|_| applying))
         .await
         .map_err(|e| InboxError::from_inner(e.into()))?;
-    if verdict.advanced {
+    if !verdict.advanced {
         let Applying { event, scope, tx } = &mut verdict.applying;
-        store::mark_applied(tx, scope, event).await?;
+        store::mark_stale(tx, scope, event).await?;
     }
     Ok(Phase::ReadyToCommit(verdict))
 }

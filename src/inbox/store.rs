@@ -158,6 +158,12 @@ impl InboxStore {
 
 /// Records the first receipt of `event`. A duplicate key here is the signal
 /// that this event was committed before; the caller decides what that means.
+///
+/// The row is written with `applied = 1`, the common outcome, so that an
+/// advancing event needs no second statement on the inbox; a stale one is
+/// corrected by [`mark_stale`] before COMMIT. Nobody sees the provisional
+/// value: the row is invisible to others until it commits, and a racing copy
+/// waits on its lock.
 pub(crate) async fn insert_event(
     conn: &mut MySqlConnection,
     scope: &InboxScope,
@@ -166,7 +172,7 @@ pub(crate) async fn insert_event(
     sqlx::query(
         "INSERT INTO receiver_inbox \
          (consumer_name, queue_id, event_id, event_digest, event_canonical, applied, received_at) \
-         VALUES (?, ?, ?, ?, ?, 0, UTC_TIMESTAMP(6))",
+         VALUES (?, ?, ?, ?, ?, 1, UTC_TIMESTAMP(6))",
     )
     .bind(scope.receiver.as_str())
     .bind(scope.queue_id.as_str())
@@ -178,14 +184,14 @@ pub(crate) async fn insert_event(
     Ok(())
 }
 
-/// Marks the event's inbox row as having advanced the view.
-pub(crate) async fn mark_applied(
+/// Marks the event's inbox row as recorded without advancing the view.
+pub(crate) async fn mark_stale(
     conn: &mut MySqlConnection,
     scope: &InboxScope,
     event: &Event,
 ) -> Result<(), sqlx::Error> {
     sqlx::query(
-        "UPDATE receiver_inbox SET applied = 1 \
+        "UPDATE receiver_inbox SET applied = 0 \
          WHERE consumer_name = ? AND queue_id = ? AND event_id = ?",
     )
     .bind(scope.receiver.as_str())
