@@ -273,7 +273,7 @@ async fn killed_after_commit_before_ack() {
 
     // A fresh, normal consumer with the same name gets the redelivery once
     // the lease has run out, finds the inbox row and ACKs.
-    let mut fresh = Consume::start(&orbit, &creds, &db, &sub, NAME, &[]);
+    let mut fresh = Consume::start(&orbit, &creds, &dsn_for(&db.name), &sub, NAME, &[]);
     let d = wait_for_delivery(&orbit, &creds, &delivery_id, Duration::from_secs(45), |d| {
         d["state"] == "ACKED"
     })
@@ -305,7 +305,7 @@ async fn lost_ack_answer_is_re_reported() {
     let mut consume = Consume::start(
         &orbit,
         &creds,
-        &db,
+        &dsn_for(&db.name),
         &sub,
         NAME,
         &[("ORBIT_URL", &proxy.url())],
@@ -353,7 +353,7 @@ async fn dies_with_ack_in_flight() {
     let mut doomed = Consume::start(
         &orbit,
         &creds,
-        &db,
+        &dsn_for(&db.name),
         &sub,
         NAME,
         &[("ORBIT_URL", &proxy.url())],
@@ -381,7 +381,7 @@ async fn dies_with_ack_in_flight() {
         "ACKED"
     );
 
-    let mut fresh = Consume::start(&orbit, &creds, &db, &sub, NAME, &[]);
+    let mut fresh = Consume::start(&orbit, &creds, &dsn_for(&db.name), &sub, NAME, &[]);
     let d = wait_for_delivery(&orbit, &creds, &delivery_id, Duration::from_secs(20), |d| {
         d["state"] == "ACKED"
     })

@@ -4,12 +4,11 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::{Child, ExitStatus};
 use std::time::{Duration, Instant};
 
+use common::consume::Consume;
 use common::mysqld::PrivateServer;
-use common::orbit::{receiver, OrbitDev, QueueCredentials};
+use common::orbit::{OrbitDev, QueueCredentials};
 use common::{random_hex, EventSpec};
 use result_inbox::dsn::Dsn;
 use result_inbox::event::{EventType, TaskId};
@@ -21,55 +20,6 @@ use sqlx::Executor;
 
 const APP_PASSWORD: &str = "sentinel-db-password";
 const RECEIVER: &str = "task-result-view";
-
-/// A `receiver consume` process with its stderr in a file; killed if still
-/// running when dropped.
-struct Consume {
-    child: Child,
-    stderr: PathBuf,
-}
-
-impl Consume {
-    fn start(orbit: &OrbitDev, creds: &QueueCredentials, sub: &SubscriptionId, dsn: &str) -> Self {
-        let stderr = orbit.dir.join(format!("consume-{}.err", random_hex(4)));
-        let child = receiver()
-            .arg("consume")
-            .env("ORBIT_CREDENTIALS_FILE", &creds.file)
-            .env("ORBIT_SUBSCRIPTION_ID", sub.as_str())
-            .env("ORBIT_RECEIVER_DSN", dsn)
-            .env("RECEIVER_NAME", RECEIVER)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::fs::File::create(&stderr).unwrap())
-            .spawn()
-            .unwrap();
-        Consume { child, stderr }
-    }
-
-    fn running(&mut self) -> bool {
-        self.child.try_wait().unwrap().is_none()
-    }
-
-    /// SIGTERM, as a service manager would send it; waits for the exit.
-    fn terminate(&mut self) -> ExitStatus {
-        let pid = self.child.id().to_string();
-        let kill = std::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status();
-        assert!(kill.unwrap().success());
-        self.child.wait().unwrap()
-    }
-
-    fn stderr(&self) -> String {
-        std::fs::read_to_string(&self.stderr).unwrap()
-    }
-}
-
-impl Drop for Consume {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// Injects a `task.submitted` event of a new task; returns (event id, task id).
 async fn inject_new_task(
@@ -142,13 +92,13 @@ async fn a_database_outage_acks_nothing_keeps_running_and_applies_everything_onc
     for _ in 0..BEFORE {
         events.push(inject_new_task(&orbit, &creds, &sub.id).await);
     }
-    let mut consume = Consume::start(&orbit, &creds, &sub.id, &app_dsn);
+    let mut consume = Consume::start(&orbit, &creds, &app_dsn, &sub.id, RECEIVER, &[]);
     orbit
         .wait_for_counts(&creds, &sub.id, Duration::from_secs(20), |c| {
             acked(c) == BEFORE as u64
         })
         .await;
-    let log_before_outage = consume.stderr().len();
+    let log_before_outage = consume.output().len();
 
     // The database goes away; new events keep coming.
     server.stop();
@@ -168,15 +118,15 @@ async fn a_database_outage_acks_nothing_keeps_running_and_applies_everything_onc
             BEFORE as u64,
             "ACKed without a database: {counts}"
         );
-        assert!(consume.running(), "consume exited: {}", consume.stderr());
-        let failed = outage_failures(&consume.stderr()[log_before_outage..]).len();
+        assert!(consume.running(), "consume exited: {}", consume.output());
+        let failed = outage_failures(&consume.output()[log_before_outage..]).len();
         if watching.elapsed() >= Duration::from_secs(4) && failed > 0 {
             break;
         }
         assert!(
             watching.elapsed() < Duration::from_secs(20),
             "no failed delivery was logged during the outage: {}",
-            consume.stderr()
+            consume.output()
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -191,7 +141,7 @@ async fn a_database_outage_acks_nothing_keeps_running_and_applies_everything_onc
         .await;
     assert_eq!(counts["expired"], 0, "{counts}");
     let status = consume.terminate();
-    let log = consume.stderr();
+    let log = consume.output();
     assert!(status.success(), "{status}: {log}");
 
     // Exactly one inbox row per event, each view advanced exactly once.

@@ -184,7 +184,14 @@ async fn consume_applies_duplicates_and_out_of_order_versions_of_every_kind_once
         .replace(r#"{"id""#, r#"{ "id""#);
     // The newest is applied before the older ones and the copies arrive.
     orbit.inject(&sub.id, &v3.json()).await;
-    let mut consume = Consume::start(&orbit, &creds, &db, &sub.id, "task-result-view", &[]);
+    let mut consume = Consume::start(
+        &orbit,
+        &creds,
+        &dsn_for(&db.name),
+        &sub.id,
+        "task-result-view",
+        &[],
+    );
     orbit
         .wait_for_counts(&creds, &sub.id, Duration::from_secs(30), |c| {
             c["acked"] == 10
@@ -310,7 +317,14 @@ async fn a_consume_only_token_is_enough_for_consume() {
     let task = client.submit_task().await.unwrap();
     client.cancel_task(&task.id).await.unwrap();
 
-    let mut consume = Consume::start(&orbit, &reader, &db, &sub.id, "task-result-view", &[]);
+    let mut consume = Consume::start(
+        &orbit,
+        &reader,
+        &dsn_for(&db.name),
+        &sub.id,
+        "task-result-view",
+        &[],
+    );
     orbit
         .wait_for_counts(&creds, &sub.id, Duration::from_secs(20), |c| {
             c["acked"] == 1
@@ -342,8 +356,22 @@ async fn two_consumers_with_one_name_share_the_work_without_a_double_advance() {
     }
     let total = 30;
 
-    let mut a = Consume::start(&orbit, &creds, &db, &sub.id, "task-result-view", &[]);
-    let mut b = Consume::start(&orbit, &creds, &db, &sub.id, "task-result-view", &[]);
+    let mut a = Consume::start(
+        &orbit,
+        &creds,
+        &dsn_for(&db.name),
+        &sub.id,
+        "task-result-view",
+        &[],
+    );
+    let mut b = Consume::start(
+        &orbit,
+        &creds,
+        &dsn_for(&db.name),
+        &sub.id,
+        "task-result-view",
+        &[],
+    );
     orbit
         .wait_for_counts(&creds, &sub.id, Duration::from_secs(30), |c| {
             c["acked"] == total
@@ -398,7 +426,14 @@ async fn sigterm_mid_stream_loses_nothing_and_a_restart_finishes_the_work() {
         tasks.push(task);
     }
 
-    let mut first = Consume::start(&orbit, &creds, &db, &sub.id, "task-result-view", &[]);
+    let mut first = Consume::start(
+        &orbit,
+        &creds,
+        &dsn_for(&db.name),
+        &sub.id,
+        "task-result-view",
+        &[],
+    );
     orbit
         .wait_for_counts(&creds, &sub.id, Duration::from_secs(20), |c| {
             c["acked"].as_u64().unwrap_or(0) >= 1
@@ -420,7 +455,14 @@ async fn sigterm_mid_stream_loses_nothing_and_a_restart_finishes_the_work() {
         "the first consumer was stopped mid-stream: {after_first}"
     );
 
-    let mut second = Consume::start(&orbit, &creds, &db, &sub.id, "task-result-view", &[]);
+    let mut second = Consume::start(
+        &orbit,
+        &creds,
+        &dsn_for(&db.name),
+        &sub.id,
+        "task-result-view",
+        &[],
+    );
     orbit
         .wait_for_counts(&creds, &sub.id, Duration::from_secs(60), |c| {
             c["acked"] == TOTAL
@@ -503,4 +545,48 @@ async fn the_platform_database_is_never_touched() {
             .await
             .unwrap();
     assert_eq!(tables, 0);
+}
+
+#[tokio::test]
+async fn a_cut_connection_is_reopened_and_consumption_goes_on() {
+    let orbit = OrbitDev::start(30_000, 5);
+    let creds = orbit.bootstrap("inbox-reconnect", None).await;
+    let db = TestDb::initialized().await;
+    let client = orbit.client(&creds);
+    let sub = client
+        .create_subscription(&[EventType::Cancelled])
+        .await
+        .unwrap();
+    let proxy = common::http_proxy::HttpProxy::start(&orbit.url).await;
+    let mut consume = Consume::start(
+        &orbit,
+        &creds,
+        &dsn_for(&db.name),
+        &sub.id,
+        "task-result-view",
+        &[("ORBIT_URL", &proxy.url())],
+    );
+    let cancel_one = || async {
+        let task = client.submit_task().await.unwrap();
+        client.cancel_task(&task.id).await.unwrap();
+    };
+    cancel_one().await;
+    orbit
+        .wait_for_counts(&creds, &sub.id, Duration::from_secs(20), |c| {
+            c["acked"] == 1
+        })
+        .await;
+
+    proxy.cut_all();
+    cancel_one().await;
+    cancel_one().await;
+    orbit
+        .wait_for_counts(&creds, &sub.id, Duration::from_secs(20), |c| {
+            c["acked"] == 3
+        })
+        .await;
+    let out = consume.output();
+    assert!(consume.running());
+    assert!(consume.terminate().success());
+    assert_eq!(out.matches("delivery stream open").count(), 2, "{out}");
 }

@@ -48,6 +48,9 @@ pub struct ConsumerOptions {
     /// After shutdown is requested, how long pending ACKs may still take
     /// before the consumer returns anyway. Default 10 s.
     pub shutdown_grace: Duration,
+    /// A stream that delivers nothing, not even a ping, for this long is
+    /// taken for dead and reopened (Orbit pings every 15 s). Default 60 s.
+    pub stream_idle_timeout: Duration,
 }
 
 impl Default for ConsumerOptions {
@@ -57,6 +60,7 @@ impl Default for ConsumerOptions {
             retry_min: Duration::from_millis(200),
             retry_max: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(10),
+            stream_idle_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -163,6 +167,8 @@ impl Consumer {
         let mut stream: Option<DeliveryStream> = None;
         let mut backoff = Backoff::new(self.options.retry_min, self.options.retry_max);
         let mut reconnect_at = Instant::now();
+        let mut last_heard = Instant::now();
+        let idle = self.options.stream_idle_timeout;
         let mut fatal = None;
         tokio::pin!(shutdown);
 
@@ -177,6 +183,7 @@ impl Consumer {
                     Ok(s) => {
                         info!(subscription = %self.subscription, "delivery stream open");
                         stream = Some(s);
+                        last_heard = Instant::now();
                         backoff.reset();
                     }
                     Err(e) if e.is_retryable() => {
@@ -217,7 +224,10 @@ impl Consumer {
                         record_ack(&mut report, acked);
                     }
                 }
-                message = next_message(&mut stream), if stream.is_some() => match message {
+                message = next_message(&mut stream), if stream.is_some() => {
+                    last_heard = Instant::now();
+                    match message {
+                    Some(Ok(StreamMessage::Keepalive)) => {}
                     Some(Ok(StreamMessage::Delivery(delivery))) => {
                         report.received += 1;
                         handlers.spawn(handle(service.clone(), delivery));
@@ -235,7 +245,14 @@ impl Consumer {
                         stream = None;
                         reconnect_at = Instant::now() + backoff.next();
                     }
-                },
+                }},
+                _ = sleep_until(last_heard + idle), if stream.is_some() => {
+                    warn!("delivery stream silent for too long; reopening it");
+                    if let Some(s) = stream.take() {
+                        let _ = tokio::time::timeout(Duration::from_secs(1), s.close()).await;
+                    }
+                    reconnect_at = Instant::now() + backoff.next();
+                }
                 _ = sleep_until(reconnect_at), if stream.is_none() => {}
             }
         }

@@ -22,6 +22,10 @@ pub enum StreamMessage {
         /// Orbit's stable stream error code.
         code: String,
     },
+    /// A ping or pong: the connection is alive. (Pings are answered by the
+    /// WebSocket layer; this only tells the reader that time has not stood
+    /// still.)
+    Keepalive,
 }
 
 #[derive(Deserialize)]
@@ -81,7 +85,7 @@ impl DeliveryStream {
     }
 
     /// The next message, or `None` once the stream has closed. Pings are
-    /// answered while reading.
+    /// answered while reading and reported as [`StreamMessage::Keepalive`].
     pub async fn next_message(&mut self) -> Option<Result<StreamMessage, OrbitError>> {
         loop {
             let frame = match self.socket.next().await? {
@@ -94,7 +98,8 @@ impl DeliveryStream {
                 // Ping/Pong are handled by tungstenite; binary frames are not
                 // part of the protocol.
                 Message::Binary(_) => return Some(Err(OrbitError::Protocol("binary frame"))),
-                _ => continue,
+                Message::Ping(_) | Message::Pong(_) => return Some(Ok(StreamMessage::Keepalive)),
+                Message::Frame(_) => continue,
             }
         }
     }

@@ -7,7 +7,7 @@ use std::process::Child;
 use result_inbox::ids::SubscriptionId;
 
 use super::orbit::{receiver, OrbitDev, QueueCredentials};
-use super::{dsn_for, random_hex, TestDb};
+use super::{random_hex, sigterm};
 
 /// A `receiver consume` process whose output goes to files; killed if still
 /// running when dropped.
@@ -21,7 +21,7 @@ impl Consume {
     pub fn start(
         orbit: &OrbitDev,
         creds: &QueueCredentials,
-        db: &TestDb,
+        dsn: &str,
         sub: &SubscriptionId,
         name: &str,
         extra: &[(&str, &str)],
@@ -33,7 +33,7 @@ impl Consume {
             .arg("consume")
             .env("ORBIT_CREDENTIALS_FILE", &creds.file)
             .env("ORBIT_SUBSCRIPTION_ID", sub.as_str())
-            .env("ORBIT_RECEIVER_DSN", dsn_for(&db.name))
+            .env("ORBIT_RECEIVER_DSN", dsn)
             .env("RECEIVER_NAME", name)
             .envs(extra.iter().copied())
             .stdout(std::fs::File::create(&stdout).unwrap())
@@ -49,11 +49,7 @@ impl Consume {
 
     /// SIGTERM, as a service manager would send it; waits for the exit.
     pub fn terminate(&mut self) -> std::process::ExitStatus {
-        let pid = self.child.id() as i32;
-        std::process::Command::new("kill")
-            .args(["-TERM", &pid.to_string()])
-            .status()
-            .unwrap();
+        sigterm(self.child.id());
         self.child.wait().unwrap()
     }
 
@@ -61,6 +57,11 @@ impl Consume {
     pub fn output(&self) -> String {
         std::fs::read_to_string(&self.stdout).unwrap()
             + &std::fs::read_to_string(&self.stderr).unwrap()
+    }
+
+    /// Whether it is still running.
+    pub fn running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
     }
 
     /// How many deliveries the inbox reported handling.

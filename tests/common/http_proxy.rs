@@ -12,11 +12,11 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinHandle;
+use tokio::task::{AbortHandle, JoinHandle};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AckFault {
@@ -30,6 +30,8 @@ pub enum AckFault {
 struct State {
     fault: AtomicU8,
     fired: AtomicU32,
+    /// Every relayed connection, so that they can be cut.
+    connections: Mutex<Vec<AbortHandle>>,
 }
 
 pub struct HttpProxy {
@@ -52,12 +54,17 @@ impl HttpProxy {
             let state = state.clone();
             async move {
                 while let Ok((client, _)) = listener.accept().await {
-                    let state = state.clone();
-                    tokio::spawn(async move {
+                    let relay_state = state.clone();
+                    let connection = tokio::spawn(async move {
                         if let Ok(server) = TcpStream::connect(upstream).await {
-                            relay(client, server, state).await;
+                            relay(client, server, relay_state).await;
                         }
                     });
+                    state
+                        .connections
+                        .lock()
+                        .unwrap()
+                        .push(connection.abort_handle());
                 }
             }
         });
@@ -81,6 +88,14 @@ impl HttpProxy {
         self.state.fault.store(0, Ordering::SeqCst);
     }
 
+    /// Cuts every open connection (the WebSocket stream included), as a
+    /// network failure would. New connections are accepted as before.
+    pub fn cut_all(&self) {
+        for connection in self.state.connections.lock().unwrap().drain(..) {
+            connection.abort();
+        }
+    }
+
     /// How many ACKs a fault has hit so far.
     pub fn fired(&self) -> u32 {
         self.state.fired.load(Ordering::SeqCst)
@@ -90,6 +105,7 @@ impl HttpProxy {
 impl Drop for HttpProxy {
     fn drop(&mut self) {
         self.accept.abort();
+        self.cut_all();
     }
 }
 

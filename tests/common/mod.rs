@@ -146,3 +146,13 @@ impl<'a> EventSpec<'a> {
         )
     }
 }
+
+/// Sends SIGTERM, as a service manager would.
+pub fn sigterm(pid: u32) {
+    // SAFETY: kill(2) takes plain integers and touches no memory of ours.
+    // A failure means the process is already gone, which the caller notices
+    // when it waits for it.
+    unsafe {
+        libc::kill(pid as libc::pid_t, libc::SIGTERM);
+    }
+}

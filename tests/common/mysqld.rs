@@ -100,9 +100,7 @@ impl PrivateServer {
     /// the port is closed.
     pub fn stop(&mut self) {
         let child = self.child.as_mut().expect("the private server is running");
-        assert!(quietly(
-            Command::new("kill").args(["-TERM", &child.id().to_string()])
-        ));
+        super::sigterm(child.id());
         child.wait().unwrap();
         self.child = None;
         assert!(
