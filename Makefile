@@ -47,3 +47,5 @@ bench: toolchain
 	$(CARGO) bench --locked --bench canonical_hash
 	$(CARGO) run --locked --release --example bench_report
 	$(WITH_MYSQL) $(CARGO) bench --locked --bench apply
+	$(CARGO) build --locked --release --workspace --bins
+	$(WITH_MYSQL) $(CARGO) bench --locked --bench end_to_end

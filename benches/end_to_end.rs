@@ -1,0 +1,180 @@
+//! End-to-end throughput: orbit-dev → `receiver consume` → InboxLayer → ACK,
+//! against the inbox alone, and the consumer's peak memory with 512 KiB
+//! events. Real processes, real sockets, a throwaway server.
+//!
+//! `make bench` runs it (it needs the release binaries and a server).
+//! Prints:
+//!
+//! ```text
+//! e2e deliveries=N consume_deliveries_per_s=… apply_alone_per_s=… ratio=…
+//! e2e large_events=N event_bytes=… consume_peak_rss_kib=…
+//! ```
+
+#[path = "../tests/common/mod.rs"]
+#[allow(unused_imports)]
+mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::consume::Consume;
+use common::orbit::OrbitDev;
+use common::{dsn_for, random_hex, EventSpec, TestDb};
+use result_inbox::delivery::{Delivery, DeliveryId, LeaseProof};
+use result_inbox::event::EventType;
+use result_inbox::inbox::{InboxLayer, InboxStore, Outcome, StoreOptions};
+use result_inbox::scope::{InboxScope, ReceiverName};
+use result_inbox::task_view::TaskView;
+use tower::{ServiceBuilder, ServiceExt};
+
+const DELIVERIES: usize = 2000;
+const LARGE_EVENTS: usize = 40;
+
+fn small_event(queue: &str) -> String {
+    EventSpec {
+        id: random_hex(16),
+        queue_id: queue,
+        task_id: &random_hex(16),
+        version: 2,
+        event_type: "task.succeeded",
+        state: "SUCCEEDED",
+        result: Some(r#"{"rows":1234,"total":123456789012345678901234567890,"message":"Verarbeitung abgeschlossen – 处理完成","ratio":1.10}"#),
+    }
+    .json()
+}
+
+fn large_event(queue: &str) -> String {
+    // Just under the 512 KiB limit: a long text result.
+    let filler = "Zeile mit Umlauten äöü und 中文 ".repeat(13_000);
+    let mut end = 520_000;
+    while !filler.is_char_boundary(end) {
+        end -= 1;
+    }
+    let result = format!(r#"{{"log":"{}"}}"#, &filler[..end]);
+    EventSpec {
+        id: random_hex(16),
+        queue_id: queue,
+        task_id: &random_hex(16),
+        version: 2,
+        event_type: "task.succeeded",
+        state: "SUCCEEDED",
+        result: Some(&result),
+    }
+    .json()
+}
+
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::main]
+async fn main() {
+    if std::env::var("RESULT_INBOX_TEST_ADMIN_DSN").is_err() {
+        eprintln!("end_to_end bench: needs a server; run it with `make bench`");
+        return;
+    }
+
+    // Through the whole system.
+    let orbit = OrbitDev::start(30_000, 5);
+    let creds = orbit.bootstrap("bench-e2e", None).await;
+    let client = orbit.client(&creds);
+    let sub = client.create_subscription(&EventType::ALL).await.unwrap();
+    let events: Vec<String> = (0..DELIVERIES)
+        .map(|_| small_event(&creds.queue_id))
+        .collect();
+    for e in &events {
+        orbit.inject(&sub.id, e).await;
+    }
+    let db = TestDb::initialized().await;
+    let started = Instant::now();
+    let mut consume = Consume::start(
+        &orbit,
+        &creds,
+        &dsn_for(&db.name),
+        &sub.id,
+        "bench",
+        &[("RECEIVER_LOG", "warn")],
+    );
+    orbit
+        .wait_for_counts(&creds, &sub.id, Duration::from_secs(600), |c| {
+            c["acked"] == DELIVERIES as u64
+        })
+        .await;
+    let e2e = DELIVERIES as f64 / started.elapsed().as_secs_f64();
+    assert!(consume.terminate().success());
+
+    // The inbox alone, same events, same concurrency (4), fresh database.
+    let db2 = TestDb::initialized().await;
+    let scope = InboxScope::new(ReceiverName::parse("bench").unwrap(), creds.queue());
+    let store = InboxStore::connect(&db2.dsn, scope, StoreOptions::default())
+        .await
+        .unwrap();
+    let service = ServiceBuilder::new()
+        .layer(InboxLayer::new(store))
+        .service(TaskView::new());
+    let events = Arc::new(events);
+    let next = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for _ in 0..4 {
+        let (service, events, next) = (service.clone(), events.clone(), next.clone());
+        workers.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed) as usize;
+                let Some(e) = events.get(i) else { break };
+                let d = Delivery::new(
+                    DeliveryId::new(i.to_string()),
+                    1,
+                    LeaseProof::new("p"),
+                    Bytes::from(e.clone()),
+                );
+                assert_eq!(
+                    service.clone().oneshot(d).await.unwrap().outcome,
+                    Outcome::Applied
+                );
+            }
+        }));
+    }
+    for w in workers {
+        w.await.unwrap();
+    }
+    let alone = DELIVERIES as f64 / started.elapsed().as_secs_f64();
+    println!(
+        "e2e deliveries={DELIVERIES} consume_deliveries_per_s={e2e:.0} apply_alone_per_s={alone:.0} ratio={:.2}",
+        e2e / alone
+    );
+
+    // Memory with the largest events the receiver accepts.
+    let sub = client.create_subscription(&EventType::ALL).await.unwrap();
+    let large = large_event(&creds.queue_id);
+    for _ in 0..LARGE_EVENTS {
+        orbit.inject(&sub.id, &large_event(&creds.queue_id)).await;
+    }
+    let db3 = TestDb::initialized().await;
+    let mut consume = Consume::start(
+        &orbit,
+        &creds,
+        &dsn_for(&db3.name),
+        &sub.id,
+        "bench",
+        &[("RECEIVER_LOG", "warn")],
+    );
+    orbit
+        .wait_for_counts(&creds, &sub.id, Duration::from_secs(600), |c| {
+            c["acked"] == LARGE_EVENTS as u64
+        })
+        .await;
+    let rss = peak_rss_kib(consume.child.id());
+    assert!(consume.terminate().success());
+    println!(
+        "e2e large_events={LARGE_EVENTS} event_bytes={} consume_peak_rss_kib={rss}",
+        large.len()
+    );
+}
