@@ -42,7 +42,7 @@ fn measure_for() -> Duration {
 fn event(n: u64) -> String {
     format!(
         r#"{{"id":"{n:032x}","type":"task.succeeded","queue_id":"{QUEUE}","occurred_at":"2026-11-30T16:02:44.123456Z","task":{{"id":"{:032x}","version":2,"state":"SUCCEEDED","result":{{"rows":1234,"total":123456789012345678901234567890,"message":"Verarbeitung abgeschlossen – 处理完成","ratio":1.10}}}}}}"#,
-        n + (1 << 100)
+        u128::from(n) + (1u128 << 100)
     )
 }
 
@@ -104,7 +104,7 @@ async fn main() {
     let admin_pool = MySqlPool::connect(&admin).await.unwrap();
     let db = format!("bench_apply_{}", std::process::id());
     admin_pool
-        .execute(format!("CREATE DATABASE {db}").as_str())
+        .execute(format!("CREATE DATABASE {db} CHARACTER SET utf8mb4").as_str())
         .await
         .unwrap();
     let base = admin.rsplit_once('/').unwrap().0;
@@ -123,7 +123,7 @@ async fn main() {
         .await
         .unwrap();
     raw_pool
-        .execute("CREATE TABLE raw_events (id BIGINT UNSIGNED PRIMARY KEY, body MEDIUMTEXT NOT NULL) ENGINE=InnoDB")
+        .execute("CREATE TABLE raw_events (id BIGINT UNSIGNED PRIMARY KEY, body MEDIUMTEXT NOT NULL) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4")
         .await
         .unwrap();
 
