@@ -273,23 +273,36 @@ async fn killed_after_commit_before_ack() {
 
     // A fresh, normal consumer with the same name gets the redelivery once
     // the lease has run out, finds the inbox row and ACKs.
-    let mut fresh = Consume::start(&orbit, &creds, &dsn_for(&db.name), &sub, NAME, &[]);
-    let d = wait_for_delivery(&orbit, &creds, &delivery_id, Duration::from_secs(45), |d| {
-        d["state"] == "ACKED"
-    })
+    fresh_consumer_dedups_and_acks(&orbit, &creds, &db, &sub, &task, &delivery_id, 45).await;
+}
+
+/// A fresh, normal `receiver consume` with the same name gets the redelivery
+/// once the lease has run out, finds the committed inbox row and ACKs the
+/// second attempt; the view advanced once.
+async fn fresh_consumer_dedups_and_acks(
+    orbit: &OrbitDev,
+    creds: &QueueCredentials,
+    db: &TestDb,
+    sub: &SubscriptionId,
+    task: &TaskId,
+    delivery_id: &str,
+    within_secs: u64,
+) {
+    let mut fresh = Consume::start(orbit, creds, &dsn_for(&db.name), sub, NAME, &[]);
+    let d = wait_for_delivery(
+        orbit,
+        creds,
+        delivery_id,
+        Duration::from_secs(within_secs),
+        |d| d["state"] == "ACKED",
+    )
     .await;
     assert_eq!(d["attempts"], 2);
-    assert!(
-        fresh.output().contains(r#"class="duplicate""#),
-        "{}",
-        fresh.output()
-    );
+    let out = fresh.output();
+    assert!(out.contains(r#"class="duplicate""#), "{out}");
     assert!(fresh.terminate().success());
     assert_eq!(
-        view(&db, &creds, task.as_str())
-            .await
-            .unwrap()
-            .applied_events,
+        view(db, creds, task.as_str()).await.unwrap().applied_events,
         1
     );
 }
@@ -381,25 +394,7 @@ async fn dies_with_ack_in_flight() {
         "ACKED"
     );
 
-    let mut fresh = Consume::start(&orbit, &creds, &dsn_for(&db.name), &sub, NAME, &[]);
-    let d = wait_for_delivery(&orbit, &creds, &delivery_id, Duration::from_secs(20), |d| {
-        d["state"] == "ACKED"
-    })
-    .await;
-    assert_eq!(d["attempts"], 2);
-    assert!(
-        fresh.output().contains(r#"class="duplicate""#),
-        "{}",
-        fresh.output()
-    );
-    assert!(fresh.terminate().success());
-    assert_eq!(
-        view(&db, &creds, task.as_str())
-            .await
-            .unwrap()
-            .applied_events,
-        1
-    );
+    fresh_consumer_dedups_and_acks(&orbit, &creds, &db, &sub, &task, &delivery_id, 20).await;
 }
 
 async fn budget_exhaustion_and_revival() {

@@ -15,6 +15,36 @@ use result_inbox::ids::SubscriptionId;
 use result_inbox::scope::{InboxScope, ReceiverName};
 use result_inbox::task_view;
 
+/// `receiver consume` with the default name against the test's database.
+fn consume(
+    orbit: &OrbitDev,
+    creds: &QueueCredentials,
+    db: &TestDb,
+    sub: &SubscriptionId,
+) -> Consume {
+    Consume::start(
+        orbit,
+        creds,
+        &dsn_for(&db.name),
+        sub,
+        "task-result-view",
+        &[],
+    )
+}
+
+/// Inbox rows, inbox rows that advanced a view, and the advances the views
+/// counted: the last two must always agree.
+async fn totals(db: &TestDb) -> (i64, i64, i64) {
+    sqlx::query_as(
+        "SELECT (SELECT COUNT(*) FROM receiver_inbox), \
+         (SELECT CAST(COALESCE(SUM(applied), 0) AS SIGNED) FROM receiver_inbox), \
+         (SELECT CAST(COALESCE(SUM(applied_events), 0) AS SIGNED) FROM receiver_task_views)",
+    )
+    .fetch_one(&db.pool().await)
+    .await
+    .unwrap()
+}
+
 fn text(out: &Output) -> (String, String) {
     (
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -184,14 +214,7 @@ async fn consume_applies_duplicates_and_out_of_order_versions_of_every_kind_once
         .replace(r#"{"id""#, r#"{ "id""#);
     // The newest is applied before the older ones and the copies arrive.
     orbit.inject(&sub.id, &v3.json()).await;
-    let mut consume = Consume::start(
-        &orbit,
-        &creds,
-        &dsn_for(&db.name),
-        &sub.id,
-        "task-result-view",
-        &[],
-    );
+    let mut consume = consume(&orbit, &creds, &db, &sub.id);
     orbit
         .wait_for_counts(&creds, &sub.id, Duration::from_secs(30), |c| {
             c["acked"] == 10
@@ -244,22 +267,8 @@ async fn consume_applies_duplicates_and_out_of_order_versions_of_every_kind_once
 
     // Every distinct event has one inbox row; the views advanced exactly as
     // often as the inbox says events advanced them.
-    let pool = db.pool().await;
-    let inbox_rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM receiver_inbox")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let (inbox_rows, advanced, counted) = totals(&db).await;
     assert_eq!(inbox_rows, 3 + 2 + 2 + 2 + 3);
-    let advanced: i64 =
-        sqlx::query_scalar("SELECT CAST(SUM(applied) AS SIGNED) FROM receiver_inbox")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-    let counted: i64 =
-        sqlx::query_scalar("SELECT CAST(SUM(applied_events) AS SIGNED) FROM receiver_task_views")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
     assert_eq!(advanced, counted);
     assert_eq!(
         applied_rows(&db, &[v3.id.clone(), v1.id.clone(), v2.id.clone()]).await,
@@ -317,14 +326,7 @@ async fn a_consume_only_token_is_enough_for_consume() {
     let task = client.submit_task().await.unwrap();
     client.cancel_task(&task.id).await.unwrap();
 
-    let mut consume = Consume::start(
-        &orbit,
-        &reader,
-        &dsn_for(&db.name),
-        &sub.id,
-        "task-result-view",
-        &[],
-    );
+    let mut consume = consume(&orbit, &reader, &db, &sub.id);
     orbit
         .wait_for_counts(&creds, &sub.id, Duration::from_secs(20), |c| {
             c["acked"] == 1
@@ -356,22 +358,8 @@ async fn two_consumers_with_one_name_share_the_work_without_a_double_advance() {
     }
     let total = 30;
 
-    let mut a = Consume::start(
-        &orbit,
-        &creds,
-        &dsn_for(&db.name),
-        &sub.id,
-        "task-result-view",
-        &[],
-    );
-    let mut b = Consume::start(
-        &orbit,
-        &creds,
-        &dsn_for(&db.name),
-        &sub.id,
-        "task-result-view",
-        &[],
-    );
+    let mut a = consume(&orbit, &creds, &db, &sub.id);
+    let mut b = consume(&orbit, &creds, &db, &sub.id);
     orbit
         .wait_for_counts(&creds, &sub.id, Duration::from_secs(30), |c| {
             c["acked"] == total
@@ -389,14 +377,7 @@ async fn two_consumers_with_one_name_share_the_work_without_a_double_advance() {
         assert_eq!(v.task_version, 2);
         assert!(v.applied_events <= 2);
     }
-    let pool = db.pool().await;
-    let (advanced, counted): (i64, i64) = sqlx::query_as(
-        "SELECT (SELECT CAST(SUM(applied) AS SIGNED) FROM receiver_inbox), \
-         (SELECT CAST(SUM(applied_events) AS SIGNED) FROM receiver_task_views)",
-    )
-    .fetch_one(&pool)
-    .await
-    .unwrap();
+    let (_, advanced, counted) = totals(&db).await;
     assert_eq!(advanced, counted);
 }
 
@@ -426,14 +407,7 @@ async fn sigterm_mid_stream_loses_nothing_and_a_restart_finishes_the_work() {
         tasks.push(task);
     }
 
-    let mut first = Consume::start(
-        &orbit,
-        &creds,
-        &dsn_for(&db.name),
-        &sub.id,
-        "task-result-view",
-        &[],
-    );
+    let mut first = consume(&orbit, &creds, &db, &sub.id);
     orbit
         .wait_for_counts(&creds, &sub.id, Duration::from_secs(20), |c| {
             c["acked"].as_u64().unwrap_or(0) >= 1
@@ -455,33 +429,15 @@ async fn sigterm_mid_stream_loses_nothing_and_a_restart_finishes_the_work() {
         "the first consumer was stopped mid-stream: {after_first}"
     );
 
-    let mut second = Consume::start(
-        &orbit,
-        &creds,
-        &dsn_for(&db.name),
-        &sub.id,
-        "task-result-view",
-        &[],
-    );
+    let mut second = consume(&orbit, &creds, &db, &sub.id);
     orbit
         .wait_for_counts(&creds, &sub.id, Duration::from_secs(60), |c| {
             c["acked"] == TOTAL
         })
         .await;
     assert!(second.terminate().success(), "{}", second.output());
-    let pool = db.pool().await;
-    let (rows, advanced, counted): (i64, i64, i64) = sqlx::query_as(
-        "SELECT (SELECT COUNT(*) FROM receiver_inbox), \
-         (SELECT CAST(SUM(applied) AS SIGNED) FROM receiver_inbox), \
-         (SELECT CAST(SUM(applied_events) AS SIGNED) FROM receiver_task_views)",
-    )
-    .fetch_one(&pool)
-    .await
-    .unwrap();
-    assert_eq!(
-        (rows, advanced, counted),
-        (TOTAL as i64, TOTAL as i64, TOTAL as i64)
-    );
+    let total = TOTAL as i64;
+    assert_eq!(totals(&db).await, (total, total, total));
     assert_eq!(applied_rows(&db, &event_ids[..10]).await, 10);
 }
 
