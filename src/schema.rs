@@ -40,6 +40,9 @@ pub enum InitError {
         /// The receiver tables found there.
         tables: Vec<String>,
     },
+    /// The account may not create tables.
+    #[error("schema initialization failed: {0}; init needs the CREATE privilege on the receiver's database (the runtime account does not)")]
+    PermissionDenied(crate::inbox::DbError),
     /// The server refused or the connection failed; the message is redacted.
     #[error("schema initialization failed: {0}")]
     Database(crate::inbox::DbError),
@@ -47,7 +50,13 @@ pub enum InitError {
 
 impl From<sqlx::Error> for InitError {
     fn from(e: sqlx::Error) -> Self {
-        InitError::Database(crate::inbox::DbError::from(e))
+        let e = crate::inbox::DbError::from(e);
+        // 1142 is "CREATE command denied": the account is fine otherwise.
+        if e.number() == Some(crate::inbox::mysql_errno::TABLE_ACCESS_DENIED) {
+            InitError::PermissionDenied(e)
+        } else {
+            InitError::Database(e)
+        }
     }
 }
 

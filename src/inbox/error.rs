@@ -26,6 +26,10 @@ pub mod mysql_errno {
     pub const BAD_DB: u16 = 1049;
     /// `ER_NO_SUCH_TABLE`.
     pub const NO_SUCH_TABLE: u16 = 1146;
+    /// `ER_COLUMNACCESS_DENIED_ERROR`.
+    pub const COLUMN_ACCESS_DENIED: u16 = 1143;
+    /// `ER_SPECIFIC_ACCESS_DENIED_ERROR`.
+    pub const SPECIFIC_ACCESS_DENIED: u16 = 1227;
 }
 
 /// The broad kind of a database failure.
@@ -36,6 +40,9 @@ pub enum DbErrorKind {
     Deadlock,
     /// A row lock was not granted in time (1205).
     LockWaitTimeout,
+    /// The account lacks a privilege, or cannot log in (1044, 1045, 1142,
+    /// 1143, 1227). Not transient: someone has to grant it.
+    PermissionDenied,
     /// The server answered with another error.
     Server,
     /// The connection could not be made or broke.
@@ -86,6 +93,13 @@ impl From<sqlx::Error> for DbError {
                 let kind = match number {
                     Some(mysql_errno::DEADLOCK) => DbErrorKind::Deadlock,
                     Some(mysql_errno::LOCK_WAIT_TIMEOUT) => DbErrorKind::LockWaitTimeout,
+                    Some(
+                        mysql_errno::DB_ACCESS_DENIED
+                        | mysql_errno::ACCESS_DENIED
+                        | mysql_errno::TABLE_ACCESS_DENIED
+                        | mysql_errno::COLUMN_ACCESS_DENIED
+                        | mysql_errno::SPECIFIC_ACCESS_DENIED,
+                    ) => DbErrorKind::PermissionDenied,
                     _ => DbErrorKind::Server,
                 };
                 DbError {
@@ -121,6 +135,7 @@ impl fmt::Display for DbError {
         match self.kind {
             DbErrorKind::Deadlock => f.write_str("deadlock, transaction rolled back")?,
             DbErrorKind::LockWaitTimeout => f.write_str("lock wait timeout")?,
+            DbErrorKind::PermissionDenied => f.write_str("permission denied")?,
             DbErrorKind::Server => f.write_str("server error")?,
             DbErrorKind::Connection => return f.write_str("database connection failed"),
             DbErrorKind::PoolTimeout => return f.write_str("no database connection available"),

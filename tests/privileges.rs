@@ -1,0 +1,161 @@
+//! Least privilege: the runtime account needs only SELECT, INSERT and UPDATE
+//! on the two receiver tables, and nothing at run time issues DELETE or DDL.
+
+mod common;
+
+use std::time::Duration;
+
+use common::consume::Consume;
+use common::orbit::{receiver, OrbitDev};
+use common::{dsn_for, random_hex, TestDb};
+use result_inbox::event::EventType;
+
+/// A user with a password, for `db`, with exactly `grants`.
+async fn create_user(db: &TestDb, grants: &[&str]) -> (String, String) {
+    let user = format!("ri_{}", random_hex(4));
+    let password = format!("pw-{}", random_hex(8));
+    sqlx::query(&format!(
+        "CREATE USER '{user}'@'%' IDENTIFIED BY '{password}'"
+    ))
+    .execute(&db.admin)
+    .await
+    .unwrap();
+    for grant in grants {
+        let grant = grant.replace("{db}", &db.name);
+        sqlx::query(&format!("GRANT {grant} TO '{user}'@'%'"))
+            .execute(&db.admin)
+            .await
+            .unwrap();
+    }
+    (user, password)
+}
+
+/// The DSN of `db` for a user.
+fn user_dsn(db: &TestDb, user: &str, password: &str) -> String {
+    dsn_for(&db.name).replacen("root@", &format!("{user}:{password}@"), 1)
+}
+
+/// The statements the server's general log recorded for `user`'s connections.
+fn statements_of(user: &str) -> Vec<String> {
+    let dir =
+        std::env::var("RESULT_INBOX_TEST_MYSQL_DIR").expect("run through scripts/with-mysql.sh");
+    let log = std::fs::read_to_string(std::path::Path::new(&dir).join("general.log")).unwrap();
+    let mut threads = std::collections::HashSet::new();
+    let mut statements = Vec::new();
+    for line in log.lines() {
+        // Entries look like "<time>\t<id> <Command>\t<argument>"; a statement
+        // spanning several lines continues without that prefix.
+        let Some((id, command, argument)) = line.split('\t').find_map(|field| {
+            let (id, command) = field.trim().split_once(' ')?;
+            let id: u64 = id.parse().ok()?;
+            let argument = line.split_once(&format!("{command}\t")).map(|(_, a)| a)?;
+            Some((id, command.to_owned(), argument.to_owned()))
+        }) else {
+            continue;
+        };
+        if command == "Connect" && argument.starts_with(&format!("{user}@")) {
+            threads.insert(id);
+        } else if threads.contains(&id)
+            && matches!(command.as_str(), "Query" | "Prepare" | "Execute")
+        {
+            statements.push(argument);
+        }
+    }
+    statements
+}
+
+#[tokio::test]
+async fn consume_and_the_demo_run_with_only_select_insert_update_on_the_two_tables() {
+    let db = TestDb::initialized().await;
+    let (user, password) = create_user(
+        &db,
+        &[
+            "SELECT, INSERT, UPDATE ON `{db}`.receiver_inbox",
+            "SELECT, INSERT, UPDATE ON `{db}`.receiver_task_views",
+        ],
+    )
+    .await;
+    let dsn = user_dsn(&db, &user, &password);
+    let orbit = OrbitDev::start(30_000, 5);
+    let creds = orbit.bootstrap("inbox-least-privilege", None).await;
+
+    // The demo's apply path.
+    let demo = receiver()
+        .arg("demo")
+        .env("ORBIT_CREDENTIALS_FILE", &creds.file)
+        .env("ORBIT_RECEIVER_DSN", &dsn)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&demo.stderr);
+    assert!(demo.status.success(), "{stderr}");
+    assert!(!stderr.contains(&password));
+
+    // A consumer of every event kind.
+    let client = orbit.client(&creds);
+    let sub = client.create_subscription(&EventType::ALL).await.unwrap();
+    let task = client.submit_task().await.unwrap();
+    client.cancel_task(&task.id).await.unwrap();
+    let mut consume = Consume::start(&orbit, &creds, &dsn, &sub.id, "task-result-view", &[]);
+    orbit
+        .wait_for_counts(&creds, &sub.id, Duration::from_secs(20), |c| {
+            c["acked"] == 2
+        })
+        .await;
+    assert!(consume.terminate().success());
+    assert!(!consume.output().contains(&password));
+
+    // Nothing at run time deleted a row or changed the schema.
+    let statements = statements_of(&user);
+    assert!(
+        statements
+            .iter()
+            .any(|s| s.contains("INSERT INTO receiver_inbox")),
+        "the log recorded the receiver's statements"
+    );
+    for statement in &statements {
+        let verb = statement
+            .split_whitespace()
+            .next()
+            .unwrap_or("")
+            .to_uppercase();
+        assert!(
+            !matches!(
+                verb.as_str(),
+                "DELETE"
+                    | "TRUNCATE"
+                    | "DROP"
+                    | "ALTER"
+                    | "CREATE"
+                    | "RENAME"
+                    | "GRANT"
+                    | "REVOKE"
+                    | "REPLACE"
+            ),
+            "runtime statement {statement:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn init_without_the_create_privilege_fails_with_a_clear_message_and_creates_nothing() {
+    let db = TestDb::empty().await;
+    let (user, password) = create_user(&db, &["SELECT, INSERT, UPDATE ON `{db}`.*"]).await;
+    let out = receiver()
+        .arg("init")
+        .env("ORBIT_RECEIVER_DSN", user_dsn(&db, &user, &password))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("permission denied"), "{stderr}");
+    assert!(stderr.contains("needs the CREATE privilege"), "{stderr}");
+    assert!(!stderr.contains(&password));
+    let tables: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ?")
+            .bind(&db.name)
+            .fetch_one(&db.admin)
+            .await
+            .unwrap();
+    assert_eq!(tables, 0);
+}
