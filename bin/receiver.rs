@@ -139,7 +139,10 @@ impl Receiver {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
     init_logging();
     match cli.command {
         Command::Init { dsn } => run_init(&dsn),
@@ -149,6 +152,23 @@ fn main() -> ExitCode {
             receiver,
             subscription_id,
         } => run_consume(receiver, &subscription_id),
+    }
+}
+
+/// Help and version go out as clap writes them; a usage error becomes one
+/// line (clap's first), exit code 2, like every other configuration error.
+fn usage_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::DisplayHelp
+        | ErrorKind::DisplayVersion
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => e.exit(),
+        _ => {
+            let message = e.to_string();
+            let first = message.lines().next().unwrap_or("invalid arguments");
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            fail(EXIT_CONFIG, format!("{first} (see receiver --help)"))
+        }
     }
 }
 

@@ -101,7 +101,102 @@ fn init_without_a_database_in_the_dsn_fails_before_connecting() {
 }
 
 #[test]
-fn an_unknown_subcommand_is_a_usage_error() {
+fn an_unknown_subcommand_is_a_usage_error_in_one_line() {
     let out = receiver(&["frobnicate"], b"");
     assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("frobnicate"), "{err}");
+}
+
+#[test]
+fn help_lists_every_variable() {
+    let out = Command::new(env!("CARGO_BIN_EXE_receiver"))
+        .args(["consume", "--help"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = text(&out.stdout);
+    for var in [
+        "ORBIT_URL",
+        "ORBIT_CREDENTIALS_FILE",
+        "ORBIT_TOKEN",
+        "ORBIT_QUEUE_ID",
+        "ORBIT_RECEIVER_DSN",
+        "RECEIVER_NAME",
+        "ORBIT_SUBSCRIPTION_ID",
+    ] {
+        assert!(help.contains(var), "{var} missing from --help");
+    }
+}
+
+/// `receiver consume` with a valid configuration except for `broken`.
+fn consume_with(broken: (&str, &str)) -> Output {
+    let dir = std::env::temp_dir().join(format!("receiver-cli-creds-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let creds = dir.join("creds.json");
+    std::fs::write(
+        &creds,
+        r#"{"orbit_url":"http://127.0.0.1:1","token":"t","queue_id":"0123456789abcdef0123456789abcdef"}"#,
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&creds, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_receiver"));
+    cmd.arg("consume")
+        .env("ORBIT_CREDENTIALS_FILE", &creds)
+        .env("ORBIT_SUBSCRIPTION_ID", "fedcba9876543210fedcba9876543210")
+        .env("ORBIT_RECEIVER_DSN", "mysql://root@127.0.0.1:1/receiver")
+        .env("RECEIVER_NAME", "task-result-view")
+        .env_remove("ORBIT_URL")
+        .env_remove("ORBIT_TOKEN")
+        .env_remove("ORBIT_QUEUE_ID");
+    cmd.env(broken.0, broken.1);
+    cmd.output().unwrap()
+}
+
+#[test]
+fn each_configuration_error_exits_2_with_one_line_naming_the_variable() {
+    for (broken, names) in [
+        (("RECEIVER_NAME", "-starts-with-dash"), "RECEIVER_NAME"),
+        (("RECEIVER_NAME", &"x".repeat(65)[..]), "RECEIVER_NAME"),
+        (
+            ("ORBIT_RECEIVER_DSN", "mysql://root@127.0.0.1:1"),
+            "ORBIT_RECEIVER_DSN",
+        ),
+        (
+            ("ORBIT_CREDENTIALS_FILE", "/nonexistent/creds.json"),
+            "ORBIT_CREDENTIALS_FILE",
+        ),
+        (
+            ("ORBIT_SUBSCRIPTION_ID", "not-32-hex"),
+            "ORBIT_SUBSCRIPTION_ID",
+        ),
+        (("ORBIT_QUEUE_ID", "inbox-demo"), "ORBIT_QUEUE_ID"),
+        (("ORBIT_URL", "ftp://orbit.example"), "ORBIT_URL"),
+    ] {
+        let out = consume_with(broken);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{broken:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{broken:?}: {err}");
+        assert!(err.contains(names), "{broken:?}: {err}");
+    }
+}
+
+#[test]
+fn a_credentials_file_readable_by_others_is_refused() {
+    let dir = std::env::temp_dir().join(format!("receiver-cli-open-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let creds = dir.join("creds.json");
+    std::fs::write(
+        &creds,
+        r#"{"token":"t","queue_id":"0123456789abcdef0123456789abcdef"}"#,
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&creds, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = consume_with(("ORBIT_CREDENTIALS_FILE", creds.to_str().unwrap()));
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("chmod 600"), "{err}");
 }
