@@ -47,7 +47,7 @@ fn small_event(queue: &str) -> String {
 
 fn large_event(queue: &str) -> String {
     // Just under the 512 KiB limit: a long text result.
-    let filler = "Zeile mit Umlauten äöü und 中文 ".repeat(13_000);
+    let filler = "Zeile mit Umlauten äöü und 中文 ".repeat(15_000);
     let mut end = 520_000;
     while !filler.is_char_boundary(end) {
         end -= 1;
