@@ -173,6 +173,14 @@ impl fmt::Debug for Digest {
 /// of the whole input, then the parse, which reports the problem that comes
 /// first in the input.
 pub fn canonicalize(input: &[u8]) -> Result<Canonical, DigestError> {
+    check_input(input)?;
+    let bytes = parse::canonical_bytes(input)?;
+    let digest = Digest(Sha256::digest(&bytes).into());
+    Ok(Canonical { bytes, digest })
+}
+
+/// The checks before the parse: size, byte order mark, UTF-8.
+fn check_input(input: &[u8]) -> Result<(), DigestError> {
     if input.len() > MAX_EVENT_BYTES {
         return Err(DigestError::TooLarge { len: input.len() });
     }
@@ -184,15 +192,15 @@ pub fn canonicalize(input: &[u8]) -> Result<Canonical, DigestError> {
             offset: e.valid_up_to(),
         });
     }
-    let bytes = parse::canonical_bytes(input)?;
-    let digest = Digest(Sha256::digest(&bytes).into());
-    Ok(Canonical { bytes, digest })
+    Ok(())
 }
 
 /// Computes only the digest of `input`: the same value as
 /// `canonicalize(input)?.digest()`, for callers that do not need the bytes.
 pub fn digest(input: &[u8]) -> Result<Digest, DigestError> {
-    canonicalize(input).map(|c| c.digest)
+    check_input(input)?;
+    // The canonical bytes stay in the parser's reused buffer.
+    parse::with_canonical_bytes(input, |bytes| Digest(Sha256::digest(bytes).into()))
 }
 
 /// Whether `s` is a valid RFC 3339 date-time already in the form the

@@ -37,6 +37,7 @@
 //! [`MAX_EVENT_BYTES`](super::MAX_EVENT_BYTES) long (so every offset fits in
 //! a `u32`).
 
+use std::cell::Cell;
 use std::cmp::Ordering;
 use std::ops::Range;
 
@@ -66,35 +67,133 @@ const TIMESTAMP_KEY: &[u8] = b"occurred_at";
 /// Writes the canonical form of `input`, which must be valid UTF-8 and at
 /// most `MAX_EVENT_BYTES` long.
 pub(super) fn canonical_bytes(input: &[u8]) -> Result<Vec<u8>, DigestError> {
+    with_buffers(|buffers| {
+        // The caller keeps the bytes: write them into buffers of their own,
+        // sized for this input rather than for whatever came before.
+        let mut out = Vec::with_capacity(input.len());
+        let mut sorted = Vec::new();
+        std::mem::swap(&mut out, &mut buffers.out);
+        std::mem::swap(&mut sorted, &mut buffers.sorted);
+        let result = canonical_into(input, buffers);
+        std::mem::swap(&mut out, &mut buffers.out);
+        std::mem::swap(&mut sorted, &mut buffers.sorted);
+        result.map(|()| out)
+    })
+}
+
+/// Calls `f` with the canonical form of `input` (see [`canonical_bytes`]),
+/// written into a buffer that is reused by later calls on the same thread.
+pub(super) fn with_canonical_bytes<R>(
+    input: &[u8],
+    f: impl FnOnce(&[u8]) -> R,
+) -> Result<R, DigestError> {
+    with_buffers(|buffers| {
+        canonical_into(input, buffers)?;
+        Ok(f(&buffers.out))
+    })
+}
+
+/// The parser's working memory, kept per thread between calls: for the
+/// small documents that make up most traffic, allocating (and growing) the
+/// half dozen buffers anew on every call costs about a tenth of the time.
+#[derive(Default)]
+struct Buffers {
+    out: Vec<u8>,
+    frames: Vec<Frame>,
+    members: Vec<Member>,
+    keys: Vec<u8>,
+    order: Vec<u32>,
+    scratch: Vec<u8>,
+    deferred: Vec<Deferred>,
+    spans: Vec<(u32, u32)>,
+    /// Second output buffer for the final pass over deferred objects.
+    sorted: Vec<u8>,
+}
+
+/// Buffers larger than this are not kept for the next call, so that one
+/// large event does not pin its memory in every thread that saw one.
+const RETAIN_MAX_BYTES: usize = 128 * 1024;
+
+/// Empties `v`, and frees it if it is larger than [`RETAIN_MAX_BYTES`].
+fn trim<T>(v: &mut Vec<T>) {
+    v.clear();
+    if v.capacity() * std::mem::size_of::<T>() > RETAIN_MAX_BYTES {
+        *v = Vec::new();
+    }
+}
+
+thread_local! {
+    static BUFFERS: Cell<Buffers> = Cell::default();
+}
+
+/// Runs `f` with this thread's [`Buffers`], empty, and puts them back
+/// afterwards (trimmed). They are moved out for the call, so a nested call
+/// (there is none) or a thread being torn down just gets fresh ones.
+fn with_buffers<R>(f: impl FnOnce(&mut Buffers) -> R) -> R {
+    let mut buffers = BUFFERS.try_with(Cell::take).unwrap_or_default();
+    let result = f(&mut buffers);
+    let Buffers {
+        out,
+        frames,
+        members,
+        keys,
+        order,
+        scratch,
+        deferred,
+        spans,
+        sorted,
+    } = &mut buffers;
+    trim(out);
+    trim(frames);
+    trim(members);
+    trim(keys);
+    trim(order);
+    trim(scratch);
+    trim(deferred);
+    trim(spans);
+    trim(sorted);
+    // Fails only while the thread is being torn down; then drop them.
+    let _ = BUFFERS.try_with(|cell| cell.set(buffers));
+    result
+}
+
+/// Writes the canonical form of `input` into `buffers.out`, which must be
+/// empty, as must all the other buffers.
+fn canonical_into(input: &[u8], buffers: &mut Buffers) -> Result<(), DigestError> {
+    let mut out = std::mem::take(&mut buffers.out);
+    out.reserve(input.len());
     let mut parser = Parser {
         input,
-        out: Vec::with_capacity(input.len()),
+        out,
         pend: 0,
-        frames: Vec::with_capacity(16),
-        members: Vec::new(),
-        keys: Vec::new(),
-        order: Vec::new(),
-        scratch: Vec::new(),
-        deferred: Vec::new(),
-        spans: Vec::new(),
+        frames: std::mem::take(&mut buffers.frames),
+        members: std::mem::take(&mut buffers.members),
+        keys: std::mem::take(&mut buffers.keys),
+        order: std::mem::take(&mut buffers.order),
+        scratch: std::mem::take(&mut buffers.scratch),
+        deferred: std::mem::take(&mut buffers.deferred),
+        spans: std::mem::take(&mut buffers.spans),
     };
-    parser.run()?;
-    if parser.deferred.is_empty() {
-        return Ok(parser.out);
+    let result = parser.run();
+    if result.is_ok() && !parser.deferred.is_empty() {
+        // Large objects were left in input order: write the final bytes
+        // with every deferred object's members in their sorted order.
+        parser.deferred.sort_unstable_by_key(|d| d.open);
+        let sorted = &mut buffers.sorted;
+        sorted.reserve(parser.out.len());
+        let whole = 0..parser.out.len() as u32;
+        emit(&parser.out, &parser.deferred, &parser.spans, whole, sorted);
+        std::mem::swap(sorted, &mut parser.out);
     }
-    // Large objects were left in input order: write the final bytes with
-    // every deferred object's members in their sorted order.
-    parser.deferred.sort_unstable_by_key(|d| d.open);
-    let mut sorted = Vec::with_capacity(parser.out.len());
-    let whole = 0..parser.out.len() as u32;
-    emit(
-        &parser.out,
-        &parser.deferred,
-        &parser.spans,
-        whole,
-        &mut sorted,
-    );
-    Ok(sorted)
+    buffers.out = parser.out;
+    buffers.frames = parser.frames;
+    buffers.members = parser.members;
+    buffers.keys = parser.keys;
+    buffers.order = parser.order;
+    buffers.scratch = parser.scratch;
+    buffers.deferred = parser.deferred;
+    buffers.spans = parser.spans;
+    result
 }
 
 /// Objects whose body (between the braces) is at least this long are not
