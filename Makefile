@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 WITH_MYSQL := scripts/with-mysql.sh
 
-.PHONY: demo test bench build check fmt-check clippy doc unit integration toolchain
+.PHONY: demo test bench build check fmt-check clippy doc unit integration toolchain fuzz
 
 ## demo: the whole local demo (orbit-dev, a throwaway database unless ORBIT_RECEIVER_DSN is set, init, demo)
 demo: toolchain build
@@ -45,7 +45,17 @@ toolchain:
 ## bench: criterion benchmarks of canonical hashing (+ ratio report), then apply throughput against a throwaway server
 bench: toolchain
 	$(CARGO) bench --locked --bench canonical_hash
-	$(CARGO) run --locked --release --example bench_report
+	-$(CARGO) run --locked --release --example bench_report
 	$(WITH_MYSQL) $(CARGO) bench --locked --bench apply
 	$(CARGO) build --locked --release --workspace --bins
 	$(WITH_MYSQL) $(CARGO) bench --locked --bench end_to_end
+
+## fuzz: every fuzz target in fuzz/ for FUZZ_SECONDS each (default 60), on stable Rust (no sanitizer); installs cargo-fuzz if missing
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := canonicalize event
+fuzz:
+	@$(CARGO) fuzz --version >/dev/null 2>&1 || $(CARGO) install --locked cargo-fuzz
+	cd fuzz && for target in $(FUZZ_TARGETS); do \
+		$(CARGO) fuzz run --sanitizer none --release $$target -- \
+			-max_total_time=$(FUZZ_SECONDS) -max_len=8192 -timeout=20 || exit 1; \
+	done
