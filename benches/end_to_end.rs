@@ -6,6 +6,7 @@
 //! Prints:
 //!
 //! ```text
+//! e2e cpu_s_per_1000_deliveries receiver=… orbit_dev=… mysqld=… wall_s_per_1000=…
 //! e2e deliveries=N consume_deliveries_per_s=… apply_alone_per_s=… ratio=…
 //! e2e large_events=N event_bytes=… consume_peak_rss_kib=…
 //! ```
@@ -65,6 +66,32 @@ fn large_event(queue: &str) -> String {
     .json()
 }
 
+/// CPU seconds (user + system) a process has used so far.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which is in parentheses): utime is the
+    // 14th field of the line, stime the 15th, in clock ticks.
+    let after = stat.rsplit_once(')').map(|(_, a)| a).unwrap_or("");
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// The throwaway server's process id.
+fn mysqld_pid() -> u32 {
+    let dir = std::env::var("RESULT_INBOX_TEST_MYSQL_DIR").unwrap();
+    std::fs::read_to_string(std::path::Path::new(&dir).join("mysqld.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
 fn peak_rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
@@ -94,6 +121,7 @@ async fn main() {
     }
     let db = TestDb::initialized().await;
     let started = Instant::now();
+    let (orbit_cpu, mysql_cpu) = (cpu_seconds(orbit.pid()), cpu_seconds(mysqld_pid()));
     let mut consume = Consume::start(
         &orbit,
         &creds,
@@ -107,7 +135,18 @@ async fn main() {
             c["acked"] == DELIVERIES as u64
         })
         .await;
-    let e2e = DELIVERIES as f64 / started.elapsed().as_secs_f64();
+    let elapsed = started.elapsed().as_secs_f64();
+    let e2e = DELIVERIES as f64 / elapsed;
+    // Where the time goes: CPU of each process per 1000 deliveries, beside
+    // the wall time (2 cores are shared by all three).
+    let per_thousand = |seconds: f64| seconds * 1000.0 / DELIVERIES as f64;
+    println!(
+        "e2e cpu_s_per_1000_deliveries receiver={:.2} orbit_dev={:.2} mysqld={:.2} wall_s_per_1000={:.2}",
+        per_thousand(cpu_seconds(consume.child.id())),
+        per_thousand(cpu_seconds(orbit.pid()) - orbit_cpu),
+        per_thousand(cpu_seconds(mysqld_pid()) - mysql_cpu),
+        per_thousand(elapsed),
+    );
     assert!(consume.terminate().success());
 
     // The inbox alone, same events, same concurrency (4), fresh database.
@@ -122,6 +161,7 @@ async fn main() {
     let events = Arc::new(events);
     let next = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
+    let (own_cpu, mysql_cpu) = (cpu_seconds(std::process::id()), cpu_seconds(mysqld_pid()));
     let mut workers = Vec::new();
     for _ in 0..4 {
         let (service, events, next) = (service.clone(), events.clone(), next.clone());
@@ -145,7 +185,14 @@ async fn main() {
     for w in workers {
         w.await.unwrap();
     }
-    let alone = DELIVERIES as f64 / started.elapsed().as_secs_f64();
+    let elapsed = started.elapsed().as_secs_f64();
+    let alone = DELIVERIES as f64 / elapsed;
+    println!(
+        "e2e apply_alone cpu_s_per_1000_deliveries inbox={:.2} mysqld={:.2} wall_s_per_1000={:.2}",
+        per_thousand(cpu_seconds(std::process::id()) - own_cpu),
+        per_thousand(cpu_seconds(mysqld_pid()) - mysql_cpu),
+        per_thousand(elapsed),
+    );
     println!(
         "e2e deliveries={DELIVERIES} consume_deliveries_per_s={e2e:.0} apply_alone_per_s={alone:.0} ratio={:.2}",
         e2e / alone

@@ -81,6 +81,11 @@ impl OrbitDev {
         }
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// A new queue (in namespace `default`) and a token with `scopes`
     /// (`None`: all the demo's scopes), written to a 0600 credentials file.
     pub async fn bootstrap(&self, queue: &str, scopes: Option<&[&str]>) -> QueueCredentials {
