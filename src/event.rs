@@ -265,8 +265,11 @@ impl Event {
     /// receiver consumes is [`Event::check_queue`].
     pub fn from_json(raw: &[u8]) -> Result<Event, EventError> {
         let canonical = digest::canonicalize(raw)?;
-        let envelope: RawEnvelope<'_> =
-            serde_json::from_str(canonical.as_str()).map_err(|_| EventError::Malformed {
+        // serde's derived structs also accept a JSON array of the fields in
+        // declaration order; the envelope is an object and nothing else.
+        let envelope: RawEnvelope<'_> = object(canonical.as_str())
+            .and_then(|text| serde_json::from_str(text).ok())
+            .ok_or(EventError::Malformed {
                 field: "(event)",
                 problem: "must be a JSON object",
             })?;
@@ -290,8 +293,9 @@ impl Event {
             field: "task",
             problem: "is missing",
         })?;
-        let task: RawTask<'_> =
-            serde_json::from_str(task.get()).map_err(|_| EventError::Malformed {
+        let task: RawTask<'_> = object(task.get())
+            .and_then(|text| serde_json::from_str(text).ok())
+            .ok_or(EventError::Malformed {
                 field: "task",
                 problem: "must be a JSON object",
             })?;
@@ -368,6 +372,11 @@ impl Event {
     pub fn canonical(&self) -> &Canonical {
         &self.canonical
     }
+}
+
+/// `text` if it is a JSON object (canonical text has no leading whitespace).
+fn object(text: &str) -> Option<&str> {
+    text.starts_with('{').then_some(text)
 }
 
 fn string_field(raw: Option<&RawValue>, field: &'static str) -> Result<String, EventError> {
