@@ -101,6 +101,10 @@ struct Receiver {
     /// The queue this receiver consumes; overrides the credentials file.
     #[arg(long, env = "ORBIT_QUEUE_ID")]
     queue_id: Option<String>,
+    /// PEM file with the certificate(s) of a private CA that signed Orbit's
+    /// certificate, trusted besides Mozilla's root certificates for https://.
+    #[arg(long, env = "ORBIT_CA_FILE")]
+    orbit_ca_file: Option<PathBuf>,
     /// The receiver's own database; must name the database.
     #[arg(long, env = "ORBIT_RECEIVER_DSN", hide_env_values = true)]
     dsn: String,
@@ -128,6 +132,7 @@ impl Receiver {
             credentials_file: self.credentials_file,
             token: self.token.map(Token::new),
             queue_id: self.queue_id,
+            ca_file: self.orbit_ca_file,
         }
         .resolve()
         .map_err(|e| e.to_string())?;
@@ -215,10 +220,11 @@ fn shutdown_signal() -> impl std::future::Future<Output = ()> {
 }
 
 async fn connect(resolved: &Resolved) -> Result<(OrbitClient, InboxStore), (u8, String)> {
-    let client = OrbitClient::new(
+    let client = OrbitClient::with_tls(
         resolved.orbit.url.clone(),
         resolved.orbit.token.clone(),
         ORBIT_CALL_TIMEOUT,
+        resolved.orbit.tls.clone(),
     )
     .map_err(|e| (EXIT_CONFIG, format!("ORBIT_URL: {e}")))?;
     let scope = InboxScope::new(resolved.name.clone(), resolved.orbit.queue_id.clone());

@@ -1,13 +1,15 @@
-//! How the `receiver` commands find Orbit: URL, token and queue.
+//! How the `receiver` commands find Orbit: URL, token and queue, and which
+//! certificate authorities to trust for `https://`.
 //!
-//! The credentials file written by bootstrap supplies all three;
+//! The credentials file written by bootstrap supplies the first three;
 //! `ORBIT_URL`, `ORBIT_TOKEN` and `ORBIT_QUEUE_ID` override it field by field.
+//! `ORBIT_CA_FILE` adds a private CA to Mozilla's root certificates.
 //! Every error names the variable to fix and never echoes a secret.
 
 use std::path::PathBuf;
 
 use crate::ids::QueueId;
-use crate::orbit::{Credentials, CredentialsError, OrbitUrl, Token};
+use crate::orbit::{Credentials, CredentialsError, OrbitTls, OrbitUrl, Token};
 
 /// The Orbit settings as given (environment or flags), before resolution.
 #[derive(Debug, Default, Clone)]
@@ -20,6 +22,9 @@ pub struct OrbitSource {
     pub token: Option<Token>,
     /// `ORBIT_QUEUE_ID` (overrides the file's queue).
     pub queue_id: Option<String>,
+    /// `ORBIT_CA_FILE`: PEM certificate(s) of a private CA, trusted besides
+    /// Mozilla's roots for `https://`.
+    pub ca_file: Option<PathBuf>,
 }
 
 /// Where Orbit is and who we are there.
@@ -31,6 +36,8 @@ pub struct OrbitSettings {
     pub token: Token,
     /// The queue this receiver consumes.
     pub queue_id: QueueId,
+    /// The certificate authorities trusted for `https://` and `wss://`.
+    pub tls: OrbitTls,
 }
 
 /// A configuration that cannot work.
@@ -54,7 +61,9 @@ pub enum ConfigError {
 }
 
 impl OrbitSource {
-    /// Resolves the settings: explicit values first, then the credentials file.
+    /// Resolves the settings: explicit values first, then the credentials
+    /// file. Reads the CA file, if any, so that an unusable one is a
+    /// configuration error before any connection.
     pub fn resolve(self) -> Result<OrbitSettings, ConfigError> {
         let file = self
             .credentials_file
@@ -83,10 +92,18 @@ impl OrbitSource {
                 .map(|f| f.queue_id.clone())
                 .ok_or(ConfigError::Missing("ORBIT_QUEUE_ID"))?,
         };
+        let tls = match &self.ca_file {
+            Some(path) => OrbitTls::with_ca_file(path).map_err(|e| ConfigError::Invalid {
+                variable: "ORBIT_CA_FILE",
+                problem: e.to_string(),
+            })?,
+            None => OrbitTls::public_roots(),
+        };
         Ok(OrbitSettings {
             url,
             token,
             queue_id,
+            tls,
         })
     }
 }
@@ -133,6 +150,37 @@ mod tests {
         .resolve()
         .unwrap_err();
         assert!(err.to_string().starts_with("ORBIT_QUEUE_ID"), "{err}");
+    }
+
+    #[test]
+    fn an_unreadable_ca_file_is_named_before_any_connection() {
+        let err = OrbitSource {
+            url: Some("https://127.0.0.1:8443".into()),
+            token: Some(Token::new("sentinel-token")),
+            queue_id: Some(Q.into()),
+            ca_file: Some("/nonexistent/orbit-ca.pem".into()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap_err();
+        let text = err.to_string();
+        assert!(text.starts_with("ORBIT_CA_FILE"), "{text}");
+        assert!(text.contains("/nonexistent/orbit-ca.pem"), "{text}");
+        assert!(!text.contains("sentinel-token"));
+    }
+
+    #[test]
+    fn without_a_ca_file_only_the_public_roots_are_trusted() {
+        let settings = OrbitSource {
+            url: Some("https://orbit.example".into()),
+            token: Some(Token::new("t")),
+            queue_id: Some(Q.into()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        assert!(settings.url.is_tls());
+        assert_eq!(settings.tls.private_cas(), 0);
     }
 
     #[test]

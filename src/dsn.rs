@@ -5,11 +5,48 @@
 //! default happens to be (least of all the platform's). The check happens
 //! before any connection is made. The password never appears in `Debug` or
 //! `Display` output.
+//!
+//! # TLS
+//!
+//! The connection is encrypted with rustls (ring provider) as the DSN's
+//! query options say; they are sqlx's, spelled as in MySQL's client:
+//!
+//! * `ssl-mode` (case-insensitive; sqlx also accepts `sslmode`):
+//!   * `DISABLED` — never encrypt;
+//!   * `PREFERRED` — sqlx's default when `ssl-mode` is absent: encrypt if the
+//!     server offers TLS, else go on in plain text, and **never check the
+//!     server's certificate**. A server offering only TLS 1.0/1.1 (which
+//!     rustls does not speak) fails the connection rather than falling back
+//!     to plain text;
+//!   * `REQUIRED` — fail if the server does not offer TLS; the certificate is
+//!     still not checked (protects against eavesdropping, not against an
+//!     active man in the middle);
+//!   * `VERIFY_CA` — also check that the certificate chains to a trusted CA,
+//!     but not which host it names;
+//!   * `VERIFY_IDENTITY` — also check that the certificate names the DSN's
+//!     host (an IP address must be in its subject alternative names). **Use
+//!     this in production.**
+//! * `ssl-ca=/path/ca.pem` (or `sslca`) — PEM certificate(s) of the CA that
+//!   signed the server's certificate, trusted besides Mozilla's root
+//!   certificates (the `webpki-roots` crate; the operating system's store is
+//!   not read). A private CA needs it.
+//!
+//! For example
+//! `mysql://receiver:…@db.internal:3306/receiver?ssl-mode=VERIFY_IDENTITY&ssl-ca=/etc/receiver/db-ca.pem`.
+//!
+//! Checked before connecting: `ssl-mode` must be one of the five values;
+//! `ssl-ca` is accepted only with `VERIFY_CA` or `VERIFY_IDENTITY` (with any
+//! other mode sqlx would not check the certificate against it, which would
+//! only look safe); the `ssl-ca` file must be readable and hold at least one
+//! PEM certificate. sqlx's client-certificate options `ssl-cert` and
+//! `ssl-key` are passed through unchanged. A server account created with
+//! `REQUIRE SSL` refuses `ssl-mode=DISABLED`.
 
 use std::fmt;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use sqlx::mysql::MySqlConnectOptions;
+use sqlx::mysql::{MySqlConnectOptions, MySqlSslMode};
 
 /// A MySQL connection address that names a database.
 #[derive(Clone)]
@@ -31,26 +68,68 @@ pub enum DsnError {
         "database DSN must name the receiver's database, e.g. mysql://user@host:3306/receiver"
     )]
     NoDatabase,
+    /// `ssl-mode` is not one of the values MySQL's client knows.
+    #[error(
+        "ssl-mode in the database DSN must be DISABLED, PREFERRED, REQUIRED, VERIFY_CA or VERIFY_IDENTITY"
+    )]
+    SslMode,
+    /// `ssl-ca` with a mode that would not check the certificate against it.
+    #[error(
+        "ssl-ca in the database DSN is used only with ssl-mode=VERIFY_CA or VERIFY_IDENTITY \
+         (production: VERIFY_IDENTITY); with another mode the server's certificate is not checked"
+    )]
+    CaWithoutVerification,
+    /// The `ssl-ca` file cannot be used. Names the file, never its content.
+    #[error("ssl-ca file {path} of the database DSN {problem}")]
+    CaFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        problem: String,
+    },
 }
 
 impl Dsn {
-    /// Parses and validates a DSN such as `mysql://user:pw@127.0.0.1:3306/receiver`.
+    /// Parses and validates a DSN such as `mysql://user:pw@127.0.0.1:3306/receiver`
+    /// or, with TLS (see the [module docs](self)),
+    /// `mysql://user:pw@db.example:3306/receiver?ssl-mode=VERIFY_IDENTITY&ssl-ca=/etc/ca.pem`.
+    /// Reads the `ssl-ca` file, if any; connects to nothing.
     pub fn parse(s: &str) -> Result<Self, DsnError> {
         if !(s.starts_with("mysql://") || s.starts_with("mariadb://")) {
             return Err(DsnError::Invalid);
+        }
+        let tls = TlsOptions::from_query(s);
+        if let Some(mode) = &tls.mode {
+            if MySqlSslMode::from_str(mode).is_err() {
+                return Err(DsnError::SslMode);
+            }
         }
         let options = MySqlConnectOptions::from_str(s).map_err(|_| DsnError::Invalid)?;
         let database = match options.get_database() {
             Some(db) if !db.is_empty() => db.to_owned(),
             _ => return Err(DsnError::NoDatabase),
         };
-        let redacted = format!(
+        let verifying = matches!(
+            options.get_ssl_mode(),
+            MySqlSslMode::VerifyCa | MySqlSslMode::VerifyIdentity
+        );
+        if let Some(ca) = &tls.ca {
+            if !verifying {
+                return Err(DsnError::CaWithoutVerification);
+            }
+            check_ca_file(ca)?;
+        }
+        let mut redacted = format!(
             "mysql://{}@{}:{}/{}",
             options.get_username(),
             options.get_host(),
             options.get_port(),
             database
         );
+        if tls.mode.is_some() {
+            redacted.push_str("?ssl-mode=");
+            redacted.push_str(ssl_mode_name(options.get_ssl_mode()));
+        }
         Ok(Self { options, redacted })
     }
 
@@ -64,6 +143,97 @@ impl Dsn {
     pub fn connect_options(&self) -> MySqlConnectOptions {
         self.options.clone()
     }
+
+    /// The TLS mode: `ssl-mode` as given, else sqlx's default `PREFERRED`.
+    pub fn ssl_mode(&self) -> MySqlSslMode {
+        self.options.get_ssl_mode()
+    }
+}
+
+/// The TLS options of a DSN's query string, as given (last one wins, as in
+/// sqlx).
+#[derive(Default)]
+struct TlsOptions {
+    mode: Option<String>,
+    ca: Option<PathBuf>,
+}
+
+impl TlsOptions {
+    fn from_query(dsn: &str) -> Self {
+        let mut found = Self::default();
+        let Some((_, query)) = dsn.split_once('?') else {
+            return found;
+        };
+        let query = query.split_once('#').map_or(query, |(q, _)| q);
+        for pair in query.split('&') {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            match form_decode(key).as_str() {
+                "ssl-mode" | "sslmode" => found.mode = Some(form_decode(value)),
+                "ssl-ca" | "sslca" => found.ca = Some(PathBuf::from(form_decode(value))),
+                _ => {}
+            }
+        }
+        found
+    }
+}
+
+/// Decodes one `application/x-www-form-urlencoded` component (`+` is a
+/// space, `%XX` a byte), as the URL parser behind sqlx does.
+fn form_decode(s: &str) -> String {
+    let hex = |b: u8| (b as char).to_digit(16);
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' => match (
+                bytes.get(i + 1).and_then(|&b| hex(b)),
+                bytes.get(i + 2).and_then(|&b| hex(b)),
+            ) {
+                (Some(hi), Some(lo)) => {
+                    out.push((hi * 16 + lo) as u8);
+                    i += 2;
+                }
+                _ => out.push(b'%'),
+            },
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The `ssl-ca` file is readable and holds at least one PEM certificate.
+fn check_ca_file(path: &Path) -> Result<(), DsnError> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+    let problem = |problem: String| DsnError::CaFile {
+        path: path.to_owned(),
+        problem,
+    };
+    let pem = std::fs::read(path).map_err(|e| problem(format!("cannot be read: {e}")))?;
+    let mut certificates = 0;
+    for cert in CertificateDer::pem_slice_iter(&pem) {
+        cert.map_err(|e| problem(format!("is not valid PEM ({e})")))?;
+        certificates += 1;
+    }
+    if certificates == 0 {
+        return Err(problem(
+            "holds no PEM certificate (-----BEGIN CERTIFICATE-----)".into(),
+        ));
+    }
+    Ok(())
+}
+
+fn ssl_mode_name(mode: MySqlSslMode) -> &'static str {
+    match mode {
+        MySqlSslMode::Disabled => "DISABLED",
+        MySqlSslMode::Preferred => "PREFERRED",
+        MySqlSslMode::Required => "REQUIRED",
+        MySqlSslMode::VerifyCa => "VERIFY_CA",
+        MySqlSslMode::VerifyIdentity => "VERIFY_IDENTITY",
+    }
 }
 
 impl FromStr for Dsn {
@@ -75,7 +245,8 @@ impl FromStr for Dsn {
 }
 
 impl fmt::Display for Dsn {
-    /// The address without password or options.
+    /// The address without password or options, except `ssl-mode` when the
+    /// DSN gives it.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.redacted)
     }
@@ -118,5 +289,92 @@ mod tests {
         assert_eq!(dsn.database(), "receiver");
         assert_eq!(dsn.to_string(), "mysql://app@db.example:3307/receiver");
         assert!(!format!("{dsn:?}").contains("sentinel-pw"));
+    }
+
+    fn ca_file(name: &str, content: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("result-inbox-dsn-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("ca file.pem");
+        std::fs::write(&path, content).unwrap();
+        path
+    }
+
+    const PEM: &str = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
+
+    #[test]
+    fn tls_options_are_sqlx_s_and_the_mode_shows_without_the_password() {
+        let ca = ca_file("ok", PEM);
+        let encoded = ca.display().to_string().replace(' ', "%20");
+        let dsn = Dsn::parse(&format!(
+            "mysql://app:sentinel-pw@db.example:3306/receiver?ssl-mode=verify_identity&ssl-ca={encoded}"
+        ))
+        .unwrap();
+        std::fs::remove_dir_all(ca.parent().unwrap()).ok();
+        assert!(matches!(dsn.ssl_mode(), MySqlSslMode::VerifyIdentity));
+        assert_eq!(
+            dsn.to_string(),
+            "mysql://app@db.example:3306/receiver?ssl-mode=VERIFY_IDENTITY"
+        );
+        assert!(!format!("{dsn:?}").contains("sentinel-pw"));
+        let default = Dsn::parse("mysql://app@db.example/receiver").unwrap();
+        assert!(matches!(default.ssl_mode(), MySqlSslMode::Preferred));
+        let disabled = Dsn::parse("mysql://app@db.example/receiver?sslmode=DISABLED").unwrap();
+        assert!(matches!(disabled.ssl_mode(), MySqlSslMode::Disabled));
+    }
+
+    #[test]
+    fn an_unknown_ssl_mode_is_named() {
+        let err = Dsn::parse("mysql://app:sentinel-pw@h/receiver?ssl-mode=VERIFY").unwrap_err();
+        assert_eq!(err, DsnError::SslMode);
+        assert!(err.to_string().contains("VERIFY_IDENTITY"));
+        assert!(!err.to_string().contains("sentinel-pw"));
+    }
+
+    #[test]
+    fn a_ca_without_certificate_verification_is_refused() {
+        let ca = ca_file("weak", PEM);
+        for mode in [
+            "",
+            "&ssl-mode=PREFERRED",
+            "&ssl-mode=REQUIRED",
+            "&ssl-mode=DISABLED",
+        ] {
+            let err = Dsn::parse(&format!(
+                "mysql://app@h/receiver?ssl-ca={}{mode}",
+                ca.display().to_string().replace(' ', "+")
+            ))
+            .unwrap_err();
+            assert_eq!(err, DsnError::CaWithoutVerification, "{mode}");
+        }
+        std::fs::remove_dir_all(ca.parent().unwrap()).ok();
+    }
+
+    #[test]
+    fn an_unusable_ca_file_is_refused_before_connecting() {
+        let err =
+            Dsn::parse("mysql://app@h/receiver?ssl-mode=VERIFY_CA&ssl-ca=/nonexistent/ca.pem")
+                .unwrap_err();
+        assert!(matches!(err, DsnError::CaFile { .. }), "{err}");
+        assert!(err.to_string().contains("/nonexistent/ca.pem"), "{err}");
+        let ca = ca_file("nocert", "sentinel-key-material\n");
+        let err = Dsn::parse(&format!(
+            "mysql://app@h/receiver?ssl-mode=VERIFY_CA&ssl-ca={}",
+            ca.display().to_string().replace(' ', "%20")
+        ))
+        .unwrap_err();
+        std::fs::remove_dir_all(ca.parent().unwrap()).ok();
+        assert!(
+            err.to_string().contains("holds no PEM certificate"),
+            "{err}"
+        );
+        assert!(!err.to_string().contains("sentinel-key-material"));
+    }
+
+    #[test]
+    fn form_decoding_matches_the_url_parser() {
+        assert_eq!(form_decode("a%20b+c%2Fd"), "a b c/d");
+        assert_eq!(form_decode("100%"), "100%");
+        assert_eq!(form_decode("%zz%é"), "%zz%é");
     }
 }

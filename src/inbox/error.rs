@@ -47,6 +47,9 @@ pub enum DbErrorKind {
     Server,
     /// The connection could not be made or broke.
     Connection,
+    /// The TLS handshake with the database failed (certificate not trusted,
+    /// wrong host name, no common protocol).
+    Tls,
     /// No connection became free in time.
     PoolTimeout,
     /// The stored data contradicts the schema or an invariant (a value that
@@ -113,8 +116,24 @@ impl From<sqlx::Error> for DbError {
                 number: None,
                 sqlstate: None,
             },
+            sqlx::Error::Tls(_) => DbError {
+                kind: DbErrorKind::Tls,
+                number: None,
+                sqlstate: None,
+            },
+            // sqlx hands rustls' handshake failures over as I/O errors.
+            sqlx::Error::Io(io)
+                if io
+                    .get_ref()
+                    .is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some()) =>
+            {
+                DbError {
+                    kind: DbErrorKind::Tls,
+                    number: None,
+                    sqlstate: None,
+                }
+            }
             sqlx::Error::Io(_)
-            | sqlx::Error::Tls(_)
             | sqlx::Error::Protocol(_)
             | sqlx::Error::PoolClosed
             | sqlx::Error::WorkerCrashed
@@ -138,6 +157,11 @@ impl fmt::Display for DbError {
             DbErrorKind::PermissionDenied => f.write_str("permission denied")?,
             DbErrorKind::Server => f.write_str("server error")?,
             DbErrorKind::Connection => return f.write_str("database connection failed"),
+            DbErrorKind::Tls => {
+                return f.write_str(
+                    "TLS handshake with the database failed (check ssl-mode and ssl-ca in the DSN)",
+                )
+            }
             DbErrorKind::PoolTimeout => return f.write_str("no database connection available"),
             DbErrorKind::Inconsistent => {
                 return f.write_str("stored data does not match the receiver schema")

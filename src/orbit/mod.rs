@@ -4,9 +4,15 @@
 //! error code, never a body or a token. The token itself lives in a
 //! [`Token`], which redacts itself everywhere but in the `Authorization`
 //! header.
+//!
+//! `https://` URLs use TLS for the API calls and `wss://` for the delivery
+//! stream, both with the one rustls configuration of an [`OrbitTls`]:
+//! Mozilla's root certificates, plus a private CA when one is configured
+//! (`ORBIT_CA_FILE`).
 
 mod credentials;
 mod stream;
+mod tls;
 
 use std::fmt;
 use std::time::Duration;
@@ -14,6 +20,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{header, Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -21,6 +28,7 @@ use serde::Deserialize;
 
 pub use self::credentials::{Credentials, CredentialsError};
 pub use self::stream::{DeliveryStream, StreamMessage};
+pub use self::tls::{CaFileError, OrbitTls};
 use crate::delivery::{DeliveryId, LeaseProof};
 use crate::event::EventType;
 use crate::ids::{QueueId, SubscriptionId, TaskId};
@@ -146,7 +154,9 @@ pub enum OrbitError {
         /// Orbit's stable error code (`stale_lease_proof`, `wrong_queue`, …).
         code: String,
     },
-    /// The request could not be sent or its answer was lost.
+    /// The request could not be sent or its answer was lost, or the TLS
+    /// handshake failed (e.g. an untrusted certificate). The message names
+    /// the cause and its causes, never a token or a body.
     #[error("cannot reach Orbit: {0}")]
     Transport(String),
     /// No answer within the request timeout.
@@ -179,8 +189,10 @@ impl OrbitError {
         }
     }
 
-    fn transport(e: impl fmt::Display) -> Self {
-        OrbitError::Transport(e.to_string())
+    /// A transport failure, described with its causes: hyper's and
+    /// tungstenite's own messages (`client error (Connect)`) say little.
+    fn transport<E: std::error::Error + 'static>(e: E) -> Self {
+        OrbitError::Transport(describe_chain(&e))
     }
 }
 
@@ -279,13 +291,34 @@ struct WireErrorBody {
     code: String,
 }
 
+/// `e` and its causes, joined by `: `; a failed TLS handshake is named as
+/// such (with a hint when the certificate is not trusted).
+fn describe_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    if let Some(tls) = tls::describe_failure(e) {
+        return tls;
+    }
+    let mut text = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let part = cause.to_string();
+        // Some errors repeat their cause in their own message.
+        if !text.ends_with(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        next = cause.source();
+    }
+    text
+}
+
 /// A client of one Orbit deployment with one token.
 #[derive(Clone)]
 pub struct OrbitClient {
     url: OrbitUrl,
     token: Token,
     timeout: Duration,
-    http: Client<HttpConnector, Full<Bytes>>,
+    tls: OrbitTls,
+    http: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
 }
 
 impl fmt::Debug for OrbitClient {
@@ -294,30 +327,45 @@ impl fmt::Debug for OrbitClient {
             .field("url", &self.url)
             .field("token", &self.token)
             .field("timeout", &self.timeout)
+            .field("tls", &self.tls)
             .finish_non_exhaustive()
     }
 }
 
 impl OrbitClient {
     /// A client for `url` that authenticates with `token`; every request
-    /// (and every stream handshake) is limited to `timeout`.
-    ///
-    /// `https://` URLs are refused with [`OrbitError::Config`] by this build,
-    /// which has no TLS stack; use a TLS-terminating proxy on loopback.
+    /// (and every stream handshake) is limited to `timeout`. An `https://`
+    /// URL trusts Mozilla's root certificates ([`OrbitTls::public_roots`]);
+    /// see [`OrbitClient::with_tls`] for a private CA.
     pub fn new(url: OrbitUrl, token: Token, timeout: Duration) -> Result<Self, OrbitError> {
-        if url.is_tls() {
-            return Err(OrbitError::Config(
-                "https:// is not supported by this build of the Orbit client",
-            ));
-        }
+        Self::with_tls(url, token, timeout, OrbitTls::public_roots())
+    }
+
+    /// Like [`OrbitClient::new`], with the certificate authorities of `tls`
+    /// for `https://` and `wss://` (unused for `http://`). Makes no
+    /// connection: the first call does.
+    pub fn with_tls(
+        url: OrbitUrl,
+        token: Token,
+        timeout: Duration,
+        tls: OrbitTls,
+    ) -> Result<Self, OrbitError> {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(timeout));
         connector.set_nodelay(true);
+        // The TLS layer below takes https:// URLs through this connector.
+        connector.enforce_http(false);
+        let mut connector = HttpsConnector::from((connector, tls.config()));
+        if url.is_tls() {
+            // Never fall back to plain HTTP on an https:// deployment.
+            connector.enforce_https();
+        }
         let http = Client::builder(TokioExecutor::new()).build(connector);
         Ok(Self {
             url,
             token,
             timeout,
+            tls,
             http,
         })
     }
@@ -465,9 +513,13 @@ impl OrbitClient {
     pub async fn open_stream(&self, id: &SubscriptionId) -> Result<DeliveryStream, OrbitError> {
         let url = self.url.ws(&format!("/v1/subscriptions/{id}/stream"));
         let header = self.token.header_value()?;
-        tokio::time::timeout(self.timeout, DeliveryStream::connect(&url, header))
-            .await
-            .map_err(|_| OrbitError::Timeout)?
+        let connector = tokio_tungstenite::Connector::Rustls(self.tls.config());
+        tokio::time::timeout(
+            self.timeout,
+            DeliveryStream::connect(&url, header, connector),
+        )
+        .await
+        .map_err(|_| OrbitError::Timeout)?
     }
 }
 

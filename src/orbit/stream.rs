@@ -7,7 +7,7 @@ use serde_json::value::RawValue;
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+use tokio_tungstenite::{Connector, MaybeTlsStream, WebSocketStream};
 
 use super::OrbitError;
 use crate::delivery::{Delivery, DeliveryId, LeaseProof};
@@ -52,9 +52,12 @@ impl std::fmt::Debug for DeliveryStream {
 }
 
 impl DeliveryStream {
+    /// Opens the stream at `url` (`ws://` or `wss://`); a `wss://` URL is
+    /// secured with `connector`'s TLS configuration.
     pub(super) async fn connect(
         url: &str,
         authorization: http::HeaderValue,
+        connector: Connector,
     ) -> Result<Self, OrbitError> {
         let mut request = url
             .into_client_request()
@@ -62,7 +65,9 @@ impl DeliveryStream {
         request
             .headers_mut()
             .insert(http::header::AUTHORIZATION, authorization);
-        match tokio_tungstenite::connect_async(request).await {
+        let connecting =
+            tokio_tungstenite::connect_async_tls_with_config(request, None, false, Some(connector));
+        match connecting.await {
             Ok((socket, _response)) => Ok(Self { socket }),
             Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
                 let body = response.body().as_deref().unwrap_or_default();

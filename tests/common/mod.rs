@@ -11,6 +11,7 @@ pub mod http_proxy;
 pub mod mysql_proxy;
 pub mod mysqld;
 pub mod orbit;
+pub mod tls;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 

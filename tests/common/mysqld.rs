@@ -16,6 +16,19 @@ pub struct PrivateServer {
     child: Option<Child>,
     dir: PathBuf,
     port: u16,
+    /// Extra server options, e.g. the TLS certificate files.
+    extra_args: Vec<String>,
+}
+
+/// The PEM files a server offers TLS with.
+#[derive(Debug, Clone)]
+pub struct ServerTls {
+    /// The CA that signed the certificate.
+    pub ca: PathBuf,
+    /// The server's certificate.
+    pub cert: PathBuf,
+    /// Its private key.
+    pub key: PathBuf,
 }
 
 /// The first of `names` in the usual binary directories or on `PATH`.
@@ -49,11 +62,27 @@ fn quietly(cmd: &mut Command) -> bool {
 impl PrivateServer {
     /// Initializes a fresh data directory and starts the server on a free port.
     pub fn start() -> PrivateServer {
+        Self::start_with(Vec::new())
+    }
+
+    /// Like [`PrivateServer::start`], offering TLS with these files
+    /// (`--ssl-ca --ssl-cert --ssl-key`); plain connections stay allowed
+    /// unless an account is created `REQUIRE SSL`.
+    pub fn start_with_tls(tls: &ServerTls) -> PrivateServer {
+        Self::start_with(vec![
+            format!("--ssl-ca={}", tls.ca.display()),
+            format!("--ssl-cert={}", tls.cert.display()),
+            format!("--ssl-key={}", tls.key.display()),
+        ])
+    }
+
+    fn start_with(extra_args: Vec<String>) -> PrivateServer {
         let name = format!("result-inbox-private-mysql-{}", random_hex(6));
         let mut server = PrivateServer {
             child: None,
             dir: std::env::temp_dir().join(name),
             port: 0,
+            extra_args,
         };
         std::fs::create_dir_all(&server.dir).unwrap();
         let data = format!("--datadir={}", server.path("data"));
@@ -135,6 +164,7 @@ impl PrivateServer {
             .arg(format!("--port={}", self.port))
             .args(["--bind-address=127.0.0.1", "--skip-name-resolve"])
             .args(["--innodb-buffer-pool-size=32M", "--max-connections=100"])
+            .args(&self.extra_args)
             .args(user_args())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -268,6 +268,7 @@ pub fn receiver() -> Command {
         "RECEIVER_NAME",
         "ORBIT_TOKEN",
         "ORBIT_QUEUE_ID",
+        "ORBIT_CA_FILE",
         "RECEIVER_LOG",
     ] {
         cmd.env_remove(var);
