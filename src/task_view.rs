@@ -148,9 +148,8 @@ impl Service<Delivery<Applying>> for TaskView {
     fn call(&mut self, delivery: Delivery<Applying>) -> Self::Future {
         let mut applying = delivery.into_body();
         Box::pin(async move {
-            let scope = applying.scope().clone();
-            let event = applying.event().clone();
-            match advance(applying.connection(), &scope, &event).await? {
+            let (conn, scope, event) = applying.split();
+            match advance(conn, scope, event).await? {
                 Advance::Applied => Ok(applying.applied()),
                 Advance::Stale => Ok(applying.stale()),
             }

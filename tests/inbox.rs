@@ -274,10 +274,8 @@ async fn a_failing_inner_service_leaves_both_tables_untouched() {
     let f = Fixture::new().await;
     let failing = tower::service_fn(|mut d: Delivery<Applying>| async move {
         // The business writes first, then fails: all of it must roll back.
-        let applying = d.body_mut();
-        let scope = applying.scope().clone();
-        let event = applying.event().clone();
-        task_view::advance(applying.connection(), &scope, &event).await?;
+        let (conn, scope, event) = d.body_mut().split();
+        task_view::advance(conn, scope, event).await?;
         Err::<Verdict, BoxError>("business rule refused the result".into())
     });
     let mut svc = ServiceBuilder::new()

@@ -57,6 +57,7 @@ mod layer;
 mod store;
 
 use std::mem;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -143,7 +144,8 @@ impl Receipt {
 /// transaction back. There is deliberately no way to commit from here.
 /// Dropping it (by returning an error) rolls everything back.
 pub struct Applying {
-    event: Event,
+    // Shared with the inbox, which keeps it for a retry after a deadlock.
+    event: Arc<Event>,
     scope: InboxScope,
     tx: Transaction<'static, MySql>,
 }
@@ -171,6 +173,12 @@ impl Applying {
     /// The connection of the open transaction, to use as an executor.
     pub fn connection(&mut self) -> &mut MySqlConnection {
         &mut self.tx
+    }
+
+    /// The connection, the scope and the event at once, for business code
+    /// that writes (needs the connection) what the event says.
+    pub fn split(&mut self) -> (&mut MySqlConnection, &InboxScope, &Event) {
+        (&mut self.tx, &self.scope, &self.event)
     }
 
     /// The event advanced the business state.
@@ -269,7 +277,7 @@ enum Phase {
     /// The inbox row and the inner writes are in the open transaction.
     ReadyToCommit(Verdict),
     /// The inbox already held this event id; the transaction was ended.
-    Duplicate(Event),
+    Duplicate(Arc<Event>),
 }
 
 /// Applies one delivery and reports it: one log line per delivery, with a
@@ -318,6 +326,7 @@ where
     S::Error: Into<BoxError>,
 {
     event.check_queue(&store.scope().queue_id)?;
+    let event = Arc::new(event);
 
     let deadline = Instant::now() + store.transaction_timeout();
     // A deadlock victim or a lock-wait timeout was rolled back before COMMIT,
@@ -395,7 +404,7 @@ async fn prepare<S>(
     store: &InboxStore,
     mut inner: S,
     delivery: Delivery<Bytes>,
-    event: Event,
+    event: Arc<Event>,
 ) -> Result<Phase, InboxError>
 where
     S: Service<Delivery<Applying>, Response = Verdict>,
