@@ -55,9 +55,40 @@ fn delivery(n: u64) -> Delivery<Bytes> {
     )
 }
 
-/// Runs `work` from `concurrency` tasks for the measuring time; returns
-/// transactions per second.
-async fn run<F, Fut>(concurrency: usize, work: F) -> f64
+/// CPU seconds (user + system) a process has used so far, from /proc.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|(_, a)| a).unwrap_or("");
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// The throwaway server's process id.
+fn mysqld_pid() -> u32 {
+    let dir = std::env::var("RESULT_INBOX_TEST_MYSQL_DIR").unwrap_or_default();
+    std::fs::read_to_string(std::path::Path::new(&dir).join("mysqld.pid"))
+        .ok()
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// What one measured case cost.
+struct Measured {
+    tx_per_s: f64,
+    /// Server CPU microseconds per transaction.
+    server_us: f64,
+    /// This process's CPU microseconds per transaction.
+    client_us: f64,
+}
+
+/// Runs `work` from `concurrency` tasks for the measuring time.
+async fn run<F, Fut>(concurrency: usize, work: F) -> Measured
 where
     F: Fn(u64) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = ()> + Send,
@@ -65,6 +96,8 @@ where
     let work = Arc::new(work);
     let next = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
+    let (server, client) = (mysqld_pid(), std::process::id());
+    let (server_cpu, client_cpu) = (cpu_seconds(server), cpu_seconds(client));
     let started = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..concurrency {
@@ -84,7 +117,12 @@ where
     for t in tasks {
         total += t.await.unwrap();
     }
-    total as f64 / started.elapsed().as_secs_f64()
+    let per_tx = |cpu: f64| cpu * 1e6 / total as f64;
+    Measured {
+        tx_per_s: total as f64 / started.elapsed().as_secs_f64(),
+        server_us: per_tx(cpu_seconds(server) - server_cpu),
+        client_us: per_tx(cpu_seconds(client) - client_cpu),
+    }
 }
 
 async fn questions(pool: &MySqlPool) -> u64 {
@@ -112,6 +150,7 @@ async fn main() {
     result_inbox::schema::init(&dsn).await.unwrap();
     let raw_pool = MySqlPoolOptions::new()
         .max_connections(20)
+        .test_before_acquire(false)
         .after_connect(|conn, _| {
             Box::pin(async move {
                 conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
@@ -198,8 +237,15 @@ async fn main() {
         offset += 10_000_000;
 
         println!(
-            "apply concurrency={concurrency} raw_tx_per_s={raw:.0} inbox_tx_per_s={inbox:.0} duplicate_tx_per_s={duplicate:.0} ratio={:.2} round_trips_per_apply={round_trips:.1}",
-            inbox / raw
+            "apply concurrency={concurrency} raw_tx_per_s={:.0} inbox_tx_per_s={:.0} duplicate_tx_per_s={:.0} ratio={:.2} round_trips_per_apply={round_trips:.1}",
+            raw.tx_per_s,
+            inbox.tx_per_s,
+            duplicate.tx_per_s,
+            inbox.tx_per_s / raw.tx_per_s
+        );
+        println!(
+            "apply concurrency={concurrency} cpu_us_per_tx server/client raw={:.0}/{:.0} inbox={:.0}/{:.0} duplicate={:.0}/{:.0}",
+            raw.server_us, raw.client_us, inbox.server_us, inbox.client_us, duplicate.server_us, duplicate.client_us
         );
     }
     admin_pool

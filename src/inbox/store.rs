@@ -75,6 +75,13 @@ impl InboxStore {
         let lock_wait = (options.transaction_timeout.as_secs() / 2).max(1);
         let pool = MySqlPoolOptions::new()
             .max_connections(options.max_connections)
+            // No PING before each use: it is one more round trip on every
+            // apply. A connection the server dropped (restart, failover)
+            // fails its first statement instead; that apply is a retryable
+            // error, never ACKed, and Orbit delivers the event again. Idle
+            // connections are closed by the pool (10 min) long before
+            // MySQL's own wait_timeout.
+            .test_before_acquire(false)
             .acquire_timeout(options.transaction_timeout)
             .after_connect(move |conn, _meta| {
                 Box::pin(async move {
