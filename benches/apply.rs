@@ -13,11 +13,16 @@
 //! It prints one line per concurrency, plus the statements the server counted
 //! per transaction (`Questions`, i.e. client round trips).
 
+#[path = "../tests/common/mod.rs"]
+#[allow(unused_imports)]
+mod common;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use common::{cpu_seconds, mysqld_pid};
 use result_inbox::delivery::{Delivery, DeliveryId, LeaseProof};
 use result_inbox::dsn::Dsn;
 use result_inbox::event::QueueId;
@@ -53,29 +58,6 @@ fn delivery(n: u64) -> Delivery<Bytes> {
         LeaseProof::new("bench"),
         Bytes::from(event(n)),
     )
-}
-
-/// CPU seconds (user + system) a process has used so far, from /proc.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after = stat.rsplit_once(')').map(|(_, a)| a).unwrap_or("");
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(11) + ticks(12)) / 100.0
-}
-
-/// The throwaway server's process id.
-fn mysqld_pid() -> u32 {
-    let dir = std::env::var("RESULT_INBOX_TEST_MYSQL_DIR").unwrap_or_default();
-    std::fs::read_to_string(std::path::Path::new(&dir).join("mysqld.pid"))
-        .ok()
-        .and_then(|p| p.trim().parse().ok())
-        .unwrap_or(0)
 }
 
 /// What one measured case cost.

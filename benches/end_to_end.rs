@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use common::consume::Consume;
 use common::orbit::OrbitDev;
-use common::{dsn_for, random_hex, EventSpec, TestDb};
+use common::{cpu_seconds, dsn_for, mysqld_pid, random_hex, EventSpec, TestDb};
 use result_inbox::delivery::{Delivery, DeliveryId, LeaseProof};
 use result_inbox::event::EventType;
 use result_inbox::inbox::{InboxLayer, InboxStore, Outcome, StoreOptions};
@@ -64,32 +64,6 @@ fn large_event(queue: &str) -> String {
         result: Some(&result),
     }
     .json()
-}
-
-/// CPU seconds (user + system) a process has used so far.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name (which is in parentheses): utime is the
-    // 14th field of the line, stime the 15th, in clock ticks.
-    let after = stat.rsplit_once(')').map(|(_, a)| a).unwrap_or("");
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(11) + ticks(12)) / 100.0
-}
-
-/// The throwaway server's process id.
-fn mysqld_pid() -> u32 {
-    let dir = std::env::var("RESULT_INBOX_TEST_MYSQL_DIR").unwrap();
-    std::fs::read_to_string(std::path::Path::new(&dir).join("mysqld.pid"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
 }
 
 fn peak_rss_kib(pid: u32) -> u64 {

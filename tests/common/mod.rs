@@ -157,3 +157,28 @@ pub fn sigterm(pid: u32) {
         libc::kill(pid as libc::pid_t, libc::SIGTERM);
     }
 }
+
+/// CPU seconds (user + system) a process has used so far, from /proc.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // After the command name (in parentheses) utime and stime are the 12th
+    // and 13th fields, in clock ticks (100 per second on Linux).
+    let after = stat.rsplit_once(')').map(|(_, a)| a).unwrap_or("");
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// The process id of the throwaway server of `scripts/with-mysql.sh`.
+pub fn mysqld_pid() -> u32 {
+    let dir = std::env::var("RESULT_INBOX_TEST_MYSQL_DIR").unwrap_or_default();
+    std::fs::read_to_string(std::path::Path::new(&dir).join("mysqld.pid"))
+        .ok()
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or(0)
+}
