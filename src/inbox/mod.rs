@@ -55,14 +55,14 @@ mod error;
 pub mod future;
 mod layer;
 mod store;
+mod tx;
 
 use std::mem;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use sqlx::mysql::{MySql, MySqlConnection};
-use sqlx::Transaction;
+use sqlx::mysql::MySqlConnection;
 use tokio::time::{timeout_at, Instant};
 use tower::{Service, ServiceExt};
 
@@ -70,6 +70,7 @@ pub use self::error::{mysql_errno, Conflict, DbError, DbErrorKind, InboxError};
 pub use self::future::ResponseFuture;
 pub use self::layer::InboxLayer;
 pub use self::store::{InboxStats, InboxStore, StoreOptions};
+use self::tx::{Begun, InboxTx};
 use crate::delivery::Delivery;
 use crate::digest::Digest;
 use crate::event::{Event, EventId, TaskId};
@@ -147,7 +148,7 @@ pub struct Applying {
     // Shared with the inbox, which keeps it for a retry after a deadlock.
     event: Arc<Event>,
     scope: InboxScope,
-    tx: Transaction<'static, MySql>,
+    tx: InboxTx,
 }
 
 impl std::fmt::Debug for Applying {
@@ -172,13 +173,13 @@ impl Applying {
 
     /// The connection of the open transaction, to use as an executor.
     pub fn connection(&mut self) -> &mut MySqlConnection {
-        &mut self.tx
+        self.tx.connection()
     }
 
     /// The connection, the scope and the event at once, for business code
     /// that writes (needs the connection) what the event says.
     pub fn split(&mut self) -> (&mut MySqlConnection, &InboxScope, &Event) {
-        (&mut self.tx, &self.scope, &self.event)
+        (self.tx.connection(), &self.scope, &self.event)
     }
 
     /// The event advanced the business state.
@@ -410,15 +411,10 @@ where
     S: Service<Delivery<Applying>, Response = Verdict>,
     S::Error: Into<BoxError>,
 {
-    let mut tx = store.pool().begin().await?;
-    match store::insert_event(&mut tx, store.scope(), &event).await {
-        Ok(()) => {}
-        Err(e) if error::is_duplicate_key(&e) => {
-            tx.rollback().await?;
-            return Ok(Phase::Duplicate(event));
-        }
-        Err(e) => return Err(e.into()),
-    }
+    let tx = match InboxTx::begin_with_insert(store.pool(), store.scope(), &event).await? {
+        Begun::Inserted(tx) => tx,
+        Begun::Duplicate => return Ok(Phase::Duplicate(event)),
+    };
 
     let applying = Applying {
         event,
@@ -431,7 +427,7 @@ where
         .map_err(|e| InboxError::from_inner(e.into()))?;
     if !verdict.advanced {
         let Applying { event, scope, tx } = &mut verdict.applying;
-        store::mark_stale(tx, scope, event).await?;
+        store::mark_stale(tx.connection(), scope, event).await?;
     }
     Ok(Phase::ReadyToCommit(verdict))
 }

@@ -163,32 +163,32 @@ impl InboxStore {
     }
 }
 
-/// Records the first receipt of `event`. A duplicate key here is the signal
-/// that this event was committed before; the caller decides what that means.
+/// The statement that records the first receipt of `event`. A duplicate key
+/// here is the signal that this event was committed before; the caller
+/// decides what that means.
+///
+/// It is sent as text, in the same round trip as `BEGIN` (see `tx.rs`), so
+/// every value is written as a hexadecimal string literal with an explicit
+/// character set: nothing from the event can change the statement, and the
+/// canonical text is stored byte for byte.
 ///
 /// The row is written with `applied = 1`, the common outcome, so that an
 /// advancing event needs no second statement on the inbox; a stale one is
 /// corrected by [`mark_stale`] before COMMIT. Nobody sees the provisional
 /// value: the row is invisible to others until it commits, and a racing copy
 /// waits on its lock.
-pub(crate) async fn insert_event(
-    conn: &mut MySqlConnection,
-    scope: &InboxScope,
-    event: &Event,
-) -> Result<(), sqlx::Error> {
-    sqlx::query(
+pub(crate) fn insert_event_sql(scope: &InboxScope, event: &Event) -> String {
+    let text = |s: &str| format!("_utf8mb4 X'{}'", hex::encode(s));
+    format!(
         "INSERT INTO receiver_inbox \
          (consumer_name, queue_id, event_id, event_digest, event_canonical, applied, received_at) \
-         VALUES (?, ?, ?, ?, ?, 1, UTC_TIMESTAMP(6))",
+         VALUES ({}, {}, {}, {}, {}, 1, UTC_TIMESTAMP(6))",
+        text(scope.receiver.as_str()),
+        text(scope.queue_id.as_str()),
+        text(event.id().as_str()),
+        text(&event.canonical().digest().to_hex()),
+        text(event.canonical().as_str()),
     )
-    .bind(scope.receiver.as_str())
-    .bind(scope.queue_id.as_str())
-    .bind(event.id().as_str())
-    .bind(event.canonical().digest().to_hex())
-    .bind(event.canonical().as_str())
-    .execute(conn)
-    .await?;
-    Ok(())
 }
 
 /// Marks the event's inbox row as recorded without advancing the view.
