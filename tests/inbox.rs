@@ -611,3 +611,48 @@ async fn a_deadlock_victim_is_retried_inside_the_budget_and_counted() {
     assert_eq!(f.view().await.unwrap().applied_events, 2);
     assert_eq!(f.inbox_applied(&next.id).await, Some(true));
 }
+
+#[tokio::test]
+async fn an_abandoned_transaction_never_reaches_the_next_delivery_on_its_connection() {
+    // One connection only: if an abandoned transaction went back to the
+    // pool still open, the next delivery's BEGIN would silently commit it.
+    let f = Fixture::new().await;
+    let options = result_inbox::inbox::StoreOptions {
+        max_connections: 1,
+        ..Default::default()
+    };
+    let store = InboxStore::connect(&f.db.dsn, f.scope.clone(), options)
+        .await
+        .unwrap();
+    let failing = tower::service_fn(|mut d: Delivery<Applying>| async move {
+        let (conn, scope, event) = d.body_mut().split();
+        task_view::advance(conn, scope, event).await?;
+        Err::<Verdict, BoxError>("business rule refused the result".into())
+    });
+    let abandoned = f.event(2, "task.cancelled", "CANCELLED");
+    let err = ServiceBuilder::new()
+        .layer(InboxLayer::new(store.clone()))
+        .service(failing)
+        .oneshot(delivery(&abandoned.json()))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, InboxError::Handler(_)), "{err:?}");
+
+    let other_task = random_hex(16);
+    let next = EventSpec {
+        id: random_hex(16),
+        queue_id: f.scope.queue_id.as_str(),
+        task_id: &other_task,
+        version: 1,
+        event_type: "task.submitted",
+        state: "PENDING",
+        result: None,
+    };
+    assert_eq!(
+        apply(&store, &next.json()).await.unwrap().outcome,
+        Outcome::Applied
+    );
+    assert_eq!(f.inbox_applied(&abandoned.id).await, None);
+    assert_eq!(f.inbox_applied(&next.id).await, Some(true));
+    assert_eq!(f.count("receiver_task_views").await, 1);
+}
