@@ -8,11 +8,9 @@ use std::time::{Duration, Instant};
 
 use common::consume::Consume;
 use common::mysqld::PrivateServer;
-use common::orbit::{OrbitDev, QueueCredentials};
-use common::{random_hex, EventSpec};
+use common::orbit::OrbitDev;
 use result_inbox::dsn::Dsn;
 use result_inbox::event::{EventType, TaskId};
-use result_inbox::ids::SubscriptionId;
 use result_inbox::scope::{InboxScope, ReceiverName};
 use result_inbox::task_view;
 use sqlx::mysql::MySqlPool;
@@ -20,26 +18,6 @@ use sqlx::Executor;
 
 const APP_PASSWORD: &str = "sentinel-db-password";
 const RECEIVER: &str = "task-result-view";
-
-/// Injects a `task.submitted` event of a new task; returns (event id, task id).
-async fn inject_new_task(
-    orbit: &OrbitDev,
-    creds: &QueueCredentials,
-    sub: &SubscriptionId,
-) -> (String, String) {
-    let task = random_hex(16);
-    let spec = EventSpec {
-        id: random_hex(16),
-        queue_id: &creds.queue_id,
-        task_id: &task,
-        version: 1,
-        event_type: "task.submitted",
-        state: "PENDING",
-        result: None,
-    };
-    orbit.inject(sub, &spec.json()).await;
-    (spec.id, task)
-}
 
 /// The inbox's lines for deliveries that failed with an error.
 fn outage_failures(log: &str) -> Vec<&str> {
@@ -90,7 +68,7 @@ async fn a_database_outage_acks_nothing_keeps_running_and_applies_everything_onc
         .unwrap();
     let mut events = Vec::new();
     for _ in 0..BEFORE {
-        events.push(inject_new_task(&orbit, &creds, &sub.id).await);
+        events.push(orbit.inject_new_task(&creds, &sub.id).await);
     }
     let mut consume = Consume::start(&orbit, &creds, &app_dsn, &sub.id, RECEIVER, &[]);
     orbit
@@ -103,7 +81,7 @@ async fn a_database_outage_acks_nothing_keeps_running_and_applies_everything_onc
     // The database goes away; new events keep coming.
     server.stop();
     for _ in 0..DURING {
-        events.push(inject_new_task(&orbit, &creds, &sub.id).await);
+        events.push(orbit.inject_new_task(&creds, &sub.id).await);
     }
     // Nothing is ACKed and the consumer keeps running, for at least 4 s and
     // until failed deliveries were reported (a transaction gives up after

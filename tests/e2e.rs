@@ -392,18 +392,8 @@ async fn sigterm_mid_stream_loses_nothing_and_a_restart_finishes_the_work() {
     let mut event_ids = Vec::new();
     let mut tasks = Vec::new();
     for _ in 0..TOTAL {
-        let task = random_hex(16);
-        let spec = EventSpec {
-            id: random_hex(16),
-            queue_id: &creds.queue_id,
-            task_id: &task,
-            version: 1,
-            event_type: "task.submitted",
-            state: "PENDING",
-            result: None,
-        };
-        orbit.inject(&sub.id, &spec.json()).await;
-        event_ids.push(spec.id.clone());
+        let (event_id, task) = orbit.inject_new_task(&creds, &sub.id).await;
+        event_ids.push(event_id);
         tasks.push(task);
     }
 

@@ -157,6 +157,27 @@ impl OrbitDev {
             .to_owned()
     }
 
+    /// Injects a `task.submitted` event of a new task (version 1) into a
+    /// subscription of `creds`' queue; returns (event id, task id).
+    pub async fn inject_new_task(
+        &self,
+        creds: &QueueCredentials,
+        subscription: &SubscriptionId,
+    ) -> (String, String) {
+        let task = random_hex(16);
+        let spec = super::EventSpec {
+            id: random_hex(16),
+            queue_id: &creds.queue_id,
+            task_id: &task,
+            version: 1,
+            event_type: "task.submitted",
+            state: "PENDING",
+            result: None,
+        };
+        self.inject(subscription, &spec.json()).await;
+        (spec.id, task)
+    }
+
     /// Finishes a task (`succeeded`, `failed`, `needs_review`).
     pub async fn finish(&self, task: &str, outcome: &str, result: Option<&str>) {
         let body = match result {
