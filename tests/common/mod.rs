@@ -182,3 +182,17 @@ pub fn mysqld_pid() -> u32 {
         .and_then(|p| p.trim().parse().ok())
         .unwrap_or(0)
 }
+
+/// Writes a new file that only its owner may read (mode 0600), as secrets
+/// (tokens, private keys) must be.
+pub fn write_private(path: &std::path::Path, bytes: &[u8]) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .unwrap();
+    f.write_all(bytes).unwrap();
+}

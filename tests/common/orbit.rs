@@ -13,7 +13,7 @@ use hyper_util::rt::TokioExecutor;
 use result_inbox::ids::{QueueId, SubscriptionId};
 use result_inbox::orbit::{OrbitClient, OrbitUrl, Token};
 
-use super::random_hex;
+use super::{random_hex, write_private};
 
 /// The `target/debug` (or release) directory the test binary runs from.
 fn bin_dir() -> PathBuf {
@@ -248,18 +248,6 @@ impl Drop for OrbitDev {
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-fn write_private(path: &Path, bytes: &[u8]) {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .unwrap();
-    f.write_all(bytes).unwrap();
 }
 
 /// One plain HTTP request with a bearer token.

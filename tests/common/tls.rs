@@ -9,7 +9,7 @@
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -24,7 +24,7 @@ use tokio::task::AbortHandle;
 use tokio_rustls::TlsAcceptor;
 
 use super::mysqld::ServerTls;
-use super::random_hex;
+use super::{random_hex, write_private};
 
 /// A new CA and one server certificate it signed, written as PEM files to a
 /// temporary directory that is removed when dropped.
@@ -124,17 +124,6 @@ impl Drop for TestPki {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-fn write_private(path: &Path, bytes: &[u8]) {
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .unwrap();
-    std::io::Write::write_all(&mut f, bytes).unwrap();
 }
 
 #[derive(Default)]
