@@ -30,7 +30,7 @@ use crate::event::{Event, EventType};
 use crate::ids::TaskId;
 use crate::inbox::{Inbox, InboxError, InboxLayer, InboxStore, Outcome};
 use crate::orbit::{OrbitClient, OrbitError};
-use crate::task_view::{self, TaskView};
+use crate::task_view::TaskView;
 use crate::BoxError;
 
 /// Limits of one demo run.
@@ -187,13 +187,9 @@ pub async fn run(
             )
             .await?;
         };
-        let view = within(
-            deadline,
-            "reading the view",
-            task_view::load(store.pool(), store.scope(), &task.id),
-        )
-        .await??
-        .ok_or_else(|| DemoError::Unexpected("no task view row after the apply".into()))?;
+        let view = within(deadline, "reading the view", store.load_view(&task.id))
+            .await??
+            .ok_or_else(|| DemoError::Unexpected("no task view row after the apply".into()))?;
         Ok::<_, DemoError>((counts, view, inbox_duplicate))
     }
     .await;

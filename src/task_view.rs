@@ -21,7 +21,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use sqlx::mysql::{MySqlConnection, MySqlPool};
+use sqlx::mysql::MySqlConnection;
 use sqlx::Row;
 use tower::Service;
 
@@ -190,12 +190,17 @@ impl std::fmt::Debug for TaskViewRow {
     }
 }
 
-/// Reads the committed view of one task.
-pub async fn load(
-    pool: &MySqlPool,
+/// Reads the committed view of one task, through a pool (or a connection)
+/// of one's own. (On the inbox's own connections, use
+/// [`InboxStore::load_view`](crate::inbox::InboxStore::load_view).)
+pub async fn load<'e, E>(
+    executor: E,
     scope: &InboxScope,
     task_id: &TaskId,
-) -> Result<Option<TaskViewRow>, DbError> {
+) -> Result<Option<TaskViewRow>, DbError>
+where
+    E: sqlx::Executor<'e, Database = sqlx::MySql>,
+{
     let row = sqlx::query(
         "SELECT task_version, last_event_id, last_state, last_result, applied_events \
          FROM receiver_task_views WHERE consumer_name = ? AND queue_id = ? AND task_id = ?",
@@ -203,7 +208,7 @@ pub async fn load(
     .bind(scope.receiver.as_str())
     .bind(scope.queue_id.as_str())
     .bind(task_id.as_str())
-    .fetch_optional(pool)
+    .fetch_optional(executor)
     .await?;
     let Some(row) = row else {
         return Ok(None);

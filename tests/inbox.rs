@@ -460,28 +460,18 @@ async fn only_a_duplicate_key_takes_the_duplicate_path() {
 }
 
 #[tokio::test]
-async fn store_connections_run_read_committed_with_lock_waits_bounded_by_the_budget() {
+async fn store_connections_run_read_committed_without_autocommit_and_lock_waits_bounded_by_the_budget(
+) {
     let f = Fixture::new().await;
-    let mut conn = f.store.pool().acquire().await.unwrap();
-    // MariaDB names the variable tx_isolation, MySQL 8 transaction_isolation.
-    let isolation: String =
-        match sqlx::query_scalar("SELECT CAST(@@SESSION.transaction_isolation AS CHAR)")
-            .fetch_one(&mut *conn)
-            .await
-        {
-            Ok(v) => v,
-            Err(_) => sqlx::query_scalar("SELECT CAST(@@SESSION.tx_isolation AS CHAR)")
-                .fetch_one(&mut *conn)
-                .await
-                .unwrap(),
-        };
-    let lock_wait: u64 = sqlx::query_scalar("SELECT @@SESSION.innodb_lock_wait_timeout")
-        .fetch_one(&mut *conn)
-        .await
-        .unwrap();
-    assert_eq!(isolation, "READ-COMMITTED");
+    let settings = f.store.session_settings().await.unwrap();
+    assert_eq!(settings.isolation, "READ-COMMITTED");
     // Half the 5 s budget: a lock-wait victim can be retried inside it.
-    assert_eq!(lock_wait, 2);
+    assert_eq!(
+        settings.lock_wait_timeout,
+        std::time::Duration::from_secs(2)
+    );
+    // The inbox INSERT opens each transaction; no BEGIN is sent.
+    assert!(!settings.autocommit);
 }
 
 #[tokio::test]
@@ -615,7 +605,7 @@ async fn a_deadlock_victim_is_retried_inside_the_budget_and_counted() {
 #[tokio::test]
 async fn an_abandoned_transaction_never_reaches_the_next_delivery_on_its_connection() {
     // One connection only: if an abandoned transaction went back to the
-    // pool still open, the next delivery's BEGIN would silently commit it.
+    // pool still open, the next delivery would carry it along and commit it.
     let f = Fixture::new().await;
     let options = result_inbox::inbox::StoreOptions {
         max_connections: 1,
@@ -655,4 +645,45 @@ async fn an_abandoned_transaction_never_reaches_the_next_delivery_on_its_connect
     assert_eq!(f.inbox_applied(&abandoned.id).await, None);
     assert_eq!(f.inbox_applied(&next.id).await, Some(true));
     assert_eq!(f.count("receiver_task_views").await, 1);
+}
+
+#[tokio::test]
+async fn duplicates_and_view_reads_leave_no_transaction_open_on_the_store_connection() {
+    // The store's sessions run with autocommit off. A read or a duplicate
+    // that left its transaction open would keep the tables' metadata locks,
+    // and the LOCK TABLES below would time out.
+    let f = Fixture::new().await;
+    let options = result_inbox::inbox::StoreOptions {
+        max_connections: 1,
+        ..Default::default()
+    };
+    let store = InboxStore::connect(&f.db.dsn, f.scope.clone(), options)
+        .await
+        .unwrap();
+    let json = f.event(2, "task.cancelled", "CANCELLED").json();
+    assert_eq!(
+        apply(&store, &json).await.unwrap().outcome,
+        Outcome::Applied
+    );
+    assert_eq!(
+        apply(&store, &json).await.unwrap().outcome,
+        Outcome::Duplicate { applied: true }
+    );
+    let task = result_inbox::event::TaskId::parse(&f.task).unwrap();
+    let view = store.load_view(&task).await.unwrap().unwrap();
+    assert_eq!(view.applied_events, 1);
+
+    let mut other = f.pool.acquire().await.unwrap();
+    sqlx::query("SET SESSION lock_wait_timeout = 1")
+        .execute(&mut *other)
+        .await
+        .unwrap();
+    sqlx::query("LOCK TABLES receiver_inbox WRITE, receiver_task_views WRITE")
+        .execute(&mut *other)
+        .await
+        .expect("no session holds the inbox tables");
+    sqlx::query("UNLOCK TABLES")
+        .execute(&mut *other)
+        .await
+        .unwrap();
 }

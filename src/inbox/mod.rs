@@ -69,7 +69,7 @@ use tower::{Service, ServiceExt};
 pub use self::error::{mysql_errno, Conflict, DbError, DbErrorKind, InboxError};
 pub use self::future::ResponseFuture;
 pub use self::layer::InboxLayer;
-pub use self::store::{InboxStats, InboxStore, StoreOptions};
+pub use self::store::{InboxStats, InboxStore, SessionSettings, StoreOptions};
 use self::tx::{Begun, InboxTx};
 use crate::delivery::Delivery;
 use crate::digest::Digest;
@@ -277,8 +277,9 @@ where
 enum Phase {
     /// The inbox row and the inner writes are in the open transaction.
     ReadyToCommit(Verdict),
-    /// The inbox already held this event id; the transaction was ended.
-    Duplicate(Arc<Event>),
+    /// The inbox already held this event id (with this digest and applied
+    /// flag, if its row could be read); the transaction was ended.
+    Duplicate(Arc<Event>, Option<(Digest, bool)>),
 }
 
 /// Applies one delivery and reports it: one log line per delivery, with a
@@ -356,13 +357,10 @@ where
     };
 
     match phase {
-        Phase::Duplicate(event) => {
-            let (stored, applied) = timeout_at(deadline, store.committed_row(event.id()))
-                .await
-                .map_err(|_| InboxError::Timeout)??
-                // A duplicate key without a readable row: something deleted
-                // inbox rows, which this receiver never does.
-                .ok_or(InboxError::Database(DbError::inconsistent()))?;
+        Phase::Duplicate(event, row) => {
+            // A duplicate key without a readable row: something deleted or
+            // damaged inbox rows, which this receiver never does.
+            let (stored, applied) = row.ok_or(InboxError::Database(DbError::inconsistent()))?;
             if &stored == event.canonical().digest() {
                 Ok(Receipt::new(&event, Outcome::Duplicate { applied }))
             } else {
@@ -413,7 +411,7 @@ where
 {
     let tx = match InboxTx::begin_with_insert(store.pool(), store.scope(), &event).await? {
         Begun::Inserted(tx) => tx,
-        Begun::Duplicate => return Ok(Phase::Duplicate(event)),
+        Begun::Duplicate(row) => return Ok(Phase::Duplicate(event, row)),
     };
 
     let applying = Applying {

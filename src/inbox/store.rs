@@ -7,11 +7,12 @@ use std::time::Duration;
 use sqlx::mysql::{MySqlConnection, MySqlPool, MySqlPoolOptions};
 use sqlx::Executor;
 
-use super::error::{DbError, DbErrorKind, InboxError};
-use crate::digest::Digest;
+use super::error::{DbError, DbErrorKind};
+use super::tx::InboxTx;
 use crate::dsn::Dsn;
-use crate::event::{Event, EventId};
+use crate::event::{Event, TaskId};
 use crate::scope::InboxScope;
+use crate::task_view::{self, TaskViewRow};
 
 /// How the inbox uses its database.
 #[derive(Debug, Clone)]
@@ -64,8 +65,8 @@ pub struct InboxStats {
 impl InboxStore {
     /// Opens a pool on `dsn` for `scope`.
     ///
-    /// Isolation and lock-wait time are set once per connection rather than
-    /// per transaction: it saves a round trip on every apply.
+    /// Isolation, lock-wait time and autocommit are set once per connection
+    /// rather than per transaction: it saves a round trip on every apply.
     pub async fn connect(
         dsn: &Dsn,
         scope: InboxScope,
@@ -85,12 +86,14 @@ impl InboxStore {
             .acquire_timeout(options.transaction_timeout)
             .after_connect(move |conn, _meta| {
                 Box::pin(async move {
-                    conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-                        .await?;
-                    conn.execute(
-                        format!("SET SESSION innodb_lock_wait_timeout = {lock_wait}").as_str(),
-                    )
-                    .await?;
+                    // With autocommit off, the inbox INSERT opens each
+                    // transaction itself (see `tx.rs`).
+                    let settings = format!(
+                        "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED; \
+                         SET SESSION innodb_lock_wait_timeout = {lock_wait}; \
+                         SET SESSION autocommit = 0"
+                    );
+                    conn.execute(sqlx::raw_sql(&settings)).await?;
                     Ok(())
                 })
             })
@@ -120,8 +123,11 @@ impl InboxStore {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The pool, for reading the receiver's tables.
-    pub fn pool(&self) -> &MySqlPool {
+    /// The pool the inbox runs its transactions on. Its sessions run with
+    /// autocommit off: whatever runs on one of its connections must go
+    /// through [`InboxTx`], which ends the transaction or closes the
+    /// connection.
+    pub(crate) fn pool(&self) -> &MySqlPool {
         &self.pool
     }
 
@@ -135,60 +141,58 @@ impl InboxStore {
         self.transaction_timeout
     }
 
-    /// Reads the committed inbox row of `event_id`: its digest and whether it
-    /// advanced the view.
-    pub(crate) async fn committed_row(
-        &self,
-        event_id: &EventId,
-    ) -> Result<Option<(Digest, bool)>, InboxError> {
-        let row: Option<(Vec<u8>, bool)> = sqlx::query_as(
-            "SELECT event_digest, applied FROM receiver_inbox \
-             WHERE consumer_name = ? AND queue_id = ? AND event_id = ?",
-        )
-        .bind(self.scope.receiver.as_str())
-        .bind(self.scope.queue_id.as_str())
-        .bind(event_id.as_str())
-        .fetch_optional(&self.pool)
-        .await?;
-        match row {
-            None => Ok(None),
-            Some((hex, applied)) => {
-                let digest = std::str::from_utf8(&hex)
-                    .ok()
-                    .and_then(Digest::from_hex)
-                    .ok_or(InboxError::Database(DbError::inconsistent()))?;
-                Ok(Some((digest, applied)))
-            }
-        }
+    /// Reads the committed view of one task, as [`task_view::load`] does
+    /// on a pool of one's own.
+    pub async fn load_view(&self, task_id: &TaskId) -> Result<Option<TaskViewRow>, DbError> {
+        let mut tx = InboxTx::acquire(&self.pool).await?;
+        let view = task_view::load(tx.connection(), &self.scope, task_id).await?;
+        tx.rollback().await?;
+        Ok(view)
+    }
+
+    /// The session settings of the store's connections, as the server
+    /// reports them: for checking a deployment (and this crate's tests).
+    pub async fn session_settings(&self) -> Result<SessionSettings, DbError> {
+        let mut tx = InboxTx::acquire(&self.pool).await?;
+        let conn = tx.connection();
+        // MySQL 8 names the variable transaction_isolation; MariaDB 10 only
+        // knows tx_isolation.
+        let isolation: String =
+            match sqlx::query_scalar("SELECT CAST(@@SESSION.transaction_isolation AS CHAR)")
+                .fetch_one(&mut *conn)
+                .await
+            {
+                Ok(v) => v,
+                Err(_) => {
+                    sqlx::query_scalar("SELECT CAST(@@SESSION.tx_isolation AS CHAR)")
+                        .fetch_one(&mut *conn)
+                        .await?
+                }
+            };
+        let (lock_wait, autocommit): (u64, i64) =
+            sqlx::query_as("SELECT @@SESSION.innodb_lock_wait_timeout, @@SESSION.autocommit")
+                .fetch_one(&mut *conn)
+                .await?;
+        tx.rollback().await?;
+        Ok(SessionSettings {
+            isolation,
+            lock_wait_timeout: Duration::from_secs(lock_wait),
+            autocommit: autocommit != 0,
+        })
     }
 }
 
-/// The statement that records the first receipt of `event`. A duplicate key
-/// here is the signal that this event was committed before; the caller
-/// decides what that means.
-///
-/// It is sent as text, in the same round trip as `BEGIN` (see `tx.rs`), so
-/// every value is written as a hexadecimal string literal with an explicit
-/// character set: nothing from the event can change the statement, and the
-/// canonical text is stored byte for byte.
-///
-/// The row is written with `applied = 1`, the common outcome, so that an
-/// advancing event needs no second statement on the inbox; a stale one is
-/// corrected by [`mark_stale`] before COMMIT. Nobody sees the provisional
-/// value: the row is invisible to others until it commits, and a racing copy
-/// waits on its lock.
-pub(crate) fn insert_event_sql(scope: &InboxScope, event: &Event) -> String {
-    let text = |s: &str| format!("_utf8mb4 X'{}'", hex::encode(s));
-    format!(
-        "INSERT INTO receiver_inbox \
-         (consumer_name, queue_id, event_id, event_digest, event_canonical, applied, received_at) \
-         VALUES ({}, {}, {}, {}, {}, 1, UTC_TIMESTAMP(6))",
-        text(scope.receiver.as_str()),
-        text(scope.queue_id.as_str()),
-        text(event.id().as_str()),
-        text(&event.canonical().digest().to_hex()),
-        text(event.canonical().as_str()),
-    )
+/// How the server has set up a store's sessions (see
+/// [`InboxStore::session_settings`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SessionSettings {
+    /// The transaction isolation level, e.g. `READ-COMMITTED`.
+    pub isolation: String,
+    /// `innodb_lock_wait_timeout`: the longest one row-lock wait may take.
+    pub lock_wait_timeout: Duration,
+    /// Whether each statement commits on its own.
+    pub autocommit: bool,
 }
 
 /// Marks the event's inbox row as recorded without advancing the view.

@@ -1,13 +1,16 @@
-//! The inbox's transaction, opened by the round trip that inserts the inbox
+//! The inbox's transaction, opened by the statement that inserts the inbox
 //! row.
 //!
-//! `BEGIN` and the inbox `INSERT` travel as one multi-statement text query:
-//! a round trip saved on every delivery. The price is that sqlx does not
-//! know about this transaction, so this type keeps the one promise sqlx's
-//! `Transaction` would: a connection never goes back to the pool with the
-//! transaction still open. Whenever the end of the transaction is not
-//! confirmed (an error, a dropped future, a time-out), the connection is
-//! closed instead of returned, and the server rolls back what it had.
+//! The store's connections run with `autocommit` off (set once per
+//! connection, see `store.rs`), so the inbox `INSERT` itself opens the
+//! transaction: no `BEGIN` round trip, no statement the server must parse
+//! on every delivery, and the insert goes as a prepared statement. The price
+//! is that sqlx does not know about this transaction, so this type keeps the
+//! one promise sqlx's `Transaction` would: a connection never goes back to
+//! the pool with a transaction still open. Whenever the end of the
+//! transaction is not confirmed (an error, a dropped future, a time-out),
+//! the connection is closed instead of returned, and the server rolls back
+//! what it had.
 
 use std::fmt;
 
@@ -16,7 +19,7 @@ use sqlx::pool::PoolConnection;
 use sqlx::Executor;
 
 use super::error;
-use super::store;
+use crate::digest::Digest;
 use crate::event::Event;
 use crate::scope::InboxScope;
 
@@ -27,39 +30,88 @@ pub(crate) struct InboxTx {
     open: bool,
 }
 
-/// How the first round trip ended.
+/// How the first statement ended.
 pub(crate) enum Begun {
     /// The inbox row is inserted; the transaction is open.
     Inserted(InboxTx),
-    /// The row exists (MySQL 1062): this event was committed before. The
-    /// transaction was rolled back.
-    Duplicate,
+    /// The row exists (MySQL 1062): this event was committed before. Holds
+    /// the stored digest and `applied` flag (`None` if the row could not be
+    /// read back). The transaction was rolled back.
+    Duplicate(Option<(Digest, bool)>),
 }
 
+/// The statement that records the first receipt of an event. A duplicate
+/// key here is the signal that this event was committed before.
+///
+/// The row is written with `applied = 1`, the common outcome, so that an
+/// advancing event needs no second statement on the inbox; a stale one is
+/// corrected by [`mark_stale`](super::store::mark_stale) before COMMIT.
+/// Nobody sees the provisional value: the row is invisible to others until
+/// it commits, and a racing copy of the event waits on its key lock.
+const INSERT_SQL: &str = "\
+INSERT INTO receiver_inbox
+  (consumer_name, queue_id, event_id, event_digest, event_canonical, applied, received_at)
+VALUES (?, ?, ?, ?, ?, 1, UTC_TIMESTAMP(6))";
+
+/// Reads back the committed row behind a duplicate key.
+const COMMITTED_ROW_SQL: &str = "\
+SELECT event_digest, applied FROM receiver_inbox
+WHERE consumer_name = ? AND queue_id = ? AND event_id = ?";
+
 impl InboxTx {
-    /// `BEGIN` and the plain `INSERT` of `event`'s inbox row, in one round
-    /// trip. Only error 1062 becomes [`Begun::Duplicate`]; any other error
-    /// is returned, with the transaction rolled back or the connection
-    /// closed.
+    /// A connection from `pool` whose next statement starts a transaction.
+    /// Whatever runs on it must end with [`commit`](Self::commit) or
+    /// [`rollback`](Self::rollback), or the connection is closed.
+    pub(crate) async fn acquire(pool: &MySqlPool) -> Result<InboxTx, sqlx::Error> {
+        Ok(InboxTx {
+            conn: pool.acquire().await?,
+            // From here on, assume the worst until the server says otherwise.
+            open: true,
+        })
+    }
+
+    /// Opens the transaction with the plain `INSERT` of `event`'s inbox row.
+    ///
+    /// Only error 1062 becomes [`Begun::Duplicate`]: the row that caused it
+    /// is committed (an uncommitted one would have made the insert wait for
+    /// its lock), so it is read back in the same transaction, which then
+    /// rolls back. Any other error is returned, with the transaction rolled
+    /// back or the connection closed.
     pub(crate) async fn begin_with_insert(
         pool: &MySqlPool,
         scope: &InboxScope,
         event: &Event,
     ) -> Result<Begun, sqlx::Error> {
-        let mut tx = InboxTx {
-            conn: pool.acquire().await?,
-            // From here on, assume the worst until the server says otherwise.
-            open: true,
-        };
-        let sql = format!("BEGIN; {}", store::insert_event_sql(scope, event));
-        match tx.conn.execute(sqlx::raw_sql(&sql)).await {
+        let mut tx = InboxTx::acquire(pool).await?;
+        let canonical = event.canonical();
+        let inserted = sqlx::query(INSERT_SQL)
+            .bind(scope.receiver.as_str())
+            .bind(scope.queue_id.as_str())
+            .bind(event.id().as_str())
+            .bind(canonical.digest().to_hex())
+            .bind(canonical.as_str())
+            .execute(&mut *tx.conn)
+            .await;
+        match inserted {
             Ok(_) => Ok(Begun::Inserted(tx)),
             Err(e) if error::is_duplicate_key(&e) => {
+                let row: Option<(Vec<u8>, bool)> = sqlx::query_as(COMMITTED_ROW_SQL)
+                    .bind(scope.receiver.as_str())
+                    .bind(scope.queue_id.as_str())
+                    .bind(event.id().as_str())
+                    .fetch_optional(&mut *tx.conn)
+                    .await?;
                 tx.rollback().await?;
-                Ok(Begun::Duplicate)
+                // The digest column holds 64 hex digits; anything else reads
+                // as no row, which the caller reports as an inconsistency.
+                Ok(Begun::Duplicate(row.and_then(|(hex, applied)| {
+                    let digest = Digest::from_hex(std::str::from_utf8(&hex).ok()?)?;
+                    Some((digest, applied))
+                })))
             }
             Err(e) => {
-                // The BEGIN may have run; end it before giving up.
+                // The failed statement may have left the transaction open;
+                // end it before giving up.
                 let _ = tx.rollback().await;
                 Err(e)
             }
