@@ -4,17 +4,18 @@
 //! bench --bench apply`). For each concurrency it measures, side by side on
 //! the same server in the same run:
 //!
-//! * `raw` — `BEGIN; INSERT` one row with the event text`; COMMIT`: the least a
-//!   durable record of an event can cost;
+//! * `raw` — `BEGIN`, `INSERT` one row with the event text, `COMMIT`: the
+//!   least a durable record of an event can cost (3 round trips);
 //! * `inbox` — fresh deliveries through `InboxLayer` over `TaskView` (each a
 //!   new task, so each creates its view row);
 //! * `duplicate` — the same deliveries again: every one finds its inbox row.
 //!
-//! It prints one line per concurrency with the statements the server counted
-//! per fresh apply (`Questions`: `BEGIN`, the inbox `INSERT`, the view
-//! statement, `COMMIT`; the first two travel in one round trip, so an apply
-//! is 3 round trips, as many as the raw floor), and one line with the CPU
-//! each side spent per transaction.
+//! Raw and inbox take turns in [`ROUNDS`] rounds (`APPLY_BENCH_SECS` in all
+//! per case, default 6), so that a change in the machine's load weighs on
+//! both. It prints one line per concurrency with the statements the server
+//! counted per fresh apply (`Questions`: the inbox `INSERT`, which opens
+//! the transaction, the view statement, `COMMIT` — one round trip each), and
+//! one line with the CPU each side spent per transaction.
 
 #[path = "../tests/common/mod.rs"]
 #[allow(unused_imports)]
@@ -37,13 +38,15 @@ use sqlx::Executor;
 use tower::{ServiceBuilder, ServiceExt};
 
 const CONCURRENCY: [usize; 3] = [1, 4, 16];
+/// Rounds each case is measured in, taking turns with the other cases.
+const ROUNDS: u32 = 6;
 const QUEUE: &str = "0123456789abcdef0123456789abcdef";
 
 fn measure_for() -> Duration {
     let secs = std::env::var("APPLY_BENCH_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(5);
+        .unwrap_or(6);
     Duration::from_secs(secs)
 }
 
@@ -63,23 +66,40 @@ fn delivery(n: u64) -> Delivery<Bytes> {
     )
 }
 
-/// What one measured case cost.
+/// What one measured case cost, summed over its rounds.
+#[derive(Default)]
 struct Measured {
-    tx_per_s: f64,
-    /// Server CPU microseconds per transaction.
-    server_us: f64,
-    /// This process's CPU microseconds per transaction.
-    client_us: f64,
+    transactions: u64,
+    elapsed: Duration,
+    /// CPU seconds of the server and of this process.
+    server_cpu: f64,
+    client_cpu: f64,
 }
 
-/// Runs `work` from `concurrency` tasks for the measuring time.
-async fn run<F, Fut>(concurrency: usize, work: F) -> Measured
-where
+impl Measured {
+    fn tx_per_s(&self) -> f64 {
+        self.transactions as f64 / self.elapsed.as_secs_f64()
+    }
+
+    /// Server and client CPU microseconds per transaction.
+    fn cpu_us(&self) -> (f64, f64) {
+        let per_tx = |cpu: f64| cpu * 1e6 / self.transactions as f64;
+        (per_tx(self.server_cpu), per_tx(self.client_cpu))
+    }
+}
+
+/// Runs `work` from `concurrency` tasks for `time`, numbering the calls
+/// from `next`, and adds what it cost to `into`.
+async fn round<F, Fut>(
+    concurrency: usize,
+    time: Duration,
+    next: &Arc<AtomicU64>,
+    work: &Arc<F>,
+    into: &mut Measured,
+) where
     F: Fn(u64) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = ()> + Send,
 {
-    let work = Arc::new(work);
-    let next = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let (server, client) = (mysqld_pid(), std::process::id());
     let (server_cpu, client_cpu) = (cpu_seconds(server), cpu_seconds(client));
@@ -96,18 +116,14 @@ where
             done
         }));
     }
-    tokio::time::sleep(measure_for()).await;
+    tokio::time::sleep(time).await;
     stop.store(true, Ordering::Relaxed);
-    let mut total = 0;
     for t in tasks {
-        total += t.await.unwrap();
+        into.transactions += t.await.unwrap();
     }
-    let per_tx = |cpu: f64| cpu * 1e6 / total as f64;
-    Measured {
-        tx_per_s: total as f64 / started.elapsed().as_secs_f64(),
-        server_us: per_tx(cpu_seconds(server) - server_cpu),
-        client_us: per_tx(cpu_seconds(client) - client_cpu),
-    }
+    into.elapsed += started.elapsed();
+    into.server_cpu += cpu_seconds(server) - server_cpu;
+    into.client_cpu += cpu_seconds(client) - client_cpu;
 }
 
 async fn questions(pool: &MySqlPool) -> u64 {
@@ -125,6 +141,12 @@ async fn main() {
         return;
     };
     let admin_pool = MySqlPool::connect(&admin).await.unwrap();
+    // The throwaway server logs every statement for the tests' sake; a
+    // production server does not, and the log costs per statement.
+    admin_pool
+        .execute("SET GLOBAL general_log = 0")
+        .await
+        .unwrap();
     let db = format!("bench_apply_{}", std::process::id());
     admin_pool
         .execute(format!("CREATE DATABASE {db} CHARACTER SET utf8mb4").as_str())
@@ -151,25 +173,27 @@ async fn main() {
         .await
         .unwrap();
 
+    let (rounds, time) = (ROUNDS, measure_for() / ROUNDS);
     let mut offset = 0u64;
     for concurrency in CONCURRENCY {
         // The floor: one durable row per event.
-        let pool = raw_pool.clone();
-        let base_raw = offset;
-        let raw = run(concurrency, move |n| {
-            let pool = pool.clone();
-            async move {
-                let mut tx = pool.begin().await.unwrap();
-                sqlx::query("INSERT INTO raw_events (id, body) VALUES (?, ?)")
-                    .bind(base_raw + n)
-                    .bind(event(base_raw + n))
-                    .execute(&mut *tx)
-                    .await
-                    .unwrap();
-                tx.commit().await.unwrap();
-            }
-        })
-        .await;
+        let raw_work = {
+            let pool = raw_pool.clone();
+            Arc::new(move |n: u64| {
+                let pool = pool.clone();
+                async move {
+                    let mut tx = pool.begin().await.unwrap();
+                    sqlx::query("INSERT INTO raw_events (id, body) VALUES (?, ?)")
+                        .bind(n)
+                        .bind(event(n))
+                        .execute(&mut *tx)
+                        .await
+                        .unwrap();
+                    tx.commit().await.unwrap();
+                }
+            })
+        };
+        let raw_next = Arc::new(AtomicU64::new(offset));
         offset += 10_000_000;
 
         let scope = InboxScope::new(ReceiverName::default(), QueueId::parse(QUEUE).unwrap());
@@ -186,51 +210,76 @@ async fn main() {
         let service: Inbox<TaskView> = ServiceBuilder::new()
             .layer(InboxLayer::new(store))
             .service(TaskView::new());
-
-        let before = questions(&admin_pool).await;
-        let applied = Arc::new(AtomicU64::new(0));
-        let base_inbox = offset;
-        let inbox = {
-            let (service, applied) = (service.clone(), applied.clone());
-            run(concurrency, move |n| {
-                let (service, applied) = (service.clone(), applied.clone());
+        let inbox_work = {
+            let service = service.clone();
+            Arc::new(move |n: u64| {
+                let service = service.clone();
                 async move {
-                    let r = service.oneshot(delivery(base_inbox + n)).await.unwrap();
+                    let r = service.oneshot(delivery(n)).await.unwrap();
                     assert_eq!(r.outcome, Outcome::Applied);
-                    applied.fetch_add(1, Ordering::Relaxed);
                 }
             })
-            .await
         };
-        let applied = applied.load(Ordering::Relaxed);
-        let statements = (questions(&admin_pool).await - before - 1) as f64 / applied as f64;
+        let first_inbox = offset;
+        let inbox_next = Arc::new(AtomicU64::new(first_inbox));
+        offset += 10_000_000;
 
-        let duplicate = {
+        // Raw and inbox take turns, so that whatever else the machine does
+        // weighs on both alike; the order flips every round.
+        let (mut raw, mut inbox) = (Measured::default(), Measured::default());
+        let mut statements = 0;
+        for r in 0..rounds {
+            if r % 2 == 1 {
+                round(concurrency, time, &raw_next, &raw_work, &mut raw).await;
+            }
+            let before = questions(&admin_pool).await;
+            round(concurrency, time, &inbox_next, &inbox_work, &mut inbox).await;
+            // One more: the SHOW STATUS that read `before`.
+            statements += questions(&admin_pool).await - before - 1;
+            if r % 2 == 0 {
+                round(concurrency, time, &raw_next, &raw_work, &mut raw).await;
+            }
+        }
+        let statements = statements as f64 / inbox.transactions as f64;
+
+        let applied = inbox_next.load(Ordering::Relaxed) - first_inbox;
+        let duplicate_work = {
             let service = service.clone();
-            run(concurrency, move |n| {
+            Arc::new(move |n: u64| {
                 let service = service.clone();
                 async move {
                     let r = service
-                        .oneshot(delivery(base_inbox + n % applied))
+                        .oneshot(delivery(first_inbox + n % applied))
                         .await
                         .unwrap();
                     assert!(matches!(r.outcome, Outcome::Duplicate { applied: true }));
                 }
             })
-            .await
         };
-        offset += 10_000_000;
+        let mut duplicate = Measured::default();
+        let duplicate_next = Arc::new(AtomicU64::new(0));
+        for _ in 0..rounds {
+            round(
+                concurrency,
+                time,
+                &duplicate_next,
+                &duplicate_work,
+                &mut duplicate,
+            )
+            .await;
+        }
 
         println!(
             "apply concurrency={concurrency} raw_tx_per_s={:.0} inbox_tx_per_s={:.0} duplicate_tx_per_s={:.0} ratio={:.2} statements_per_apply={statements:.1}",
-            raw.tx_per_s,
-            inbox.tx_per_s,
-            duplicate.tx_per_s,
-            inbox.tx_per_s / raw.tx_per_s
+            raw.tx_per_s(),
+            inbox.tx_per_s(),
+            duplicate.tx_per_s(),
+            inbox.tx_per_s() / raw.tx_per_s()
         );
+        let (cpu_raw, cpu_inbox, cpu_dup) = (raw.cpu_us(), inbox.cpu_us(), duplicate.cpu_us());
         println!(
             "apply concurrency={concurrency} cpu_us_per_tx server/client raw={:.0}/{:.0} inbox={:.0}/{:.0} duplicate={:.0}/{:.0}",
-            raw.server_us, raw.client_us, inbox.server_us, inbox.client_us, duplicate.server_us, duplicate.client_us
+            cpu_raw.0, cpu_raw.1, cpu_inbox.0, cpu_inbox.1, cpu_dup.0, cpu_dup.1
         );
     }
     admin_pool
