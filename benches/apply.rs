@@ -11,7 +11,7 @@
 //! * `duplicate` — the same deliveries again: every one finds its inbox row.
 //!
 //! Raw and inbox take turns in [`ROUNDS`] rounds (`APPLY_BENCH_SECS` in all
-//! per case, default 6), so that a change in the machine's load weighs on
+//! per case, default 12), so that a change in the machine's load weighs on
 //! both. It prints one line per concurrency with the statements the server
 //! counted per fresh apply (`Questions`: the inbox `INSERT`, which opens
 //! the transaction, the view statement, `COMMIT` — one round trip each), and
@@ -46,7 +46,7 @@ fn measure_for() -> Duration {
     let secs = std::env::var("APPLY_BENCH_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(6);
+        .unwrap_or(12);
     Duration::from_secs(secs)
 }
 
