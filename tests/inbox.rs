@@ -68,6 +68,18 @@ impl Fixture {
         }
     }
 
+    /// A store of this fixture's scope with a single connection, so that
+    /// whatever one delivery leaves on it, the next one meets.
+    async fn one_connection_store(&self) -> InboxStore {
+        let options = result_inbox::inbox::StoreOptions {
+            max_connections: 1,
+            ..Default::default()
+        };
+        InboxStore::connect(&self.db.dsn, self.scope.clone(), options)
+            .await
+            .unwrap()
+    }
+
     async fn view(&self) -> Option<task_view::TaskViewRow> {
         let task = result_inbox::event::TaskId::parse(&self.task).unwrap();
         task_view::load(&self.pool, &self.scope, &task)
@@ -607,13 +619,7 @@ async fn an_abandoned_transaction_never_reaches_the_next_delivery_on_its_connect
     // One connection only: if an abandoned transaction went back to the
     // pool still open, the next delivery would carry it along and commit it.
     let f = Fixture::new().await;
-    let options = result_inbox::inbox::StoreOptions {
-        max_connections: 1,
-        ..Default::default()
-    };
-    let store = InboxStore::connect(&f.db.dsn, f.scope.clone(), options)
-        .await
-        .unwrap();
+    let store = f.one_connection_store().await;
     let failing = tower::service_fn(|mut d: Delivery<Applying>| async move {
         let (conn, scope, event) = d.body_mut().split();
         task_view::advance(conn, scope, event).await?;
@@ -653,13 +659,7 @@ async fn duplicates_and_view_reads_leave_no_transaction_open_on_the_store_connec
     // that left its transaction open would keep the tables' metadata locks,
     // and the LOCK TABLES below would time out.
     let f = Fixture::new().await;
-    let options = result_inbox::inbox::StoreOptions {
-        max_connections: 1,
-        ..Default::default()
-    };
-    let store = InboxStore::connect(&f.db.dsn, f.scope.clone(), options)
-        .await
-        .unwrap();
+    let store = f.one_connection_store().await;
     let json = f.event(2, "task.cancelled", "CANCELLED").json();
     assert_eq!(
         apply(&store, &json).await.unwrap().outcome,
