@@ -12,10 +12,11 @@
 //!
 //! Raw and inbox take turns in [`ROUNDS`] rounds (`APPLY_BENCH_SECS` in all
 //! per case, default 12), so that a change in the machine's load weighs on
-//! both. It prints one line per concurrency with the statements the server
-//! counted per fresh apply (`Questions`: the inbox `INSERT`, which opens
-//! the transaction, the view statement, `COMMIT` — one round trip each), and
-//! one line with the CPU each side spent per transaction.
+//! both. It prints one line per concurrency: the rates and their ratio, the
+//! statements the server counted per fresh apply (`Questions`: the inbox
+//! `INSERT`, which opens the transaction, the view statement, `COMMIT` — one
+//! round trip each), and the CPU microseconds the server and this process
+//! spent per transaction of each case.
 
 #[path = "../tests/common/mod.rs"]
 #[allow(unused_imports)]
@@ -269,17 +270,20 @@ async fn main() {
             .await;
         }
 
+        let (cpu_raw, cpu_inbox, cpu_dup) = (raw.cpu_us(), inbox.cpu_us(), duplicate.cpu_us());
         println!(
-            "apply concurrency={concurrency} raw_tx_per_s={:.0} inbox_tx_per_s={:.0} duplicate_tx_per_s={:.0} ratio={:.2} statements_per_apply={statements:.1}",
+            "apply concurrency={concurrency} raw_tx_per_s={:.0} inbox_tx_per_s={:.0} duplicate_tx_per_s={:.0} ratio={:.2} \
+             statements_per_apply={statements:.1} cpu_us_per_tx_server/client raw={:.0}/{:.0} inbox={:.0}/{:.0} duplicate={:.0}/{:.0}",
             raw.tx_per_s(),
             inbox.tx_per_s(),
             duplicate.tx_per_s(),
-            inbox.tx_per_s() / raw.tx_per_s()
-        );
-        let (cpu_raw, cpu_inbox, cpu_dup) = (raw.cpu_us(), inbox.cpu_us(), duplicate.cpu_us());
-        println!(
-            "apply concurrency={concurrency} cpu_us_per_tx server/client raw={:.0}/{:.0} inbox={:.0}/{:.0} duplicate={:.0}/{:.0}",
-            cpu_raw.0, cpu_raw.1, cpu_inbox.0, cpu_inbox.1, cpu_dup.0, cpu_dup.1
+            inbox.tx_per_s() / raw.tx_per_s(),
+            cpu_raw.0,
+            cpu_raw.1,
+            cpu_inbox.0,
+            cpu_inbox.1,
+            cpu_dup.0,
+            cpu_dup.1
         );
     }
     admin_pool
