@@ -101,10 +101,11 @@ impl Canonical {
     /// The canonical form as text.
     ///
     /// The canonical form is always valid UTF-8. This re-checks that (a
-    /// linear scan) on every call, since the crate uses no `unsafe`; prefer
-    /// [`as_bytes`](Self::as_bytes) on hot paths.
+    /// linear scan, with SIMD where the CPU has it) on every call, since the
+    /// crate uses no `unsafe`; prefer [`as_bytes`](Self::as_bytes) on hot
+    /// paths.
     pub fn as_str(&self) -> &str {
-        std::str::from_utf8(&self.bytes).expect("canonical JSON is always valid UTF-8")
+        simdutf8::basic::from_utf8(&self.bytes).expect("canonical JSON is always valid UTF-8")
     }
 
     /// The canonical bytes, without copying.
@@ -187,7 +188,9 @@ fn check_input(input: &[u8]) -> Result<(), DigestError> {
     if input.starts_with(b"\xEF\xBB\xBF") {
         return Err(DigestError::ByteOrderMark);
     }
-    if let Err(e) = std::str::from_utf8(input) {
+    // The `compat` flavour reports where the input stops being valid, as
+    // std does; the offset is part of the error.
+    if let Err(e) = simdutf8::compat::from_utf8(input) {
         return Err(DigestError::InvalidUtf8 {
             offset: e.valid_up_to(),
         });
