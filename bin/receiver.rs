@@ -19,7 +19,7 @@ use result_inbox::demo::{self, DemoOptions};
 use result_inbox::digest::{self, MAX_EVENT_BYTES};
 use result_inbox::dsn::Dsn;
 use result_inbox::ids::SubscriptionId;
-use result_inbox::inbox::{InboxLayer, InboxStore, StoreOptions};
+use result_inbox::inbox::{DbErrorKind, InboxLayer, InboxStore, StoreOptions};
 use result_inbox::orbit::{OrbitClient, Token};
 use result_inbox::schema;
 use result_inbox::scope::{InboxScope, ReceiverName};
@@ -219,7 +219,18 @@ fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     }
 }
 
-async fn connect(resolved: &Resolved) -> Result<(OrbitClient, InboxStore), (u8, String)> {
+/// Whether a database that cannot be reached at start is an error (`demo`)
+/// or something to wait for while consuming (`consume`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Unreachable {
+    Fail,
+    Wait,
+}
+
+async fn connect(
+    resolved: &Resolved,
+    unreachable: Unreachable,
+) -> Result<(OrbitClient, InboxStore), (u8, String)> {
     let client = OrbitClient::with_tls(
         resolved.orbit.url.clone(),
         resolved.orbit.token.clone(),
@@ -228,9 +239,27 @@ async fn connect(resolved: &Resolved) -> Result<(OrbitClient, InboxStore), (u8, 
     )
     .map_err(|e| (EXIT_CONFIG, format!("ORBIT_URL: {e}")))?;
     let scope = InboxScope::new(resolved.name.clone(), resolved.orbit.queue_id.clone());
-    let store = InboxStore::connect(&resolved.dsn, scope, StoreOptions::default())
+    let store = match InboxStore::connect(&resolved.dsn, scope.clone(), StoreOptions::default())
         .await
-        .map_err(|e| (EXIT_FAILED, format!("database {}: {e}", resolved.dsn)))?;
+    {
+        Ok(store) => store,
+        // Down or not yet up: no delivery is applied or ACKed until it
+        // answers, as during an outage. A refused login, a missing database
+        // or a failed TLS check will not mend by waiting, so those still
+        // stop the consumer.
+        Err(e)
+            if unreachable == Unreachable::Wait
+                && matches!(e.kind(), DbErrorKind::Connection | DbErrorKind::PoolTimeout) =>
+        {
+            tracing::warn!(
+                database = %resolved.dsn,
+                error = %e,
+                "database unreachable at start; deliveries are neither applied nor ACKed until it answers"
+            );
+            InboxStore::connect_lazy(&resolved.dsn, scope, StoreOptions::default())
+        }
+        Err(e) => return Err((EXIT_FAILED, format!("database {}: {e}", resolved.dsn))),
+    };
     Ok((client, store))
 }
 
@@ -241,7 +270,7 @@ fn run_demo(receiver: Receiver) -> ExitCode {
     };
     let options = DemoOptions::default();
     runtime().block_on(async {
-        let (client, store) = match connect(&resolved).await {
+        let (client, store) = match connect(&resolved, Unreachable::Fail).await {
             Ok(c) => c,
             Err((code, e)) => return fail(code, e),
         };
@@ -278,7 +307,7 @@ fn run_consume(receiver: Receiver, subscription_id: &str) -> ExitCode {
         shutdown_signal()
     };
     runtime.block_on(async {
-        let (client, store) = match connect(&resolved).await {
+        let (client, store) = match connect(&resolved, Unreachable::Wait).await {
             Ok(c) => c,
             Err((code, e)) => return fail(code, e),
         };

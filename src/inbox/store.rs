@@ -72,39 +72,30 @@ impl InboxStore {
         scope: InboxScope,
         options: StoreOptions,
     ) -> Result<Self, DbError> {
-        // innodb_lock_wait_timeout takes whole seconds, at least 1.
-        let lock_wait = (options.transaction_timeout.as_secs() / 2).max(1);
-        let pool = MySqlPoolOptions::new()
-            .max_connections(options.max_connections)
-            // No PING before each use: it is one more round trip on every
-            // apply. A connection the server dropped (restart, failover)
-            // fails its first statement instead; that apply is a retryable
-            // error, never ACKed, and Orbit delivers the event again. Idle
-            // connections are closed by the pool (10 min) long before
-            // MySQL's own wait_timeout.
-            .test_before_acquire(false)
-            .acquire_timeout(options.transaction_timeout)
-            .after_connect(move |conn, _meta| {
-                Box::pin(async move {
-                    // With autocommit off, the inbox INSERT opens each
-                    // transaction itself (see `tx.rs`).
-                    let settings = format!(
-                        "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED; \
-                         SET SESSION innodb_lock_wait_timeout = {lock_wait}; \
-                         SET SESSION autocommit = 0"
-                    );
-                    conn.execute(sqlx::raw_sql(&settings)).await?;
-                    Ok(())
-                })
-            })
+        let pool = pool_options(&options)
             .connect_with(dsn.connect_options())
             .await?;
-        Ok(Self {
+        Ok(Self::with_pool(pool, scope, &options))
+    }
+
+    /// Like [`connect`](Self::connect), but opens no connection yet: the
+    /// first apply does. While the server cannot be reached, every apply
+    /// fails with a retryable error after waiting its time budget for a
+    /// connection, so nothing is ACKed and Orbit delivers again; once the
+    /// server answers, applies go through. For a consumer that may start
+    /// before its database.
+    pub fn connect_lazy(dsn: &Dsn, scope: InboxScope, options: StoreOptions) -> Self {
+        let pool = pool_options(&options).connect_lazy_with(dsn.connect_options());
+        Self::with_pool(pool, scope, &options)
+    }
+
+    fn with_pool(pool: MySqlPool, scope: InboxScope, options: &StoreOptions) -> Self {
+        Self {
             pool,
             scope,
             transaction_timeout: options.transaction_timeout,
             stats: Arc::default(),
-        })
+        }
     }
 
     /// Retries counted so far (shared by all clones of this store).
@@ -180,6 +171,35 @@ impl InboxStore {
             autocommit: autocommit != 0,
         })
     }
+}
+
+/// The pool every store runs on: see [`InboxStore::connect`].
+fn pool_options(options: &StoreOptions) -> MySqlPoolOptions {
+    // innodb_lock_wait_timeout takes whole seconds, at least 1.
+    let lock_wait = (options.transaction_timeout.as_secs() / 2).max(1);
+    MySqlPoolOptions::new()
+        .max_connections(options.max_connections)
+        // No PING before each use: it is one more round trip on every
+        // apply. A connection the server dropped (restart, failover) fails
+        // its first statement instead; that apply is a retryable error,
+        // never ACKed, and Orbit delivers the event again. Idle connections
+        // are closed by the pool (10 min) long before MySQL's own
+        // wait_timeout.
+        .test_before_acquire(false)
+        .acquire_timeout(options.transaction_timeout)
+        .after_connect(move |conn, _meta| {
+            Box::pin(async move {
+                // With autocommit off, the inbox INSERT opens each
+                // transaction itself (see `tx.rs`).
+                let settings = format!(
+                    "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED; \
+                     SET SESSION innodb_lock_wait_timeout = {lock_wait}; \
+                     SET SESSION autocommit = 0"
+                );
+                conn.execute(sqlx::raw_sql(&settings)).await?;
+                Ok(())
+            })
+        })
 }
 
 /// How the server has set up a store's sessions (see
