@@ -444,6 +444,34 @@ fn is_digit(b: Option<&u8>) -> bool {
     matches!(b, Some(b'0'..=b'9'))
 }
 
+/// The position of the first byte at or after `i` that is not an ASCII
+/// digit (or `s.len()`).
+///
+/// Eight bytes at a time: the end of a run of digits is found without a
+/// branch per digit, whose misprediction at the end of every number cost
+/// more than the digits themselves.
+#[inline(always)]
+fn skip_digits(s: &[u8], mut i: usize) -> usize {
+    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    while let Some(chunk) = s.get(i..i + 8) {
+        // `'0'..='9'` become 0..=9, and no other byte does. A byte is not a
+        // digit when its value is 10 or more: adding 0x76 to its low seven
+        // bits then sets the high bit (without a carry into the next byte),
+        // or its own high bit is set already.
+        let x = load(chunk) ^ 0x3030_3030_3030_3030;
+        let not_digit = (((x & LOW7) + 0x7676_7676_7676_7676) | x) & HIGHS;
+        if not_digit != 0 {
+            return i + (not_digit.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while is_digit(s.get(i)) {
+        i += 1;
+    }
+    i
+}
+
 /// Marks (high bit of the byte) each byte of `w` that is `"`, `\` or below
 /// 0x20. Only the lowest mark is exact: false marks can appear above a true
 /// one (borrows), never below, so the lowest mark of `special(w)` is the
@@ -1067,9 +1095,7 @@ impl Parser<'_> {
             }
             Some(b'1'..=b'9') => {
                 i += 1;
-                while is_digit(s.get(i)) {
-                    i += 1;
-                }
+                i = skip_digits(s, i);
             }
             _ => return Err(self.syntax(i, R_NUMBER)),
         }
@@ -1078,9 +1104,7 @@ impl Parser<'_> {
             if !is_digit(s.get(i)) {
                 return Err(self.syntax(i, R_NUMBER));
             }
-            while is_digit(s.get(i)) {
-                i += 1;
-            }
+            i = skip_digits(s, i);
         }
         if matches!(s.get(i), Some(b'e' | b'E')) {
             i += 1;
@@ -1090,9 +1114,7 @@ impl Parser<'_> {
             if !is_digit(s.get(i)) {
                 return Err(self.syntax(i, R_NUMBER));
             }
-            while is_digit(s.get(i)) {
-                i += 1;
-            }
+            i = skip_digits(s, i);
         }
         Ok(i)
     }
