@@ -105,6 +105,41 @@ async fn subscribed_orbit(namespace: &str) -> (OrbitDev, QueueCredentials, Subsc
     (orbit, creds, sub.id)
 }
 
+/// Checks, for at least 4 s and until a failed delivery was logged after
+/// `log_from` (a transaction waits its 5 s budget for a connection), that
+/// `consume` keeps running and the ACK count stays at `acked_before`.
+async fn assert_waits_without_acking(
+    orbit: &OrbitDev,
+    creds: &QueueCredentials,
+    sub: &SubscriptionId,
+    consume: &mut Consume,
+    acked_before: usize,
+    log_from: usize,
+) {
+    let watching = Instant::now();
+    loop {
+        let counts = orbit
+            .wait_for_counts(creds, sub, Duration::from_secs(1), |_| true)
+            .await;
+        assert_eq!(
+            acked(&counts),
+            acked_before as u64,
+            "ACKed without a database: {counts}"
+        );
+        assert!(consume.running(), "consume exited: {}", consume.output());
+        let failed = outage_failures(&consume.output()[log_from..]).len();
+        if watching.elapsed() >= Duration::from_secs(4) && failed > 0 {
+            return;
+        }
+        assert!(
+            watching.elapsed() < Duration::from_secs(20),
+            "no failed delivery was logged while the database was down: {}",
+            consume.output()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 fn acked(counts: &serde_json::Value) -> u64 {
     counts["acked"].as_u64().unwrap_or(0)
 }
@@ -139,31 +174,16 @@ async fn a_database_outage_acks_nothing_keeps_running_and_applies_everything_onc
     for _ in 0..DURING {
         events.push(orbit.inject_new_task(&creds, &sub).await);
     }
-    // Nothing is ACKed and the consumer keeps running, for at least 4 s and
-    // until failed deliveries were reported (a transaction gives up after
-    // its 5 s budget).
-    let watching = Instant::now();
-    loop {
-        let counts = orbit
-            .wait_for_counts(&creds, &sub, Duration::from_secs(1), |_| true)
-            .await;
-        assert_eq!(
-            acked(&counts),
-            BEFORE as u64,
-            "ACKed without a database: {counts}"
-        );
-        assert!(consume.running(), "consume exited: {}", consume.output());
-        let failed = outage_failures(&consume.output()[log_before_outage..]).len();
-        if watching.elapsed() >= Duration::from_secs(4) && failed > 0 {
-            break;
-        }
-        assert!(
-            watching.elapsed() < Duration::from_secs(20),
-            "no failed delivery was logged during the outage: {}",
-            consume.output()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    // Nothing is ACKed and the consumer keeps running.
+    assert_waits_without_acking(
+        &orbit,
+        &creds,
+        &sub,
+        &mut consume,
+        BEFORE,
+        log_before_outage,
+    )
+    .await;
 
     // It comes back: everything is applied and ACKed without a restart of
     // the consumer.
@@ -220,27 +240,7 @@ async fn a_consumer_started_while_its_database_is_down_waits_and_applies_everyth
     }
     let mut consume = Consume::start(&orbit, &creds, &app_dsn, &sub, RECEIVER, &[]);
 
-    // It keeps running and ACKs nothing, for at least 4 s and until a
-    // delivery failed (a transaction waits its 5 s budget for a connection).
-    let watching = Instant::now();
-    loop {
-        let counts = orbit
-            .wait_for_counts(&creds, &sub, Duration::from_secs(1), |_| true)
-            .await;
-        assert_eq!(acked(&counts), 0, "ACKed without a database: {counts}");
-        assert!(consume.running(), "consume exited: {}", consume.output());
-        if watching.elapsed() >= Duration::from_secs(4)
-            && !outage_failures(&consume.output()).is_empty()
-        {
-            break;
-        }
-        assert!(
-            watching.elapsed() < Duration::from_secs(20),
-            "no failed delivery was logged while the database was down: {}",
-            consume.output()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    assert_waits_without_acking(&orbit, &creds, &sub, &mut consume, 0, 0).await;
     assert!(
         consume
             .output()
