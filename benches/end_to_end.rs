@@ -21,10 +21,11 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::consume::Consume;
-use common::orbit::OrbitDev;
+use common::orbit::{OrbitDev, QueueCredentials};
 use common::{cpu_seconds, dsn_for, mysqld_pid, random_hex, EventSpec, TestDb};
 use result_inbox::delivery::{Delivery, DeliveryId, LeaseProof};
 use result_inbox::event::EventType;
+use result_inbox::ids::SubscriptionId;
 use result_inbox::inbox::{InboxLayer, InboxStore, Outcome, StoreOptions};
 use result_inbox::scope::{InboxScope, ReceiverName};
 use result_inbox::task_view::TaskView;
@@ -75,6 +76,31 @@ fn peak_rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// Starts `receiver consume` on `sub` into `db` and waits until Orbit counts
+/// `count` deliveries ACKed; the process is left running.
+async fn consume_until_acked(
+    orbit: &OrbitDev,
+    creds: &QueueCredentials,
+    sub: &SubscriptionId,
+    db: &TestDb,
+    count: usize,
+) -> Consume {
+    let consume = Consume::start(
+        orbit,
+        creds,
+        &dsn_for(&db.name),
+        sub,
+        "bench",
+        &[("RECEIVER_LOG", "warn")],
+    );
+    orbit
+        .wait_for_counts(creds, sub, Duration::from_secs(600), |c| {
+            c["acked"] == count as u64
+        })
+        .await;
+    consume
+}
+
 #[tokio::main]
 async fn main() {
     if std::env::var("RESULT_INBOX_TEST_ADMIN_DSN").is_err() {
@@ -106,19 +132,7 @@ async fn main() {
     let db = TestDb::initialized().await;
     let started = Instant::now();
     let (orbit_cpu, mysql_cpu) = (cpu_seconds(orbit.pid()), cpu_seconds(mysqld_pid()));
-    let mut consume = Consume::start(
-        &orbit,
-        &creds,
-        &dsn_for(&db.name),
-        &sub.id,
-        "bench",
-        &[("RECEIVER_LOG", "warn")],
-    );
-    orbit
-        .wait_for_counts(&creds, &sub.id, Duration::from_secs(600), |c| {
-            c["acked"] == DELIVERIES as u64
-        })
-        .await;
+    let mut consume = consume_until_acked(&orbit, &creds, &sub.id, &db, DELIVERIES).await;
     let elapsed = started.elapsed().as_secs_f64();
     let e2e = DELIVERIES as f64 / elapsed;
     // Where the time goes: CPU of each process per 1000 deliveries, beside
@@ -189,19 +203,7 @@ async fn main() {
         orbit.inject(&sub.id, &large_event(&creds.queue_id)).await;
     }
     let db3 = TestDb::initialized().await;
-    let mut consume = Consume::start(
-        &orbit,
-        &creds,
-        &dsn_for(&db3.name),
-        &sub.id,
-        "bench",
-        &[("RECEIVER_LOG", "warn")],
-    );
-    orbit
-        .wait_for_counts(&creds, &sub.id, Duration::from_secs(600), |c| {
-            c["acked"] == LARGE_EVENTS as u64
-        })
-        .await;
+    let mut consume = consume_until_acked(&orbit, &creds, &sub.id, &db3, LARGE_EVENTS).await;
     let rss = peak_rss_kib(consume.child.id());
     assert!(consume.terminate().success());
     println!(

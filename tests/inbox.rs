@@ -687,3 +687,24 @@ async fn duplicates_and_view_reads_leave_no_transaction_open_on_the_store_connec
         .await
         .unwrap();
 }
+
+#[tokio::test]
+async fn a_duplicate_whose_stored_digest_is_damaged_is_an_inconsistency_not_a_verdict() {
+    let f = Fixture::new().await;
+    let json = f.event(2, "task.cancelled", "CANCELLED").json();
+    assert_eq!(
+        apply(&f.store, &json).await.unwrap().outcome,
+        Outcome::Applied
+    );
+    sqlx::query("UPDATE receiver_inbox SET event_digest = 'not a digest'")
+        .execute(&f.pool)
+        .await
+        .unwrap();
+    match apply(&f.store, &json).await {
+        Err(InboxError::Database(e)) => {
+            assert_eq!(e.kind(), result_inbox::inbox::DbErrorKind::Inconsistent)
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(f.view().await.unwrap().applied_events, 1);
+}

@@ -277,9 +277,13 @@ where
 enum Phase {
     /// The inbox row and the inner writes are in the open transaction.
     ReadyToCommit(Verdict),
-    /// The inbox already held this event id (with this digest and applied
-    /// flag, if its row could be read); the transaction was ended.
-    Duplicate(Arc<Event>, Option<(Digest, bool)>),
+    /// The inbox already held this event id, with this digest and applied
+    /// flag; the transaction was ended.
+    Duplicate {
+        event: Arc<Event>,
+        stored: Digest,
+        applied: bool,
+    },
 }
 
 /// Applies one delivery and reports it: one log line per delivery, with a
@@ -357,10 +361,11 @@ where
     };
 
     match phase {
-        Phase::Duplicate(event, row) => {
-            // A duplicate key without a readable row: something deleted or
-            // damaged inbox rows, which this receiver never does.
-            let (stored, applied) = row.ok_or(InboxError::Database(DbError::inconsistent()))?;
+        Phase::Duplicate {
+            event,
+            stored,
+            applied,
+        } => {
             if &stored == event.canonical().digest() {
                 Ok(Receipt::new(&event, Outcome::Duplicate { applied }))
             } else {
@@ -411,7 +416,13 @@ where
 {
     let tx = match InboxTx::begin_with_insert(store.pool(), store.scope(), &event).await? {
         Begun::Inserted(tx) => tx,
-        Begun::Duplicate(row) => return Ok(Phase::Duplicate(event, row)),
+        Begun::Duplicate { digest, applied } => {
+            return Ok(Phase::Duplicate {
+                event,
+                stored: digest,
+                applied,
+            })
+        }
     };
 
     let applying = Applying {

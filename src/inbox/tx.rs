@@ -18,7 +18,7 @@ use sqlx::mysql::{MySql, MySqlConnection, MySqlPool};
 use sqlx::pool::PoolConnection;
 use sqlx::Executor;
 
-use super::error;
+use super::error::{self, DbError, InboxError};
 use crate::digest::Digest;
 use crate::event::Event;
 use crate::scope::InboxScope;
@@ -34,10 +34,9 @@ pub(crate) struct InboxTx {
 pub(crate) enum Begun {
     /// The inbox row is inserted; the transaction is open.
     Inserted(InboxTx),
-    /// The row exists (MySQL 1062): this event was committed before. Holds
-    /// the stored digest and `applied` flag (`None` if the row could not be
-    /// read back). The transaction was rolled back.
-    Duplicate(Option<(Digest, bool)>),
+    /// The row exists (MySQL 1062): this event was committed before, with
+    /// this digest and `applied` flag. The transaction was rolled back.
+    Duplicate { digest: Digest, applied: bool },
 }
 
 /// The statement that records the first receipt of an event. A duplicate
@@ -58,6 +57,10 @@ const COMMITTED_ROW_SQL: &str = "\
 SELECT event_digest, applied FROM receiver_inbox
 WHERE consumer_name = ? AND queue_id = ? AND event_id = ?";
 
+fn inconsistent() -> InboxError {
+    InboxError::Database(DbError::inconsistent())
+}
+
 impl InboxTx {
     /// A connection from `pool` whose next statement starts a transaction.
     /// Whatever runs on it must end with [`commit`](Self::commit) or
@@ -75,13 +78,15 @@ impl InboxTx {
     /// Only error 1062 becomes [`Begun::Duplicate`]: the row that caused it
     /// is committed (an uncommitted one would have made the insert wait for
     /// its lock), so it is read back in the same transaction, which then
-    /// rolls back. Any other error is returned, with the transaction rolled
-    /// back or the connection closed.
+    /// rolls back. A duplicate key without a readable row means something
+    /// deleted or damaged inbox rows, which this receiver never does: an
+    /// inconsistency. Any other error is returned, with the transaction
+    /// rolled back or the connection closed.
     pub(crate) async fn begin_with_insert(
         pool: &MySqlPool,
         scope: &InboxScope,
         event: &Event,
-    ) -> Result<Begun, sqlx::Error> {
+    ) -> Result<Begun, InboxError> {
         let mut tx = InboxTx::acquire(pool).await?;
         let canonical = event.canonical();
         let inserted = sqlx::query(INSERT_SQL)
@@ -102,18 +107,19 @@ impl InboxTx {
                     .fetch_optional(&mut *tx.conn)
                     .await?;
                 tx.rollback().await?;
-                // The digest column holds 64 hex digits; anything else reads
-                // as no row, which the caller reports as an inconsistency.
-                Ok(Begun::Duplicate(row.and_then(|(hex, applied)| {
-                    let digest = Digest::from_hex(std::str::from_utf8(&hex).ok()?)?;
-                    Some((digest, applied))
-                })))
+                // The digest column holds 64 hex digits.
+                let (hex, applied) = row.ok_or_else(inconsistent)?;
+                let digest = std::str::from_utf8(&hex)
+                    .ok()
+                    .and_then(Digest::from_hex)
+                    .ok_or_else(inconsistent)?;
+                Ok(Begun::Duplicate { digest, applied })
             }
             Err(e) => {
                 // The failed statement may have left the transaction open;
                 // end it before giving up.
                 let _ = tx.rollback().await;
-                Err(e)
+                Err(e.into())
             }
         }
     }
