@@ -283,6 +283,7 @@ fn a_large_event_out_of_order_at_every_level_gets_the_reference_form() {
         "canonical form differs from the reference"
     );
     assert_eq!(canonicalize(expected.as_bytes()).unwrap(), c);
+    assert_eq!(digest(input.as_bytes()).unwrap(), *c.digest());
 }
 
 // ---------------------------------------------------------------------------
@@ -971,6 +972,8 @@ proptest! {
         let expected = canonical_of(&value);
         let c = canonicalize(input.as_bytes()).map_err(|e| TestCaseError::fail(format!("{e}")))?;
         prop_assert!(c.as_str() == expected, "canonical form differs from the reference");
+        // digest() hashes the same form piece by piece, never assembled.
+        prop_assert_eq!(digest(input.as_bytes()).unwrap(), *c.digest());
     }
 
     #[test]

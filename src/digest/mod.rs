@@ -202,8 +202,10 @@ fn check_input(input: &[u8]) -> Result<(), DigestError> {
 /// `canonicalize(input)?.digest()`, for callers that do not need the bytes.
 pub fn digest(input: &[u8]) -> Result<Digest, DigestError> {
     check_input(input)?;
-    // The canonical bytes stay in the parser's reused buffer.
-    parse::with_canonical_bytes(input, |bytes| Digest(Sha256::digest(bytes).into()))
+    // The canonical bytes are hashed where they lie, never assembled.
+    let mut hasher = Sha256::new();
+    parse::with_canonical_pieces(input, |piece| hasher.update(piece))?;
+    Ok(Digest(hasher.finalize().into()))
 }
 
 /// Whether `s` is a valid RFC 3339 date-time already in the form the

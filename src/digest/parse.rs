@@ -24,7 +24,7 @@
 //!   otherwise through a scratch buffer;
 //! * except for large objects (body of at least [`DEFER_MIN_BODY`] bytes):
 //!   their sorted member ranges are recorded and the bytes stay in input
-//!   order, and a final pass ([`emit`], recursive along the nesting of such
+//!   order, and a final pass ([`Output::emit`], recursive along the nesting of such
 //!   objects, so at most `MAX_DEPTH` deep) writes every byte once in
 //!   canonical order. This keeps an event whose envelope, `task` and
 //!   `result` are all out of order from copying its body once per level.
@@ -68,29 +68,27 @@ const TIMESTAMP_KEY: &[u8] = b"occurred_at";
 /// most `MAX_EVENT_BYTES` long.
 pub(super) fn canonical_bytes(input: &[u8]) -> Result<Vec<u8>, DigestError> {
     with_buffers(|buffers| {
-        // The caller keeps the bytes: write them into buffers of their own,
-        // sized for this input rather than for whatever came before.
-        let mut out = Vec::with_capacity(input.len());
-        let mut sorted = Vec::new();
-        std::mem::swap(&mut out, &mut buffers.out);
-        std::mem::swap(&mut sorted, &mut buffers.sorted);
-        let result = canonical_into(input, buffers);
-        std::mem::swap(&mut out, &mut buffers.out);
-        std::mem::swap(&mut sorted, &mut buffers.sorted);
-        result.map(|()| out)
+        parse(input, buffers, |output| {
+            // The caller keeps the bytes: one allocation of the exact size.
+            let mut bytes = Vec::with_capacity(output.len());
+            output.write(|piece| bytes.extend_from_slice(piece));
+            bytes
+        })
     })
 }
 
-/// Calls `f` with the canonical form of `input` (see [`canonical_bytes`]),
-/// written into a buffer that is reused by later calls on the same thread.
-pub(super) fn with_canonical_bytes<R>(
+/// Feeds the canonical form of `input` (see [`canonical_bytes`]) to `sink`,
+/// in order, piece by piece.
+///
+/// Nothing is assembled: the pieces are taken from the parser's output and
+/// from the input where the input was already canonical, so hashing the
+/// canonical form copies none of the bytes the parse did not have to
+/// rewrite.
+pub(super) fn with_canonical_pieces(
     input: &[u8],
-    f: impl FnOnce(&[u8]) -> R,
-) -> Result<R, DigestError> {
-    with_buffers(|buffers| {
-        canonical_into(input, buffers)?;
-        Ok(f(&buffers.out))
-    })
+    sink: impl FnMut(&[u8]),
+) -> Result<(), DigestError> {
+    with_buffers(|buffers| parse(input, buffers, |output| output.write(sink)))
 }
 
 /// The parser's working memory, kept per thread between calls: for the
@@ -106,8 +104,6 @@ struct Buffers {
     scratch: Vec<u8>,
     deferred: Vec<Deferred>,
     spans: Vec<(u32, u32)>,
-    /// Second output buffer for the final pass over deferred objects.
-    sorted: Vec<u8>,
 }
 
 /// Buffers larger than this are not kept for the next call, so that one
@@ -141,7 +137,6 @@ fn with_buffers<R>(f: impl FnOnce(&mut Buffers) -> R) -> R {
         scratch,
         deferred,
         spans,
-        sorted,
     } = &mut buffers;
     trim(out);
     trim(frames);
@@ -151,15 +146,18 @@ fn with_buffers<R>(f: impl FnOnce(&mut Buffers) -> R) -> R {
     trim(scratch);
     trim(deferred);
     trim(spans);
-    trim(sorted);
     // Fails only while the thread is being torn down; then drop them.
     let _ = BUFFERS.try_with(|cell| cell.set(buffers));
     result
 }
 
-/// Writes the canonical form of `input` into `buffers.out`, which must be
-/// empty, as must all the other buffers.
-fn canonical_into(input: &[u8], buffers: &mut Buffers) -> Result<(), DigestError> {
+/// Parses `input` with `buffers` (which must be empty) and, if it is valid,
+/// calls `finish` with its canonical form.
+fn parse<R>(
+    input: &[u8],
+    buffers: &mut Buffers,
+    finish: impl FnOnce(Output<'_>) -> R,
+) -> Result<R, DigestError> {
     let mut out = std::mem::take(&mut buffers.out);
     out.reserve(input.len());
     let mut parser = Parser {
@@ -174,17 +172,17 @@ fn canonical_into(input: &[u8], buffers: &mut Buffers) -> Result<(), DigestError
         deferred: std::mem::take(&mut buffers.deferred),
         spans: std::mem::take(&mut buffers.spans),
     };
-    let result = parser.run();
-    if result.is_ok() && !parser.deferred.is_empty() {
-        // Large objects were left in input order: write the final bytes
-        // with every deferred object's members in their sorted order.
+    let result = parser.run().map(|()| {
+        // Deferred objects nest like the values they are; `emit` walks them
+        // in order of position.
         parser.deferred.sort_unstable_by_key(|d| d.open);
-        let sorted = &mut buffers.sorted;
-        sorted.reserve(parser.out.len());
-        let whole = 0..parser.out.len() as u32;
-        emit(&parser.out, &parser.deferred, &parser.spans, whole, sorted);
-        std::mem::swap(sorted, &mut parser.out);
-    }
+        finish(Output {
+            head: &parser.out,
+            tail: &input[parser.pend..],
+            deferred: &parser.deferred,
+            spans: &parser.spans,
+        })
+    });
     buffers.out = parser.out;
     buffers.frames = parser.frames;
     buffers.members = parser.members;
@@ -196,12 +194,79 @@ fn canonical_into(input: &[u8], buffers: &mut Buffers) -> Result<(), DigestError
     result
 }
 
+/// The canonical form as a finished parse leaves it: the bytes `head` (what
+/// the parser wrote) followed by `tail` (the input it did not need to
+/// touch), in which the members of each deferred object are still in input
+/// order.
+struct Output<'a> {
+    head: &'a [u8],
+    tail: &'a [u8],
+    deferred: &'a [Deferred],
+    spans: &'a [(u32, u32)],
+}
+
+impl Output<'_> {
+    /// Length of the canonical form (reordering does not change it).
+    fn len(&self) -> usize {
+        self.head.len() + self.tail.len()
+    }
+
+    /// Feeds the canonical form to `sink`, piece by piece.
+    fn write(&self, mut sink: impl FnMut(&[u8])) {
+        self.emit(0..self.len() as u32, &mut sink);
+    }
+
+    /// Feeds the bytes at logical positions `range` to `sink`.
+    fn piece(&self, range: Range<u32>, sink: &mut impl FnMut(&[u8])) {
+        let (start, end) = (range.start as usize, range.end as usize);
+        let split = self.head.len();
+        if start >= end {
+            return;
+        }
+        if start < split {
+            sink(&self.head[start..end.min(split)]);
+        }
+        if end > split {
+            sink(&self.tail[start.max(split) - split..end - split]);
+        }
+    }
+
+    /// Feeds the bytes at logical positions `range` to `sink`, with the
+    /// members of every deferred object in it in sorted order. Recursion
+    /// follows the nesting of deferred objects, so it is at most
+    /// `MAX_DEPTH` deep.
+    fn emit(&self, range: Range<u32>, sink: &mut impl FnMut(&[u8])) {
+        let mut cursor = range.start;
+        loop {
+            // The first deferred object opening at or after the cursor.
+            // (Objects inside one that was just written are skipped this
+            // way, and a member's range never includes its own object's
+            // `{`.)
+            let next = self.deferred.partition_point(|d| d.open < cursor);
+            let Some(object) = self.deferred.get(next).filter(|d| d.open < range.end) else {
+                break;
+            };
+            self.piece(cursor..object.open + 1, sink);
+            let members =
+                &self.spans[object.first as usize..(object.first + object.count) as usize];
+            for (n, &(start, end)) in members.iter().enumerate() {
+                if n > 0 {
+                    sink(b",");
+                }
+                self.emit(start..end, sink);
+            }
+            cursor = object.close;
+        }
+        self.piece(cursor..range.end, sink);
+    }
+}
+
 /// Objects whose body (between the braces) is at least this long are not
 /// rewritten when they close but once, at the end (see [`Deferred`]).
 const DEFER_MIN_BODY: u32 = 4096;
 
 /// An object whose members were sorted but whose bytes were left in input
-/// order, to be reordered by [`emit`] when the whole output is known.
+/// order, to be reordered by [`Output::emit`] when the whole output is known.
 ///
 /// Rewriting an object in place costs a copy of its body; objects out of
 /// order nested in objects out of order (a typical event: the envelope, its
@@ -216,39 +281,6 @@ struct Deferred {
     /// `spans[first..first + count]`.
     first: u32,
     count: u32,
-}
-
-/// Appends `out[range]` to `dst`, with the members of every deferred object
-/// in it written in sorted order. Deferred objects are ordered by position;
-/// they nest like the values they are, so recursion follows the nesting
-/// (at most `MAX_DEPTH` deep).
-fn emit(
-    out: &[u8],
-    deferred: &[Deferred],
-    spans: &[(u32, u32)],
-    range: Range<u32>,
-    dst: &mut Vec<u8>,
-) {
-    let mut cursor = range.start;
-    loop {
-        // The first deferred object opening at or after the cursor. (Objects
-        // inside one that was just written are skipped this way, and a
-        // member's range never includes its own object's `{`.)
-        let next = deferred.partition_point(|d| d.open < cursor);
-        let Some(object) = deferred.get(next).filter(|d| d.open < range.end) else {
-            break;
-        };
-        dst.extend_from_slice(&out[cursor as usize..=object.open as usize]);
-        let members = &spans[object.first as usize..(object.first + object.count) as usize];
-        for (n, &(start, end)) in members.iter().enumerate() {
-            if n > 0 {
-                dst.push(b',');
-            }
-            emit(out, deferred, spans, start..end, dst);
-        }
-        cursor = object.close;
-    }
-    dst.extend_from_slice(&out[cursor as usize..range.end as usize]);
 }
 
 /// An open array or object.
@@ -750,7 +782,7 @@ impl Parser<'_> {
                     if pos != input.len() {
                         return Err(self.syntax(pos, R_TRAILING));
                     }
-                    self.flush(pos);
+                    // The pending bytes are the tail of the output.
                     return Ok(());
                 }
                 match input.get(pos) {
