@@ -1,4 +1,5 @@
-//! Single-pass parser that writes the canonical form straight into one buffer.
+//! Single-pass parser that produces the canonical form without building a
+//! tree.
 //!
 //! # Design
 //!
@@ -10,7 +11,9 @@
 //! escape to rewrite, a timestamp to normalize, an object to reorder — are
 //! the pending bytes flushed and the change written. Output positions are
 //! therefore tracked as *logical* positions, `out.len() + (pos - pend)`,
-//! which never change once assigned.
+//! which never change once assigned. The bytes still pending at the end
+//! are never copied: the canonical form is `out` followed by them
+//! ([`Output`]), and the digest hashes both where they lie.
 //!
 //! For each open object the parser records its members (key, 8-byte key
 //! prefix, output position). When the object closes:
@@ -96,14 +99,46 @@ pub(super) fn with_canonical_pieces(
 /// half dozen buffers anew on every call costs about a tenth of the time.
 #[derive(Default)]
 struct Buffers {
+    /// The output written so far (see [`Parser::pend`]).
     out: Vec<u8>,
+    /// The open arrays and objects, innermost last.
     frames: Vec<Frame>,
+    /// Member records of all open objects, innermost last.
     members: Vec<Member>,
+    /// Unescaped keys that had escapes in the input, innermost last.
     keys: Vec<u8>,
+    /// The sorted order of an object's members.
     order: Vec<u32>,
+    /// Room for rewriting an object in sorted order.
     scratch: Vec<u8>,
+    /// Large objects to reorder at the end, and their members' ranges.
     deferred: Vec<Deferred>,
     spans: Vec<(u32, u32)>,
+}
+
+impl Buffers {
+    /// Empties every buffer, and frees those larger than
+    /// [`RETAIN_MAX_BYTES`].
+    fn trim(&mut self) {
+        let Buffers {
+            out,
+            frames,
+            members,
+            keys,
+            order,
+            scratch,
+            deferred,
+            spans,
+        } = self;
+        trim(out);
+        trim(frames);
+        trim(members);
+        trim(keys);
+        trim(order);
+        trim(scratch);
+        trim(deferred);
+        trim(spans);
+    }
 }
 
 /// Buffers larger than this are not kept for the next call, so that one
@@ -128,24 +163,7 @@ thread_local! {
 fn with_buffers<R>(f: impl FnOnce(&mut Buffers) -> R) -> R {
     let mut buffers = BUFFERS.try_with(Cell::take).unwrap_or_default();
     let result = f(&mut buffers);
-    let Buffers {
-        out,
-        frames,
-        members,
-        keys,
-        order,
-        scratch,
-        deferred,
-        spans,
-    } = &mut buffers;
-    trim(out);
-    trim(frames);
-    trim(members);
-    trim(keys);
-    trim(order);
-    trim(scratch);
-    trim(deferred);
-    trim(spans);
+    buffers.trim();
     // Fails only while the thread is being torn down; then drop them.
     let _ = BUFFERS.try_with(|cell| cell.set(buffers));
     result
@@ -158,39 +176,25 @@ fn parse<R>(
     buffers: &mut Buffers,
     finish: impl FnOnce(Output<'_>) -> R,
 ) -> Result<R, DigestError> {
-    let mut out = std::mem::take(&mut buffers.out);
-    out.reserve(input.len());
     let mut parser = Parser {
         input,
-        out,
         pend: 0,
-        frames: std::mem::take(&mut buffers.frames),
-        members: std::mem::take(&mut buffers.members),
-        keys: std::mem::take(&mut buffers.keys),
-        order: std::mem::take(&mut buffers.order),
-        scratch: std::mem::take(&mut buffers.scratch),
-        deferred: std::mem::take(&mut buffers.deferred),
-        spans: std::mem::take(&mut buffers.spans),
+        buf: std::mem::take(buffers),
     };
+    parser.buf.out.reserve(input.len());
     let result = parser.run().map(|()| {
+        let buf = &mut parser.buf;
         // Deferred objects nest like the values they are; `emit` walks them
         // in order of position.
-        parser.deferred.sort_unstable_by_key(|d| d.open);
+        buf.deferred.sort_unstable_by_key(|d| d.open);
         finish(Output {
-            head: &parser.out,
+            head: &buf.out,
             tail: &input[parser.pend..],
-            deferred: &parser.deferred,
-            spans: &parser.spans,
+            deferred: &buf.deferred,
+            spans: &buf.spans,
         })
     });
-    buffers.out = parser.out;
-    buffers.frames = parser.frames;
-    buffers.members = parser.members;
-    buffers.keys = parser.keys;
-    buffers.order = parser.order;
-    buffers.scratch = parser.scratch;
-    buffers.deferred = parser.deferred;
-    buffers.spans = parser.spans;
+    *buffers = parser.buf;
     result
 }
 
@@ -322,21 +326,10 @@ type Text = (bool, usize, usize);
 
 struct Parser<'a> {
     input: &'a [u8],
-    out: Vec<u8>,
-    /// Start of the pending input bytes, to be copied verbatim to `out`.
+    /// Start of the pending input bytes, to be copied verbatim to
+    /// `buf.out`.
     pend: usize,
-    frames: Vec<Frame>,
-    /// Member records of all open objects, innermost last.
-    members: Vec<Member>,
-    /// Unescaped keys that had escapes in the input, innermost last.
-    keys: Vec<u8>,
-    /// Reused buffer for the sorted order of an object's members.
-    order: Vec<u32>,
-    /// Reused buffer for rewriting an object in sorted order.
-    scratch: Vec<u8>,
-    /// Large objects to reorder at the end, and their members' ranges.
-    deferred: Vec<Deferred>,
-    spans: Vec<(u32, u32)>,
+    buf: Buffers,
 }
 
 fn key_of<'s>(input: &'s [u8], keys: &'s [u8], m: &Member) -> &'s [u8] {
@@ -638,13 +631,13 @@ impl Parser<'_> {
     /// pending bytes reach `pos`.
     #[inline(always)]
     fn logical(&self, pos: usize) -> u32 {
-        (self.out.len() + pos - self.pend) as u32
+        (self.buf.out.len() + pos - self.pend) as u32
     }
 
     /// Copies the pending bytes up to `upto` to the output.
     #[inline]
     fn flush(&mut self, upto: usize) {
-        append(&mut self.out, self.input, self.pend..upto);
+        append(&mut self.buf.out, self.input, self.pend..upto);
         self.pend = upto;
     }
 
@@ -676,11 +669,14 @@ impl Parser<'_> {
     #[inline(never)]
     fn fail(&mut self, err: DigestError) -> DigestError {
         let mut earliest: Option<u32> = None;
-        let mut end = self.members.len();
-        for frame in self.frames.iter().rev().filter(|f| f.object) {
+        let mut end = self.buf.members.len();
+        for frame in self.buf.frames.iter().rev().filter(|f| f.object) {
             let base = frame.members_base as usize;
-            let found =
-                sort_and_find_duplicate(self.input, &self.keys, &mut self.members[base..end]);
+            let found = sort_and_find_duplicate(
+                self.input,
+                &self.buf.keys,
+                &mut self.buf.members[base..end],
+            );
             earliest = match (earliest, found) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
@@ -724,7 +720,7 @@ impl Parser<'_> {
             pos = self.skip_ws(pos);
             let at_timestamp = std::mem::take(&mut timestamp_next);
             let Some(&b) = input.get(pos) else {
-                let reason = if self.frames.is_empty() {
+                let reason = if self.buf.frames.is_empty() {
                     R_EMPTY
                 } else {
                     R_EOF
@@ -739,25 +735,25 @@ impl Parser<'_> {
                 b'f' => self.literal(pos, b"false")?,
                 b'n' => self.literal(pos, b"null")?,
                 b'[' | b'{' => {
-                    if self.frames.len() >= MAX_DEPTH {
+                    if self.buf.frames.len() >= MAX_DEPTH {
                         return Err(self.fail(DigestError::TooDeep { offset: pos }));
                     }
                     let object = b == b'{';
-                    self.frames.push(Frame {
+                    self.buf.frames.push(Frame {
                         object,
-                        members_base: self.members.len() as u32,
-                        keys_base: self.keys.len() as u32,
+                        members_base: self.buf.members.len() as u32,
+                        keys_base: self.buf.keys.len() as u32,
                         open: pos as u32,
                         out_open: self.logical(pos),
                     });
                     pos = self.skip_ws(pos + 1);
                     match input.get(pos) {
                         Some(b']') if !object => {
-                            self.frames.pop();
+                            self.buf.frames.pop();
                             pos + 1
                         }
                         Some(b'}') if object => {
-                            self.frames.pop();
+                            self.buf.frames.pop();
                             pos + 1
                         }
                         Some(b'"') if object => {
@@ -778,7 +774,7 @@ impl Parser<'_> {
             // A value is complete: close containers until one continues.
             loop {
                 pos = self.skip_ws(pos);
-                if self.frames.is_empty() {
+                if self.buf.frames.is_empty() {
                     if pos != input.len() {
                         return Err(self.syntax(pos, R_TRAILING));
                     }
@@ -798,14 +794,14 @@ impl Parser<'_> {
                         continue 'value;
                     }
                     Some(b']') if !in_object => {
-                        self.frames.pop();
+                        self.buf.frames.pop();
                         pos += 1;
                     }
                     Some(b'}') if in_object => pos = self.close_object(pos)?,
                     _ if in_object => return Err(self.expected(pos, R_OBJECT_NEXT)),
                     _ => return Err(self.expected(pos, R_ARRAY_NEXT)),
                 }
-                in_object = self.frames.last().is_some_and(|f| f.object);
+                in_object = self.buf.frames.last().is_some_and(|f| f.object);
             }
         }
     }
@@ -817,10 +813,14 @@ impl Parser<'_> {
     fn member_key(&mut self, pos: usize) -> Result<(usize, bool), DigestError> {
         let out_start = self.logical(pos);
         let (after, (in_buf, start, end)) = self.string(pos, true)?;
-        let source = if in_buf { &self.keys[..] } else { self.input };
+        let source = if in_buf {
+            &self.buf.keys[..]
+        } else {
+            self.input
+        };
         let prefix = key_prefix(source, start, end - start);
-        let is_timestamp = self.frames.len() == 1 && &source[start..end] == TIMESTAMP_KEY;
-        self.members.push(Member {
+        let is_timestamp = self.buf.frames.len() == 1 && &source[start..end] == TIMESTAMP_KEY;
+        self.buf.members.push(Member {
             prefix,
             key_start: start as u32,
             key_end: end as u32,
@@ -839,16 +839,16 @@ impl Parser<'_> {
     /// Closes the object whose `}` is at `pos`, putting its members in order.
     /// Returns the position after the `}`.
     fn close_object(&mut self, pos: usize) -> Result<usize, DigestError> {
-        let Some(&frame) = self.frames.last() else {
+        let Some(&frame) = self.buf.frames.last() else {
             return Ok(pos + 1);
         };
         let base = frame.members_base as usize;
-        if !in_order(self.input, &self.keys, &self.members[base..]) {
+        if !in_order(self.input, &self.buf.keys, &self.buf.members[base..]) {
             self.sort_object(&frame, pos)?;
         }
-        self.members.truncate(base);
-        self.keys.truncate(frame.keys_base as usize);
-        self.frames.pop();
+        self.buf.members.truncate(base);
+        self.buf.keys.truncate(frame.keys_base as usize);
+        self.buf.frames.pop();
         Ok(pos + 1)
     }
 
@@ -857,7 +857,7 @@ impl Parser<'_> {
     fn sort_object(&mut self, frame: &Frame, pos: usize) -> Result<(), DigestError> {
         let input = self.input;
         let close = self.logical(pos);
-        let members = &mut self.members[frame.members_base as usize..];
+        let members = &mut self.buf.members[frame.members_base as usize..];
         // Each member ends just before the comma that precedes the next one,
         // the last just before the `}`.
         let mut next_start = close + 1;
@@ -866,15 +866,16 @@ impl Parser<'_> {
             next_start = member.out_start;
         }
 
-        let members = &self.members[frame.members_base as usize..];
-        if !order_by_prefix(members, &mut self.order) {
-            let keys = &self.keys;
-            self.order.clear();
-            self.order.extend(0..members.len() as u32);
-            self.order.sort_unstable_by(|&a, &b| {
+        let members = &self.buf.members[frame.members_base as usize..];
+        if !order_by_prefix(members, &mut self.buf.order) {
+            let keys = &self.buf.keys;
+            self.buf.order.clear();
+            self.buf.order.extend(0..members.len() as u32);
+            self.buf.order.sort_unstable_by(|&a, &b| {
                 compare_members(input, keys, &members[a as usize], &members[b as usize])
             });
             let duplicate = self
+                .buf
                 .order
                 .windows(2)
                 .map(|w| (&members[w[0] as usize], &members[w[1] as usize]))
@@ -891,17 +892,17 @@ impl Parser<'_> {
 
         let body_start = frame.out_open + 1;
         if close - body_start >= DEFER_MIN_BODY {
-            let first = self.spans.len() as u32;
-            let spans = self.order.iter().map(|&k| {
+            let first = self.buf.spans.len() as u32;
+            let spans = self.buf.order.iter().map(|&k| {
                 let member = &members[k as usize];
                 (member.out_start, member.out_end)
             });
-            self.spans.extend(spans);
-            self.deferred.push(Deferred {
+            self.buf.spans.extend(spans);
+            self.buf.deferred.push(Deferred {
                 open: frame.out_open,
                 close,
                 first,
-                count: self.order.len() as u32,
+                count: self.buf.order.len() as u32,
             });
             return Ok(());
         }
@@ -912,14 +913,14 @@ impl Parser<'_> {
             // pending, and logical positions inside it are input positions
             // shifted by a constant. Write the sorted members from the input.
             let shift = open - frame.out_open as usize;
-            append(&mut self.out, input, self.pend..open + 1);
-            for (n, &k) in self.order.iter().enumerate() {
+            append(&mut self.buf.out, input, self.pend..open + 1);
+            for (n, &k) in self.buf.order.iter().enumerate() {
                 if n > 0 {
-                    self.out.push(b',');
+                    self.buf.out.push(b',');
                 }
                 let member = &members[k as usize];
                 let range = member.out_start as usize + shift..member.out_end as usize + shift;
-                append(&mut self.out, input, range);
+                append(&mut self.buf.out, input, range);
             }
         } else {
             // Part of the object is already in `out` (logical positions
@@ -927,28 +928,32 @@ impl Parser<'_> {
             // sorted body in `scratch`, then replace the object's tail of
             // `out` with it (the `{` is in `out`, as something after it was
             // written).
-            let flushed = self.out.len();
+            let flushed = self.buf.out.len();
             let to_input = |logical: usize| logical - flushed + self.pend;
-            self.scratch.clear();
-            for (n, &k) in self.order.iter().enumerate() {
+            self.buf.scratch.clear();
+            for (n, &k) in self.buf.order.iter().enumerate() {
                 if n > 0 {
-                    self.scratch.push(b',');
+                    self.buf.scratch.push(b',');
                 }
                 let member = &members[k as usize];
                 let (start, end) = (member.out_start as usize, member.out_end as usize);
                 if start < flushed {
-                    append(&mut self.scratch, &self.out, start..end.min(flushed));
+                    append(
+                        &mut self.buf.scratch,
+                        &self.buf.out,
+                        start..end.min(flushed),
+                    );
                 }
                 if end > flushed {
                     append(
-                        &mut self.scratch,
+                        &mut self.buf.scratch,
                         input,
                         to_input(start.max(flushed))..to_input(end),
                     );
                 }
             }
-            self.out.truncate(frame.out_open as usize + 1);
-            self.out.extend_from_slice(&self.scratch);
+            self.buf.out.truncate(frame.out_open as usize + 1);
+            self.buf.out.extend_from_slice(&self.buf.scratch);
         }
         self.pend = pos;
         Ok(())
@@ -990,8 +995,8 @@ impl Parser<'_> {
                     let text = match buf_start {
                         None => (false, start, i),
                         Some(buf_start) => {
-                            self.keys.extend_from_slice(&input[run..i]);
-                            (true, buf_start, self.keys.len())
+                            self.buf.keys.extend_from_slice(&input[run..i]);
+                            (true, buf_start, self.buf.keys.len())
                         }
                     };
                     return Ok((i + 1, text));
@@ -1003,8 +1008,8 @@ impl Parser<'_> {
                         Some(b'"' | b'\\' | b'b' | b'f' | b'n' | b'r' | b't') if !decode => i + 2,
                         _ => {
                             if decode {
-                                buf_start.get_or_insert(self.keys.len());
-                                self.keys.extend_from_slice(&input[run..i]);
+                                buf_start.get_or_insert(self.buf.keys.len());
+                                self.buf.keys.extend_from_slice(&input[run..i]);
                             }
                             let next = self.escape(i, decode)?;
                             run = next;
@@ -1042,11 +1047,11 @@ impl Parser<'_> {
             if letter == b'/' {
                 // `\/` is the only short escape that is not canonical.
                 self.flush(i);
-                self.out.push(b'/');
+                self.buf.out.push(b'/');
                 self.pend = i + 2;
             }
             if decode {
-                self.keys.push(simple);
+                self.buf.keys.push(simple);
             }
             return Ok(i + 2);
         }
@@ -1076,11 +1081,12 @@ impl Parser<'_> {
         };
         if !is_canonical_u_escape(cp, &input[i..i + 6]) {
             self.flush(i);
-            write_escaped_char(&mut self.out, c);
+            write_escaped_char(&mut self.buf.out, c);
             self.pend = next;
         }
         if decode {
-            self.keys
+            self.buf
+                .keys
                 .extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes());
         }
         Ok(next)
@@ -1090,22 +1096,22 @@ impl Parser<'_> {
     /// `pos`, applying the timestamp rule. Returns the position after it.
     fn timestamp_string(&mut self, pos: usize) -> Result<usize, DigestError> {
         self.flush(pos);
-        let out_mark = self.out.len();
-        let keys_mark = self.keys.len();
+        let out_mark = self.buf.out.len();
+        let keys_mark = self.buf.keys.len();
         let (after, (in_buf, start, end)) = self.string(pos, true)?;
         let text = if in_buf {
-            &self.keys[start..end]
+            &self.buf.keys[start..end]
         } else {
             &self.input[start..end]
         };
         if let Some(utc) = timestamp::normalize(text) {
-            self.out.truncate(out_mark);
-            self.out.push(b'"');
-            self.out.extend_from_slice(utc.as_bytes());
-            self.out.push(b'"');
+            self.buf.out.truncate(out_mark);
+            self.buf.out.push(b'"');
+            self.buf.out.extend_from_slice(utc.as_bytes());
+            self.buf.out.push(b'"');
             self.pend = after;
         }
-        self.keys.truncate(keys_mark);
+        self.buf.keys.truncate(keys_mark);
         Ok(after)
     }
 
