@@ -154,18 +154,23 @@ fn trim<T>(v: &mut Vec<T>) {
 }
 
 thread_local! {
-    static BUFFERS: Cell<Buffers> = Cell::default();
+    static BUFFERS: Cell<Option<Box<Buffers>>> = const { Cell::new(None) };
 }
 
 /// Runs `f` with this thread's [`Buffers`], empty, and puts them back
-/// afterwards (trimmed). They are moved out for the call, so a nested call
-/// (there is none) or a thread being torn down just gets fresh ones.
+/// afterwards (trimmed). They are moved out for the call (boxed, so that
+/// taking and returning them moves one pointer), so a nested call (there is
+/// none) or a thread being torn down just gets fresh ones.
 fn with_buffers<R>(f: impl FnOnce(&mut Buffers) -> R) -> R {
-    let mut buffers = BUFFERS.try_with(Cell::take).unwrap_or_default();
+    let mut buffers = BUFFERS
+        .try_with(Cell::take)
+        .ok()
+        .flatten()
+        .unwrap_or_default();
     let result = f(&mut buffers);
     buffers.trim();
     // Fails only while the thread is being torn down; then drop them.
-    let _ = BUFFERS.try_with(|cell| cell.set(buffers));
+    let _ = BUFFERS.try_with(|cell| cell.set(Some(buffers)));
     result
 }
 
@@ -179,11 +184,11 @@ fn parse<R>(
     let mut parser = Parser {
         input,
         pend: 0,
-        buf: std::mem::take(buffers),
+        buf: buffers,
     };
     parser.buf.out.reserve(input.len());
-    let result = parser.run().map(|()| {
-        let buf = &mut parser.buf;
+    parser.run().map(|()| {
+        let buf = &mut *parser.buf;
         // Deferred objects nest like the values they are; `emit` walks them
         // in order of position.
         buf.deferred.sort_unstable_by_key(|d| d.open);
@@ -193,9 +198,7 @@ fn parse<R>(
             deferred: &buf.deferred,
             spans: &buf.spans,
         })
-    });
-    *buffers = parser.buf;
-    result
+    })
 }
 
 /// The canonical form as a finished parse leaves it: the bytes `head` (what
@@ -324,12 +327,12 @@ struct Member {
 /// Unescaped string content: `(in_buf, start, end)`, see [`Member`].
 type Text = (bool, usize, usize);
 
-struct Parser<'a> {
+struct Parser<'a, 'b> {
     input: &'a [u8],
     /// Start of the pending input bytes, to be copied verbatim to
     /// `buf.out`.
     pend: usize,
-    buf: Buffers,
+    buf: &'b mut Buffers,
 }
 
 fn key_of<'s>(input: &'s [u8], keys: &'s [u8], m: &Member) -> &'s [u8] {
@@ -621,7 +624,7 @@ fn is_canonical_u_escape(cp: u32, escape: &[u8]) -> bool {
     escape == [b'\\', b'u', b'0', b'0', hi, lo]
 }
 
-impl Parser<'_> {
+impl Parser<'_, '_> {
     // The current input position is passed by value through the helpers
     // (never stored in `self`), so that it stays in a register: each token's
     // start depends on the previous token's end, and a round trip through
