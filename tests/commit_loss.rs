@@ -14,7 +14,7 @@ use common::orbit::OrbitDev;
 use common::{random_hex, scope, EventSpec, TestDb};
 use result_inbox::consumer::{Consumer, ConsumerOptions, ConsumerReport};
 use result_inbox::delivery::{Delivery, DeliveryId, LeaseProof};
-use result_inbox::event::{EventType, TaskId};
+use result_inbox::event::TaskId;
 use result_inbox::inbox::{InboxError, InboxLayer, InboxStore, Outcome, Receipt, StoreOptions};
 use result_inbox::scope::{InboxScope, ReceiverName};
 use result_inbox::task_view::{self, TaskView, TaskViewRow};
@@ -187,13 +187,10 @@ async fn a_commit_dropped_before_the_server_saw_it_is_unconfirmed_and_nothing_is
 
 #[tokio::test]
 async fn the_consumer_does_not_ack_an_unconfirmed_commit_and_the_redelivery_dedups() {
-    let orbit = OrbitDev::start(1_500, 5);
-    let creds = orbit.bootstrap("inbox-commit-loss", None).await;
-    let client = orbit.client(&creds);
-    let sub = client.create_subscription(&EventType::ALL).await.unwrap();
+    let (orbit, creds, sub) = OrbitDev::subscribed(1_500, 5, "inbox-commit-loss").await;
     let name = ReceiverName::parse("task-result-view").unwrap();
     let f = Fixture::new(InboxScope::new(name, creds.queue())).await;
-    let delivery = orbit.inject(&sub.id, &f.event_json()).await;
+    let delivery = orbit.inject(&sub, &f.event_json()).await;
 
     let store = f.proxied_store().await;
     f.proxy.arm(Fault::DropCommitOk);
@@ -201,8 +198,8 @@ async fn the_consumer_does_not_ack_an_unconfirmed_commit_and_the_redelivery_dedu
         .layer(InboxLayer::new(store))
         .service(TaskView::new());
     let consumer = Consumer::connect(
-        client,
-        sub.id.clone(),
+        orbit.client(&creds),
+        sub.clone(),
         &creds.queue(),
         ConsumerOptions::default(),
     )

@@ -398,11 +398,9 @@ async fn dies_with_ack_in_flight() {
 }
 
 async fn budget_exhaustion_and_revival() {
-    let orbit = OrbitDev::start(1_500, 3);
-    let creds = orbit.bootstrap("crash-budget", None).await;
+    let (orbit, creds, sub) = OrbitDev::subscribed(1_500, 3, "crash-budget").await;
     let db = TestDb::initialized().await;
     let client = orbit.client(&creds);
-    let sub = client.create_subscription(&EventType::ALL).await.unwrap();
     let scope = InboxScope::new(ReceiverName::parse(NAME).unwrap(), creds.queue());
     let store = InboxStore::connect(
         &db.dsn,
@@ -428,11 +426,11 @@ async fn budget_exhaustion_and_revival() {
         result: None,
     };
     let first = event(1, "task.submitted", "PENDING");
-    orbit.inject(&sub.id, &first.json()).await;
+    orbit.inject(&sub, &first.json()).await;
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let consumer = Consumer::connect(
         client.clone(),
-        sub.id.clone(),
+        sub.clone(),
         &creds.queue(),
         ConsumerOptions::default(),
     )
@@ -446,9 +444,7 @@ async fn budget_exhaustion_and_revival() {
         let _ = stopped.wait_for(|s| *s).await;
     }));
     orbit
-        .wait_for_counts(&creds, &sub.id, Duration::from_secs(10), |c| {
-            c["acked"] == 1
-        })
+        .wait_for_counts(&creds, &sub, Duration::from_secs(10), |c| c["acked"] == 1)
         .await;
     let pool = db.pool().await;
     let mut holder = pool.begin().await.unwrap();
@@ -459,7 +455,7 @@ async fn budget_exhaustion_and_revival() {
         .unwrap();
 
     let second = event(2, "task.cancelled", "CANCELLED");
-    let delivery_id = orbit.inject(&sub.id, &second.json()).await;
+    let delivery_id = orbit.inject(&sub, &second.json()).await;
     let d = wait_for_delivery(&orbit, &creds, &delivery_id, Duration::from_secs(20), |d| {
         d["state"] == "EXPIRED"
     })

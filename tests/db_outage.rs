@@ -10,7 +10,7 @@ use common::consume::Consume;
 use common::mysqld::PrivateServer;
 use common::orbit::{OrbitDev, QueueCredentials};
 use result_inbox::dsn::Dsn;
-use result_inbox::event::{EventType, QueueId, TaskId};
+use result_inbox::event::{QueueId, TaskId};
 use result_inbox::ids::SubscriptionId;
 use result_inbox::scope::{InboxScope, ReceiverName};
 use result_inbox::task_view;
@@ -92,17 +92,9 @@ async fn assert_applied_once(root_dsn: &str, queue: QueueId, events: &[(String, 
 }
 
 /// orbit-dev with a 1 s lease, so that redeliveries come quickly, and a
-/// budget of 100 attempts that cannot run out while the database is down;
-/// a queue in `namespace` and a subscription to every event type.
+/// budget of 100 attempts that cannot run out while the database is down.
 async fn subscribed_orbit(namespace: &str) -> (OrbitDev, QueueCredentials, SubscriptionId) {
-    let orbit = OrbitDev::start(1_000, 100);
-    let creds = orbit.bootstrap(namespace, None).await;
-    let sub = orbit
-        .client(&creds)
-        .create_subscription(&EventType::ALL)
-        .await
-        .unwrap();
-    (orbit, creds, sub.id)
+    OrbitDev::subscribed(1_000, 100, namespace).await
 }
 
 /// Checks, for at least 4 s and until a failed delivery was logged after

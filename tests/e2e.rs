@@ -166,11 +166,9 @@ async fn the_demo_refuses_events_of_other_tasks_and_does_not_process_them() {
 
 #[tokio::test]
 async fn consume_applies_duplicates_and_out_of_order_versions_of_every_kind_once() {
-    let orbit = OrbitDev::start(2_000, 5);
-    let creds = orbit.bootstrap("inbox-stream", None).await;
+    let (orbit, creds, sub) = OrbitDev::subscribed(2_000, 5, "inbox-stream").await;
     let db = TestDb::initialized().await;
     let client = orbit.client(&creds);
-    let sub = client.create_subscription(&all_types()).await.unwrap();
 
     // Real tasks through every kind of event.
     let t1 = client.submit_task().await.unwrap().id;
@@ -213,20 +211,18 @@ async fn consume_applies_duplicates_and_out_of_order_versions_of_every_kind_once
         .replace(r#""task":"#, "\n  \"task\" : ")
         .replace(r#"{"id""#, r#"{ "id""#);
     // The newest is applied before the older ones and the copies arrive.
-    orbit.inject(&sub.id, &v3.json()).await;
-    let mut consume = consume(&orbit, &creds, &db, &sub.id);
+    orbit.inject(&sub, &v3.json()).await;
+    let mut consume = consume(&orbit, &creds, &db, &sub);
     orbit
-        .wait_for_counts(&creds, &sub.id, Duration::from_secs(30), |c| {
-            c["acked"] == 10
-        })
+        .wait_for_counts(&creds, &sub, Duration::from_secs(30), |c| c["acked"] == 10)
         .await;
     for event in [v1.json(), v2.json(), v3.json(), v3_reformatted] {
-        orbit.inject(&sub.id, &event).await;
+        orbit.inject(&sub, &event).await;
     }
-    let total = orbit.deliveries(&creds, &sub.id).await.len() as u64;
+    let total = orbit.deliveries(&creds, &sub).await.len() as u64;
     assert_eq!(total, 3 + 2 + 2 + 2 + 5);
     let counts = orbit
-        .wait_for_counts(&creds, &sub.id, Duration::from_secs(30), |c| {
+        .wait_for_counts(&creds, &sub, Duration::from_secs(30), |c| {
             c["acked"].as_u64() == Some(total)
         })
         .await;
@@ -339,11 +335,9 @@ async fn a_consume_only_token_is_enough_for_consume() {
 
 #[tokio::test]
 async fn two_consumers_with_one_name_share_the_work_without_a_double_advance() {
-    let orbit = OrbitDev::start(5_000, 5);
-    let creds = orbit.bootstrap("inbox-shared", None).await;
+    let (orbit, creds, sub) = OrbitDev::subscribed(5_000, 5, "inbox-shared").await;
     let db = TestDb::initialized().await;
     let client = orbit.client(&creds);
-    let sub = client.create_subscription(&all_types()).await.unwrap();
     let mut tasks = Vec::new();
     for i in 0..15 {
         let t = client.submit_task().await.unwrap().id;
@@ -358,10 +352,10 @@ async fn two_consumers_with_one_name_share_the_work_without_a_double_advance() {
     }
     let total = 30;
 
-    let mut a = consume(&orbit, &creds, &db, &sub.id);
-    let mut b = consume(&orbit, &creds, &db, &sub.id);
+    let mut a = consume(&orbit, &creds, &db, &sub);
+    let mut b = consume(&orbit, &creds, &db, &sub);
     orbit
-        .wait_for_counts(&creds, &sub.id, Duration::from_secs(30), |c| {
+        .wait_for_counts(&creds, &sub, Duration::from_secs(30), |c| {
             c["acked"] == total
         })
         .await;
@@ -384,22 +378,19 @@ async fn two_consumers_with_one_name_share_the_work_without_a_double_advance() {
 #[tokio::test]
 async fn sigterm_mid_stream_loses_nothing_and_a_restart_finishes_the_work() {
     const TOTAL: u64 = 400;
-    let orbit = OrbitDev::start(1_500, 10);
-    let creds = orbit.bootstrap("inbox-sigterm", None).await;
+    let (orbit, creds, sub) = OrbitDev::subscribed(1_500, 10, "inbox-sigterm").await;
     let db = TestDb::initialized().await;
-    let client = orbit.client(&creds);
-    let sub = client.create_subscription(&all_types()).await.unwrap();
     let mut event_ids = Vec::new();
     let mut tasks = Vec::new();
     for _ in 0..TOTAL {
-        let (event_id, task) = orbit.inject_new_task(&creds, &sub.id).await;
+        let (event_id, task) = orbit.inject_new_task(&creds, &sub).await;
         event_ids.push(event_id);
         tasks.push(task);
     }
 
-    let mut first = consume(&orbit, &creds, &db, &sub.id);
+    let mut first = consume(&orbit, &creds, &db, &sub);
     orbit
-        .wait_for_counts(&creds, &sub.id, Duration::from_secs(20), |c| {
+        .wait_for_counts(&creds, &sub, Duration::from_secs(20), |c| {
             c["acked"].as_u64().unwrap_or(0) >= 1
         })
         .await;
@@ -412,16 +403,16 @@ async fn sigterm_mid_stream_loses_nothing_and_a_restart_finishes_the_work() {
         first.output()
     );
     let after_first = orbit
-        .wait_for_counts(&creds, &sub.id, Duration::from_secs(1), |_| true)
+        .wait_for_counts(&creds, &sub, Duration::from_secs(1), |_| true)
         .await;
     assert!(
         after_first["acked"].as_u64().unwrap() < TOTAL,
         "the first consumer was stopped mid-stream: {after_first}"
     );
 
-    let mut second = consume(&orbit, &creds, &db, &sub.id);
+    let mut second = consume(&orbit, &creds, &db, &sub);
     orbit
-        .wait_for_counts(&creds, &sub.id, Duration::from_secs(60), |c| {
+        .wait_for_counts(&creds, &sub, Duration::from_secs(60), |c| {
             c["acked"] == TOTAL
         })
         .await;

@@ -10,6 +10,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use result_inbox::event::EventType;
 use result_inbox::ids::{QueueId, SubscriptionId};
 use result_inbox::orbit::{OrbitClient, OrbitUrl, Token};
 
@@ -44,6 +45,24 @@ impl QueueCredentials {
 }
 
 impl OrbitDev {
+    /// Starts orbit-dev (see [`OrbitDev::start`]) with a queue in
+    /// `namespace` and one subscription to every event type: the setup most
+    /// end-to-end tests share.
+    pub async fn subscribed(
+        lease_ms: u64,
+        budget: u32,
+        namespace: &str,
+    ) -> (OrbitDev, QueueCredentials, SubscriptionId) {
+        let orbit = OrbitDev::start(lease_ms, budget);
+        let creds = orbit.bootstrap(namespace, None).await;
+        let sub = orbit
+            .client(&creds)
+            .create_subscription(&EventType::ALL)
+            .await
+            .unwrap();
+        (orbit, creds, sub.id)
+    }
+
     /// Starts orbit-dev on a free loopback port.
     pub fn start(lease_ms: u64, budget: u32) -> OrbitDev {
         let path = bin_dir().join("orbit-dev");
