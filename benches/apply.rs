@@ -4,8 +4,10 @@
 //! bench --bench apply`). For each concurrency it measures, side by side on
 //! the same server in the same run:
 //!
-//! * `raw` — `BEGIN`, `INSERT` one row with the event text, `COMMIT`: the
-//!   least a durable record of an event can cost (3 round trips);
+//! * `raw` — `INSERT` one row with the event text, `COMMIT`: the least a
+//!   durable record of an event can cost (2 round trips). Its sessions run
+//!   like the inbox's, `READ COMMITTED` with `autocommit` off, so that the
+//!   `INSERT` opens the transaction without a `BEGIN`;
 //! * `inbox` — fresh deliveries through `InboxLayer` over `TaskView` (each a
 //!   new task, so each creates its view row);
 //! * `duplicate` — the same deliveries again: every one finds its inbox row.
@@ -15,7 +17,7 @@
 //! both. It prints one line per concurrency: the rates and their ratio, the
 //! statements the server counted per fresh apply (`Questions`: the inbox
 //! `INSERT`, which opens the transaction, the view statement, `COMMIT` — one
-//! round trip each), and the CPU microseconds the server and this process
+//! round trip each) and per raw transaction, and the CPU microseconds the server and this process
 //! spent per transaction of each case.
 
 #[path = "../tests/common/mod.rs"]
@@ -161,8 +163,11 @@ async fn main() {
         .test_before_acquire(false)
         .after_connect(|conn, _| {
             Box::pin(async move {
-                conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-                    .await?;
+                conn.execute(sqlx::raw_sql(
+                    "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED; \
+                     SET SESSION autocommit = 0",
+                ))
+                .await?;
                 Ok(())
             })
         })
@@ -183,14 +188,14 @@ async fn main() {
             Arc::new(move |n: u64| {
                 let pool = pool.clone();
                 async move {
-                    let mut tx = pool.begin().await.unwrap();
+                    let mut conn = pool.acquire().await.unwrap();
                     sqlx::query("INSERT INTO raw_events (id, body) VALUES (?, ?)")
                         .bind(n)
                         .bind(event(n))
-                        .execute(&mut *tx)
+                        .execute(&mut *conn)
                         .await
                         .unwrap();
-                    tx.commit().await.unwrap();
+                    conn.execute("COMMIT").await.unwrap();
                 }
             })
         };
@@ -228,20 +233,26 @@ async fn main() {
         // Raw and inbox take turns, so that whatever else the machine does
         // weighs on both alike; the order flips every round.
         let (mut raw, mut inbox) = (Measured::default(), Measured::default());
-        let mut statements = 0;
+        let (mut statements, mut raw_statements) = (0, 0);
         for r in 0..rounds {
-            if r % 2 == 1 {
-                round(concurrency, time, &raw_next, &raw_work, &mut raw).await;
-            }
-            let before = questions(&admin_pool).await;
-            round(concurrency, time, &inbox_next, &inbox_work, &mut inbox).await;
-            // One more: the SHOW STATUS that read `before`.
-            statements += questions(&admin_pool).await - before - 1;
-            if r % 2 == 0 {
-                round(concurrency, time, &raw_next, &raw_work, &mut raw).await;
+            for inbox_turn in [r % 2 == 0, r % 2 == 1] {
+                let before = questions(&admin_pool).await;
+                if inbox_turn {
+                    round(concurrency, time, &inbox_next, &inbox_work, &mut inbox).await;
+                } else {
+                    round(concurrency, time, &raw_next, &raw_work, &mut raw).await;
+                }
+                // One more: the SHOW STATUS that read `before`.
+                let counted = questions(&admin_pool).await - before - 1;
+                if inbox_turn {
+                    statements += counted;
+                } else {
+                    raw_statements += counted;
+                }
             }
         }
         let statements = statements as f64 / inbox.transactions as f64;
+        let raw_statements = raw_statements as f64 / raw.transactions as f64;
 
         let applied = inbox_next.load(Ordering::Relaxed) - first_inbox;
         let duplicate_work = {
@@ -273,7 +284,7 @@ async fn main() {
         let (cpu_raw, cpu_inbox, cpu_dup) = (raw.cpu_us(), inbox.cpu_us(), duplicate.cpu_us());
         println!(
             "apply concurrency={concurrency} raw_tx_per_s={:.0} inbox_tx_per_s={:.0} duplicate_tx_per_s={:.0} ratio={:.2} \
-             statements_per_apply={statements:.1} cpu_us_per_tx_server/client raw={:.0}/{:.0} inbox={:.0}/{:.0} duplicate={:.0}/{:.0}",
+             statements_per_apply={statements:.1} statements_per_raw={raw_statements:.1} cpu_us_per_tx_server/client raw={:.0}/{:.0} inbox={:.0}/{:.0} duplicate={:.0}/{:.0}",
             raw.tx_per_s(),
             inbox.tx_per_s(),
             duplicate.tx_per_s(),
