@@ -7,8 +7,9 @@
 //! 1. canonicalizes and validates the event (nothing is written for a bad one);
 //! 2. opens a `READ COMMITTED` transaction and plainly `INSERT`s the inbox
 //!    row. Only MySQL error 1062 (duplicate key) leads to the duplicate path:
-//!    the transaction ends, the committed row is read, and its digest decides
-//!    between "duplicate" (same content, `Ok`) and a conflict. A racing insert
+//!    the committed row is read (the key conflict means it is committed;
+//!    `READ COMMITTED` sees it) and the transaction ends; the row's digest
+//!    decides between "duplicate" (same content, `Ok`) and a conflict. A racing insert
 //!    of the same event waits on the row lock until the winner commits or
 //!    rolls back, so an uncommitted row is never taken as success;
 //! 3. calls the inner service with the event and the open transaction. The
