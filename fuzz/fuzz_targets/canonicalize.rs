@@ -97,13 +97,7 @@ fn check(data: &[u8]) {
         let mut input = Vec::new();
         scramble(&node, &mut rng, spelling, &mut input);
         if input.len() <= MAX_INPUT {
-            let respelled = canonicalize(&input).expect("a respelling of a canonical form refused");
-            assert_eq!(
-                respelled.as_bytes(),
-                bytes,
-                "respelling changed the canonical form"
-            );
-            assert_eq!(digest(&input).as_ref(), Ok(c.digest()));
+            assert_canonical_form(&input, bytes, "a respelling of a canonical form");
         }
     }
 
@@ -115,12 +109,7 @@ fn check(data: &[u8]) {
         let (mut input, mut expected) = (Vec::new(), Vec::new());
         padded(&node, &mut pads, &mut input, &mut expected);
         if input.len() <= MAX_INPUT {
-            let got = canonicalize(&input).expect("padded document refused");
-            assert!(
-                got.as_bytes() == expected.as_slice(),
-                "padded document: wrong canonical form"
-            );
-            assert_eq!(digest(&input).as_ref(), Ok(got.digest()));
+            assert_canonical_form(&input, &expected, "padded document");
             // The same large objects, shuffled and with whitespace: deferred
             // objects whose input had bytes to drop or rewrite.
             let big = parse_canonical(&expected).expect("padded canonical text");
@@ -131,16 +120,25 @@ fn check(data: &[u8]) {
             let mut input = Vec::new();
             scramble(&big, &mut rng, spelling, &mut input);
             if input.len() <= MAX_INPUT {
-                let got = canonicalize(&input).expect("respelled padded document refused");
-                assert!(
-                    got.as_bytes() == expected.as_slice(),
-                    "respelled padded document: wrong canonical form"
-                );
+                assert_canonical_form(&input, &expected, "respelled padded document");
             }
         }
     }
 
     agrees_with_serde(data, bytes);
+}
+
+/// Asserts that `input` is accepted, that its canonical form is `expected`
+/// and that `digest` agrees with `canonicalize`. `what` names the input in
+/// the message (the bytes are not printed: they can be long).
+fn assert_canonical_form(input: &[u8], expected: &[u8], what: &str) {
+    let got = canonicalize(input).unwrap_or_else(|e| panic!("{what} refused: {e}"));
+    assert!(got.as_bytes() == expected, "{what}: wrong canonical form");
+    assert_eq!(
+        digest(input).as_ref(),
+        Ok(got.digest()),
+        "{what}: digest differs from canonicalize"
+    );
 }
 
 /// An accepted input and its canonical form mean the same value.
