@@ -27,9 +27,9 @@
 //!   otherwise through a scratch buffer;
 //! * except for large objects (body of at least [`DEFER_MIN_BODY`] bytes):
 //!   their sorted member ranges are recorded and the bytes stay in input
-//!   order, and a final pass ([`Output::emit`], recursive along the nesting of such
-//!   objects, so at most `MAX_DEPTH` deep) writes every byte once in
-//!   canonical order. This keeps an event whose envelope, `task` and
+//!   order, and a final pass ([`Output::emit`], recursive along the nesting
+//!   of such objects, so at most `MAX_DEPTH` deep) writes every byte once
+//!   in canonical order. This keeps an event whose envelope, `task` and
 //!   `result` are all out of order from copying its body once per level.
 //!
 //! Errors abort the parse; before one is returned, the still-open objects
