@@ -6,27 +6,35 @@
 //! rejected.
 
 use std::io::Read;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use tower::ServiceBuilder;
+use tokio_util::sync::CancellationToken;
 
+use result_inbox::check::{self, CheckConfig};
 use result_inbox::config::{OrbitSettings, OrbitSource};
-use result_inbox::consumer::{Consumer, ConsumerError, ConsumerOptions};
+use result_inbox::consume::{self, ConsumeConfig};
+use result_inbox::consumer::{ConsumerOptions, Health};
 use result_inbox::demo::{self, DemoOptions};
 use result_inbox::digest::{self, MAX_EVENT_BYTES};
 use result_inbox::dsn::Dsn;
+use result_inbox::health::{self, Endpoint};
 use result_inbox::ids::SubscriptionId;
-use result_inbox::inbox::{DbErrorKind, InboxLayer, InboxStore, StoreOptions};
+use result_inbox::inbox::{InboxStore, StoreOptions};
 use result_inbox::orbit::{OrbitClient, Token};
 use result_inbox::schema;
 use result_inbox::scope::{InboxScope, ReceiverName};
-use result_inbox::task_view::TaskView;
 
 /// Timeout of every single call to Orbit.
 const ORBIT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// From a SIGINT/SIGTERM to the end of the process, in every state.
+const SHUTDOWN_LIMIT: Duration = Duration::from_secs(10);
+/// How long `consume` lets pending ACKs finish after the signal; the rest of
+/// [`SHUTDOWN_LIMIT`] is for closing connections and exiting.
+const CONSUME_GRACE: Duration = Duration::from_secs(8);
 
 /// Exit code: the operation failed.
 const EXIT_FAILED: u8 = 1;
@@ -35,12 +43,20 @@ const EXIT_CONFIG: u8 = 2;
 /// Exit code: the input was rejected.
 const EXIT_REJECTED: u8 = 3;
 
+/// The log filter when neither RECEIVER_LOG nor RUST_LOG is set: one line
+/// per delivery, warnings from everything else, and sqlx's own slow-statement
+/// and slow-acquire warnings left out (the receiver reports its outcomes
+/// itself, redacted).
+const DEFAULT_LOG_FILTER: &str = "warn,result_inbox=info,receiver=info,sqlx=error";
+
 #[derive(Parser)]
 #[command(
     name = "receiver",
     version,
     about = "Receive Orbit task results exactly once in effect (inbox + task result view in MySQL).",
-    after_help = "Exit codes: 0 success, 1 operation failed, 2 usage or configuration error, 3 input rejected.\nLogs go to stderr; RECEIVER_LOG sets the filter (default warn,result_inbox=info,receiver=info)."
+    after_help = "Exit codes: 0 success, 1 operation failed, 2 usage or configuration error, 3 input rejected.\n\
+Logs go to stderr. RECEIVER_LOG (else RUST_LOG) sets the filter (default warn,result_inbox=info,receiver=info,sqlx=error);\n\
+RECEIVER_LOG_FORMAT=json writes one JSON object per line (default text)."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -57,24 +73,48 @@ enum Command {
         /// The receiver's database, e.g. mysql://admin@127.0.0.1:3306/receiver.
         /// Must name the database. Never the platform's database.
         #[arg(long, env = "ORBIT_RECEIVER_DSN", hide_env_values = true)]
-        dsn: String,
+        dsn: Option<String>,
     },
     /// Run the whole flow once: subscribe to task.cancelled, submit and cancel
     /// a task, apply its event twice (applied, then duplicate), ACK, check the
     /// view, pause the subscription. Needs a dedicated queue and a token with
     /// events:read, events:consume, events:manage, tasks:submit, tasks:cancel.
-    /// Finishes within 20 s; on failure everything is kept for inspection.
+    /// Checks the database and the token first; finishes within 20 s; on
+    /// failure everything it created is kept for inspection.
     Demo(Receiver),
     /// Consume an existing subscription until SIGINT/SIGTERM (concurrency 4,
     /// shutdown within 10 s). Needs only events:read and events:consume on the
     /// subscription's queue. Never pauses the subscription.
+    ///
+    /// Before anything is leased it checks the database (tables, columns,
+    /// SELECT/INSERT/UPDATE), the token's scopes and the subscription's queue;
+    /// a server not reachable yet is waited for, a refusal stops it (exit 2).
+    /// While the database is unreachable it takes no deliveries.
     Consume {
         #[command(flatten)]
         receiver: Receiver,
         /// The subscription to consume (32 lowercase hex characters), created
         /// with the same credentials.
         #[arg(long, env = "ORBIT_SUBSCRIPTION_ID")]
-        subscription_id: String,
+        subscription_id: Option<String>,
+        /// Serve /metrics (Prometheus text), /healthz and /readyz on this
+        /// address, e.g. 127.0.0.1:9464. Off unless set.
+        #[arg(long, env = "RECEIVER_METRICS_ADDR")]
+        metrics_addr: Option<String>,
+    },
+    /// Check the database (reachable, tables and columns, SELECT/INSERT/UPDATE)
+    /// and Orbit (reachable, token, scopes, subscription bound to the queue)
+    /// without changing anything. One line per check; exit 0 only if all pass,
+    /// 1 if one fails.
+    Check {
+        #[command(flatten)]
+        receiver: Receiver,
+        /// The subscription `consume` would consume (checked unless --demo).
+        #[arg(long, env = "ORBIT_SUBSCRIPTION_ID")]
+        subscription_id: Option<String>,
+        /// Check the scopes `demo` needs instead of a subscription.
+        #[arg(long)]
+        demo: bool,
     },
     /// Print the SHA-256 of a JSON document's canonical form, as the inbox
     /// stores it (`sha256=<64 hex>`), to investigate conflicts.
@@ -84,7 +124,8 @@ enum Command {
     },
 }
 
-/// What `demo` and `consume` need: Orbit, the receiver's database and name.
+/// What `demo`, `consume` and `check` need: Orbit, the receiver's database
+/// and name.
 #[derive(Args)]
 struct Receiver {
     /// Orbit's base URL (http:// only on loopback; https:// in production).
@@ -107,7 +148,7 @@ struct Receiver {
     orbit_ca_file: Option<PathBuf>,
     /// The receiver's own database; must name the database.
     #[arg(long, env = "ORBIT_RECEIVER_DSN", hide_env_values = true)]
-    dsn: String,
+    dsn: Option<String>,
     /// The receiver's fixed name: the same for every restart and instance.
     /// At most 64 ASCII characters: a letter or digit, then letters, digits,
     /// '.', '_' or '-'.
@@ -122,9 +163,26 @@ struct Resolved {
     name: ReceiverName,
 }
 
+/// The DSN, which every database command needs, named when it is missing.
+fn required_dsn(dsn: Option<String>) -> Result<Dsn, String> {
+    let dsn = dsn.ok_or(
+        "ORBIT_RECEIVER_DSN is not set (or pass --dsn): the receiver's own database, mysql://user:password@host:port/database",
+    )?;
+    Dsn::parse(&dsn).map_err(|e| format!("ORBIT_RECEIVER_DSN: {e}"))
+}
+
+fn required_subscription(id: Option<String>) -> Result<SubscriptionId, String> {
+    let id = id.ok_or(
+        "ORBIT_SUBSCRIPTION_ID is not set (or pass --subscription-id): the subscription to consume (32 hex), e.g. from `receiver subscribe`",
+    )?;
+    SubscriptionId::parse(&id).ok_or_else(|| {
+        "ORBIT_SUBSCRIPTION_ID must be 32 lowercase hexadecimal characters".to_owned()
+    })
+}
+
 impl Receiver {
     fn resolve(self) -> Result<Resolved, String> {
-        let dsn = Dsn::parse(&self.dsn).map_err(|e| format!("ORBIT_RECEIVER_DSN: {e}"))?;
+        let dsn = required_dsn(self.dsn)?;
         let name =
             ReceiverName::parse(&self.receiver_name).map_err(|e| format!("RECEIVER_NAME: {e}"))?;
         let orbit = OrbitSource {
@@ -148,26 +206,45 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
     };
-    init_logging();
+    if let Err(e) = init_logging() {
+        return fail(EXIT_CONFIG, e);
+    }
     match cli.command {
-        Command::Init { dsn } => run_init(&dsn),
+        Command::Init { dsn } => run_init(dsn),
         Command::Digest { file } => run_digest(file),
         Command::Demo(receiver) => run_demo(receiver),
         Command::Consume {
             receiver,
             subscription_id,
-        } => run_consume(receiver, &subscription_id),
+            metrics_addr,
+        } => run_consume(receiver, subscription_id, metrics_addr),
+        Command::Check {
+            receiver,
+            subscription_id,
+            demo,
+        } => run_check(receiver, subscription_id, demo),
     }
 }
 
 /// Help and version go out as clap writes them; a usage error becomes one
-/// line (clap's first), exit code 2, like every other configuration error.
+/// line (clap's first, with the missing arguments when that is the error),
+/// exit code 2, like every other configuration error.
 fn usage_error(e: clap::Error) -> ExitCode {
-    use clap::error::ErrorKind;
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
     match e.kind() {
         ErrorKind::DisplayHelp
         | ErrorKind::DisplayVersion
         | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => e.exit(),
+        ErrorKind::MissingRequiredArgument => {
+            let missing = match e.get(ContextKind::InvalidArg) {
+                Some(ContextValue::Strings(args)) => args.join(", "),
+                _ => "an argument".to_owned(),
+            };
+            fail(
+                EXIT_CONFIG,
+                format!("missing required setting(s): {missing} (see receiver --help)"),
+            )
+        }
         _ => {
             let message = e.to_string();
             let first = message.lines().next().unwrap_or("invalid arguments");
@@ -177,17 +254,40 @@ fn usage_error(e: clap::Error) -> ExitCode {
     }
 }
 
-fn init_logging() {
+/// stderr logging as RECEIVER_LOG (else RUST_LOG) and RECEIVER_LOG_FORMAT
+/// say. A filter or format that cannot be read is a configuration error,
+/// never a silent fall-back to the default.
+fn init_logging() -> Result<(), String> {
     use tracing_subscriber::EnvFilter;
-    // One line per delivery from the inbox (class, delivery, event); warnings
-    // from everything else. Nothing logged carries secrets or result bodies.
-    let filter = EnvFilter::try_from_env("RECEIVER_LOG")
-        .unwrap_or_else(|_| EnvFilter::new("warn,result_inbox=info,receiver=info"));
-    tracing_subscriber::fmt()
+    let (variable, filter) = match std::env::var("RECEIVER_LOG") {
+        Ok(f) => ("RECEIVER_LOG", f),
+        Err(_) => match std::env::var("RUST_LOG") {
+            Ok(f) => ("RUST_LOG", f),
+            Err(_) => ("", DEFAULT_LOG_FILTER.to_owned()),
+        },
+    };
+    let filter = EnvFilter::builder()
+        .parse(&filter)
+        .map_err(|e| format!("{variable}: invalid log filter: {e}"))?;
+    let json = match std::env::var("RECEIVER_LOG_FORMAT").as_deref() {
+        Err(_) | Ok("text") => false,
+        Ok("json") => true,
+        Ok(other) => {
+            return Err(format!(
+                "RECEIVER_LOG_FORMAT: {other:?} is neither \"text\" nor \"json\""
+            ))
+        }
+    };
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .init();
+        .with_ansi(false);
+    if json {
+        builder.json().flatten_event(true).init();
+    } else {
+        builder.init();
+    }
+    Ok(())
 }
 
 fn fail(code: u8, message: impl std::fmt::Display) -> ExitCode {
@@ -203,64 +303,71 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("a tokio runtime")
 }
 
-/// Resolves when SIGINT or SIGTERM arrives. The handlers are installed when
-/// this is called, not when the future is first polled, so a signal during
-/// start-up is not lost (nor does it kill the process uncleanly).
-fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+/// A token cancelled by the first SIGINT or SIGTERM. The handlers are
+/// installed here, before any start-up step, so that a signal during
+/// start-up is neither lost nor fatal. The same signal arms a watchdog that
+/// ends the process [`SHUTDOWN_LIMIT`] after it, whatever is still running:
+/// nothing un-ACKed is lost by that (its lease runs out), and a service
+/// manager's own kill timer is never the one that fires.
+fn shutdown_on_signal(runtime: &tokio::runtime::Runtime) -> CancellationToken {
     use tokio::signal::unix::{signal, SignalKind};
+    let token = CancellationToken::new();
+    let _context = runtime.enter();
     let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
     let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-    async move {
+    let cancel = token.clone();
+    runtime.spawn(async move {
         tokio::select! {
             _ = int.recv() => {}
             _ = term.recv() => {}
         }
         tracing::info!("shutdown requested: no new deliveries, cancelling in-flight handlers");
-    }
+        std::thread::spawn(|| {
+            std::thread::sleep(SHUTDOWN_LIMIT);
+            eprintln!("receiver: shutdown did not finish within 10 s of the signal; exiting anyway (nothing un-ACKed is lost)");
+            std::process::exit(EXIT_FAILED.into());
+        });
+        cancel.cancel();
+    });
+    token
 }
 
-/// Whether a database that cannot be reached at start is an error (`demo`)
-/// or something to wait for while consuming (`consume`).
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Unreachable {
-    Fail,
-    Wait,
-}
-
-async fn connect(
-    resolved: &Resolved,
-    unreachable: Unreachable,
-) -> Result<(OrbitClient, InboxStore), (u8, String)> {
-    let client = OrbitClient::with_tls(
-        resolved.orbit.url.clone(),
-        resolved.orbit.token.clone(),
-        ORBIT_CALL_TIMEOUT,
-        resolved.orbit.tls.clone(),
-    )
-    .map_err(|e| (EXIT_CONFIG, format!("ORBIT_URL: {e}")))?;
-    let scope = InboxScope::new(resolved.name.clone(), resolved.orbit.queue_id.clone());
-    let store = match InboxStore::connect(&resolved.dsn, scope.clone(), StoreOptions::default())
-        .await
-    {
-        Ok(store) => store,
-        // Down or not yet up: no delivery is applied or ACKed until it
-        // answers, as during an outage. A refused login, a missing database
-        // or a failed TLS check will not mend by waiting, so those still
-        // stop the consumer.
-        Err(e)
-            if unreachable == Unreachable::Wait
-                && matches!(e.kind(), DbErrorKind::Connection | DbErrorKind::PoolTimeout) =>
-        {
-            tracing::warn!(
-                database = %resolved.dsn,
-                error = %e,
-                "database unreachable at start; deliveries are neither applied nor ACKed until it answers"
-            );
-            InboxStore::connect_lazy(&resolved.dsn, scope, StoreOptions::default())
-        }
-        Err(e) => return Err((EXIT_FAILED, format!("database {}: {e}", resolved.dsn))),
+/// The metrics endpoint, when an address is configured.
+async fn metrics_endpoint(
+    addr: Option<String>,
+    health: &Health,
+) -> Result<Option<Endpoint>, (u8, String)> {
+    let Some(addr) = addr else {
+        return Ok(None);
     };
-    Ok((client, store))
+    let addr: SocketAddr = addr.parse().map_err(|_| {
+        (
+            EXIT_CONFIG,
+            format!("RECEIVER_METRICS_ADDR: {addr:?} is not an address like 127.0.0.1:9464"),
+        )
+    })?;
+    let handle =
+        health::install_recorder().map_err(|e| (EXIT_FAILED, format!("metrics recorder: {e}")))?;
+    let endpoint = Endpoint::start(addr, handle, health.clone())
+        .await
+        .map_err(|e| {
+            (
+                EXIT_CONFIG,
+                format!("RECEIVER_METRICS_ADDR: cannot listen on {addr}: {e}"),
+            )
+        })?;
+    tracing::info!(addr = %endpoint.addr, "metrics endpoint listening (/metrics, /healthz, /readyz)");
+    Ok(Some(endpoint))
+}
+
+fn orbit_client(orbit: &OrbitSettings) -> Result<OrbitClient, String> {
+    OrbitClient::with_tls(
+        orbit.url.clone(),
+        orbit.token.clone(),
+        ORBIT_CALL_TIMEOUT,
+        orbit.tls.clone(),
+    )
+    .map_err(|e| format!("ORBIT_URL: {e}"))
 }
 
 fn run_demo(receiver: Receiver) -> ExitCode {
@@ -268,67 +375,82 @@ fn run_demo(receiver: Receiver) -> ExitCode {
         Ok(r) => r,
         Err(e) => return fail(EXIT_CONFIG, e),
     };
+    let client = match orbit_client(&resolved.orbit) {
+        Ok(c) => c,
+        Err(e) => return fail(EXIT_CONFIG, e),
+    };
     let options = DemoOptions::default();
-    runtime().block_on(async {
-        let (client, store) = match connect(&resolved, Unreachable::Fail).await {
-            Ok(c) => c,
-            Err((code, e)) => return fail(code, e),
+    let runtime = runtime();
+    let shutdown = shutdown_on_signal(&runtime);
+    let code = runtime.block_on(async {
+        let scope = InboxScope::new(resolved.name.clone(), resolved.orbit.queue_id.clone());
+        // The demo's own check reports a database that cannot be reached.
+        let store = InboxStore::connect_lazy(&resolved.dsn, scope, StoreOptions::default());
+        let outcome = tokio::select! {
+            _ = shutdown.cancelled() => return fail(EXIT_FAILED, "demo interrupted by a signal"),
+            outcome = demo::run(client, store, options) => outcome,
         };
-        match demo::run(client, store, options).await {
+        match outcome {
             Ok(report) => {
                 for line in report.lines() {
                     println!("{line}");
                 }
                 ExitCode::SUCCESS
             }
-            Err(e) => fail(
-                EXIT_FAILED,
-                format!("demo failed: {e}; task, subscription, deliveries and rows are kept for inspection"),
-            ),
+            Err(failure) => {
+                let code = match &failure.error {
+                    demo::DemoError::Check(p) if p.is_configuration() => EXIT_CONFIG,
+                    _ => EXIT_FAILED,
+                };
+                fail(
+                    code,
+                    format!("demo failed: {}; {}", failure.error, failure.kept),
+                )
+            }
         }
-    })
+    });
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    code
 }
 
-fn run_consume(receiver: Receiver, subscription_id: &str) -> ExitCode {
-    let Some(subscription) = SubscriptionId::parse(subscription_id) else {
-        return fail(
-            EXIT_CONFIG,
-            "ORBIT_SUBSCRIPTION_ID must be 32 lowercase hexadecimal characters",
-        );
+fn run_consume(
+    receiver: Receiver,
+    subscription_id: Option<String>,
+    metrics_addr: Option<String>,
+) -> ExitCode {
+    let subscription = match required_subscription(subscription_id) {
+        Ok(s) => s,
+        Err(e) => return fail(EXIT_CONFIG, e),
     };
     let resolved = match receiver.resolve() {
         Ok(r) => r,
         Err(e) => return fail(EXIT_CONFIG, e),
     };
-    let options = ConsumerOptions::default();
-    let runtime = runtime();
-    let shutdown = {
-        let _context = runtime.enter();
-        shutdown_signal()
+    let config = ConsumeConfig {
+        orbit: resolved.orbit,
+        dsn: resolved.dsn,
+        name: resolved.name,
+        subscription,
+        consumer: ConsumerOptions {
+            shutdown_grace: CONSUME_GRACE,
+            ..ConsumerOptions::default()
+        },
+        orbit_call_timeout: ORBIT_CALL_TIMEOUT,
     };
-    runtime.block_on(async {
-        let (client, store) = match connect(&resolved, Unreachable::Wait).await {
-            Ok(c) => c,
+    let runtime = runtime();
+    let shutdown = shutdown_on_signal(&runtime);
+    let code = runtime.block_on(async {
+        let health = Health::new();
+        let endpoint = match metrics_endpoint(metrics_addr, &health).await {
+            Ok(endpoint) => endpoint,
             Err((code, e)) => return fail(code, e),
         };
-        let consumer = match Consumer::connect(
-            client,
-            subscription,
-            &resolved.orbit.queue_id,
-            options,
-        )
-        .await
-        {
-            Ok(c) => c,
-            Err(e @ ConsumerError::QueueMismatch { .. }) => return fail(EXIT_CONFIG, e),
-            Err(e) => return fail(EXIT_FAILED, e),
-        };
-        let service = ServiceBuilder::new()
-            .layer(InboxLayer::new(store))
-            .service(TaskView::new());
-        tracing::info!(receiver = %resolved.name, queue = %resolved.orbit.queue_id, "consuming");
-        match consumer.run(service, shutdown).await {
-            Ok(report) => {
+        let outcome = consume::run(config, health, shutdown).await;
+        if let Some(endpoint) = endpoint {
+            endpoint.stop();
+        }
+        match outcome {
+            Ok(Some(report)) => {
                 tracing::info!(
                     received = report.received,
                     acked = report.acked,
@@ -339,15 +461,55 @@ fn run_consume(receiver: Receiver, subscription_id: &str) -> ExitCode {
                 );
                 ExitCode::SUCCESS
             }
+            Ok(None) => {
+                tracing::info!("stopped during start-up; nothing was leased");
+                ExitCode::SUCCESS
+            }
+            Err(e) if e.is_configuration() => fail(EXIT_CONFIG, e),
             Err(e) => fail(EXIT_FAILED, e),
         }
-    })
+    });
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    code
 }
 
-fn run_init(dsn: &str) -> ExitCode {
-    let dsn = match Dsn::parse(dsn) {
+fn run_check(receiver: Receiver, subscription_id: Option<String>, demo: bool) -> ExitCode {
+    let resolved = match receiver.resolve() {
+        Ok(r) => r,
+        Err(e) => return fail(EXIT_CONFIG, e),
+    };
+    let subscription = match (demo, subscription_id) {
+        (true, _) => None,
+        (false, id) => match required_subscription(id) {
+            Ok(s) => Some(s),
+            Err(e) => return fail(EXIT_CONFIG, e),
+        },
+    };
+    let config = CheckConfig {
+        orbit: resolved.orbit,
+        dsn: resolved.dsn,
+        name: resolved.name,
+        subscription,
+        orbit_call_timeout: ORBIT_CALL_TIMEOUT,
+    };
+    let findings = match runtime().block_on(check::run(config)) {
+        Ok(findings) => findings,
+        Err(e) => return fail(EXIT_CONFIG, format!("ORBIT_URL: {e}")),
+    };
+    for finding in &findings {
+        println!("{finding}");
+    }
+    if findings.iter().all(|f| f.ok()) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_FAILED)
+    }
+}
+
+fn run_init(dsn: Option<String>) -> ExitCode {
+    let dsn = match required_dsn(dsn) {
         Ok(dsn) => dsn,
-        Err(e) => return fail(EXIT_CONFIG, format!("ORBIT_RECEIVER_DSN: {e}")),
+        Err(e) => return fail(EXIT_CONFIG, e),
     };
     match runtime().block_on(schema::init(&dsn)) {
         Ok(report) => {

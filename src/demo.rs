@@ -15,6 +15,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -24,12 +25,13 @@ use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 use tower::{Service, ServiceBuilder, ServiceExt};
 
+use crate::check::{self, Problem};
 use crate::consumer::{Consumer, ConsumerOptions};
 use crate::delivery::{Delivery, DeliveryId};
 use crate::event::{Event, EventType};
-use crate::ids::TaskId;
+use crate::ids::{SubscriptionId, TaskId};
 use crate::inbox::{Inbox, InboxError, InboxLayer, InboxStore, Outcome};
-use crate::orbit::{OrbitClient, OrbitError};
+use crate::orbit::{OrbitClient, OrbitError, Scope};
 use crate::task_view::TaskView;
 use crate::BoxError;
 
@@ -90,6 +92,10 @@ impl DemoReport {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum DemoError {
+    /// A check before the demo created anything failed: the database
+    /// (tables, columns, grants) or the token's scopes.
+    #[error("{0}")]
+    Check(Problem),
     /// Orbit refused or failed a call.
     #[error("Orbit: {0}")]
     Orbit(#[from] OrbitError),
@@ -105,20 +111,94 @@ pub enum DemoError {
     /// The demo ran out of time in the named step.
     #[error("demo did not finish within its time limit (while {0})")]
     Timeout(&'static str),
+    /// The demo ran out of time waiting for its task's event while the
+    /// subscription brought only events of other tasks, which it refused.
+    #[error("demo did not finish within its time limit: it refused {refused} delivery(ies) of other tasks on this queue while waiting for its own task's event; run the demo on a dedicated queue")]
+    OtherTasksOnly {
+        /// Deliveries of other tasks that were refused.
+        refused: u64,
+    },
     /// A result was not what the inbox guarantees.
     #[error("unexpected result: {0}")]
     Unexpected(String),
 }
 
+/// A failed demo: why, and what it had created (kept for inspection).
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct DemoFailure {
+    /// Why it failed.
+    pub error: DemoError,
+    /// What it created before it failed; nothing of it is removed.
+    pub kept: Kept,
+}
+
+/// What a failed demo created and left in place.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Kept {
+    /// The subscription it created, if it got that far.
+    pub subscription: Option<SubscriptionId>,
+    /// The task it submitted, if it got that far.
+    pub task: Option<TaskId>,
+}
+
+impl Kept {
+    /// Whether the run created anything.
+    pub fn is_empty(&self) -> bool {
+        self.subscription.is_none() && self.task.is_none()
+    }
+}
+
+impl std::fmt::Display for Kept {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (&self.subscription, &self.task) {
+            (None, None) => f.write_str("nothing was created"),
+            (Some(s), None) => write!(f, "subscription {s} is kept for inspection"),
+            (None, Some(t)) => write!(f, "task {t} is kept for inspection"),
+            (Some(s), Some(t)) => write!(
+                f,
+                "subscription {s}, task {t}, their deliveries and rows are kept for inspection"
+            ),
+        }
+    }
+}
+
 /// Runs the demo with a client whose token has the demo scopes
 /// (`events:read`, `events:consume`, `events:manage`, `tasks:submit`,
 /// `tasks:cancel`) and a store for the receiver's scope.
+///
+/// Before creating anything it checks the database (tables, columns,
+/// grants) and the token's scopes.
 pub async fn run(
     client: OrbitClient,
     store: InboxStore,
     options: DemoOptions,
+) -> Result<DemoReport, DemoFailure> {
+    let mut kept = Kept::default();
+    match run_steps(client, store, options, &mut kept).await {
+        Ok(report) => Ok(report),
+        Err(error) => Err(DemoFailure { error, kept }),
+    }
+}
+
+async fn run_steps(
+    client: OrbitClient,
+    store: InboxStore,
+    options: DemoOptions,
+    kept: &mut Kept,
 ) -> Result<DemoReport, DemoError> {
     let deadline = Instant::now() + options.deadline;
+
+    within(deadline, "checking the database", check::database(&store))
+        .await?
+        .map_err(DemoError::Check)?;
+    within(
+        deadline,
+        "checking Orbit",
+        check::orbit_access(&client, &Scope::DEMO),
+    )
+    .await?
+    .map_err(DemoError::Check)?;
 
     let subscription = within(
         deadline,
@@ -126,7 +206,9 @@ pub async fn run(
         client.create_subscription(&[EventType::Cancelled]),
     )
     .await??;
+    kept.subscription = Some(subscription.id.clone());
     let task = within(deadline, "submitting the task", client.submit_task()).await??;
+    kept.task = Some(task.id.clone());
     within(
         deadline,
         "cancelling the task",
@@ -135,12 +217,14 @@ pub async fn run(
     .await??;
 
     let (seen_tx, seen) = oneshot::channel();
+    let refused = Arc::new(AtomicU64::new(0));
     let service = OnlyThisTask {
         task: task.id.clone(),
         inbox: ServiceBuilder::new()
             .layer(InboxLayer::new(store.clone()))
             .service(TaskView::new()),
         seen: Arc::new(Mutex::new(Some(seen_tx))),
+        refused: refused.clone(),
     };
     let consumer = Consumer::connect(
         client.clone(),
@@ -160,7 +244,11 @@ pub async fn run(
 
     let outcome = async {
         let (delivery_id, inbox_duplicate) = within(deadline, "waiting for the task's event", seen)
-            .await?
+            .await
+            .map_err(|timeout| match refused.load(Ordering::Relaxed) {
+                0 => timeout,
+                refused => DemoError::OtherTasksOnly { refused },
+            })?
             .map_err(|_| {
                 DemoError::Unexpected("the consumer stopped before the event came".into())
             })??;
@@ -243,6 +331,8 @@ struct OnlyThisTask {
     task: TaskId,
     inbox: Inbox<TaskView>,
     seen: Arc<Mutex<Option<Seen>>>,
+    /// Deliveries of other tasks refused so far.
+    refused: Arc<AtomicU64>,
 }
 
 /// An event of another task reached the demo's subscription.
@@ -264,6 +354,7 @@ impl Service<Delivery<Bytes>> for OnlyThisTask {
         Box::pin(async move {
             let ours = Event::from_json(delivery.body()).is_ok_and(|e| e.task().id == this.task);
             if !ours {
+                this.refused.fetch_add(1, Ordering::Relaxed);
                 return Err(OtherTask.into());
             }
             let id = delivery.id().clone();

@@ -375,6 +375,22 @@ impl Event {
 }
 
 /// `text` if it is a JSON object (canonical text has no leading whitespace).
+/// The event id of a document that may be invalid otherwise, when it can
+/// be read at all: a JSON object (serde's reading, which is laxer than the
+/// canonical parser) whose `id` is a 32-hex string. Only for telling an
+/// operator which event was rejected; never for deciding anything.
+pub fn readable_id(raw: &[u8]) -> Option<EventId> {
+    #[derive(Deserialize)]
+    struct Id {
+        id: Option<String>,
+    }
+    if raw.len() > digest::MAX_EVENT_BYTES || !raw.trim_ascii_start().starts_with(b"{") {
+        return None;
+    }
+    let id = serde_json::from_slice::<Id>(raw).ok()?.id?;
+    EventId::parse(&id)
+}
+
 fn object(text: &str) -> Option<&str> {
     text.starts_with('{').then_some(text)
 }

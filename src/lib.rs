@@ -24,6 +24,8 @@
 //!   WebSocket delivery stream (`docs/orbit-protocol.md`).
 //! * [`consumer`] — drives any `Service<Delivery<Bytes>>` over one
 //!   subscription with bounded concurrency, and ACKs only what returned `Ok`.
+//! * [`telemetry`] — the metrics the library records through the `metrics`
+//!   facade (no exporter: the embedding program picks one).
 //! * [`scope`] — the receiver's identity: a validated [`scope::ReceiverName`]
 //!   and the queue it consumes.
 //! * `inbox` (feature `mysql`) — [`InboxLayer`](inbox::InboxLayer), the tower
@@ -32,7 +34,11 @@
 //!   inner service that [`InboxLayer`](inbox::InboxLayer) wraps in the
 //!   `receiver` binary.
 //! * [`config`] — how the commands find Orbit (credentials file, overrides).
+//! * `check` and `consume` (feature `mysql`) — the self-check every command
+//!   runs before it leases anything, and the `receiver consume` flow.
 //! * `demo` (feature `mysql`) — the `receiver demo` flow.
+//! * `health` (feature `cli`) — the `/metrics`, `/healthz` and `/readyz`
+//!   endpoint of the `receiver` binary.
 //! * `schema` and `dsn` (feature `mysql`) — `schema.sql` and the one-time
 //!   `receiver init`, and a database address that always names its database.
 //!
@@ -48,7 +54,12 @@ pub mod event;
 pub mod ids;
 pub mod orbit;
 pub mod scope;
+pub mod telemetry;
 
+#[cfg(feature = "mysql")]
+pub mod check;
+#[cfg(feature = "mysql")]
+pub mod consume;
 #[cfg(feature = "mysql")]
 pub mod demo;
 #[cfg(feature = "mysql")]
@@ -59,6 +70,9 @@ pub mod inbox;
 pub mod schema;
 #[cfg(feature = "mysql")]
 pub mod task_view;
+
+#[cfg(feature = "cli")]
+pub mod health;
 
 /// The error type of inner services: any error that can cross threads.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;

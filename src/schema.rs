@@ -73,6 +73,37 @@ pub fn statements() -> Vec<&'static str> {
         .collect()
 }
 
+/// The columns `schema.sql` gives `table`, in order (empty for a table it
+/// does not create). Read from the DDL itself, so the self-check can never
+/// expect other columns than `init` creates.
+pub fn columns(table: &str) -> Vec<&'static str> {
+    let head = format!("CREATE TABLE {table} (");
+    let Some(ddl) = statements().into_iter().find(|s| s.starts_with(&head)) else {
+        return Vec::new();
+    };
+    ddl.lines()
+        .skip(1)
+        .map(str::trim)
+        .filter(|line| line.starts_with(|c: char| c.is_ascii_lowercase()))
+        .filter_map(|line| line.split_whitespace().next())
+        .collect()
+}
+
+/// The columns of `table` that make up its primary key, which the runtime
+/// never updates.
+pub fn key_columns(table: &str) -> Vec<&'static str> {
+    let head = format!("CREATE TABLE {table} (");
+    let Some(ddl) = statements().into_iter().find(|s| s.starts_with(&head)) else {
+        return Vec::new();
+    };
+    ddl.lines()
+        .map(str::trim)
+        .find_map(|line| line.strip_prefix("PRIMARY KEY ("))
+        .and_then(|rest| rest.split_once(')'))
+        .map(|(keys, _)| keys.split(',').map(str::trim).collect())
+        .unwrap_or_default()
+}
+
 /// Creates both tables in the DSN's database, then reads back the number of
 /// foreign keys on them.
 pub async fn init(dsn: &Dsn) -> Result<InitReport, InitError> {
@@ -130,6 +161,21 @@ mod tests {
         assert_eq!(s.len(), 2);
         assert!(s[0].starts_with("CREATE TABLE receiver_inbox"));
         assert!(s[1].starts_with("CREATE TABLE receiver_task_views"));
+    }
+
+    #[test]
+    fn the_columns_are_read_from_the_ddl_seventeen_in_all() {
+        let inbox = columns(INBOX_TABLE);
+        let views = columns(TASK_VIEW_TABLE);
+        assert_eq!(inbox.len() + views.len(), 17);
+        assert_eq!(inbox.first(), Some(&"consumer_name"));
+        assert_eq!(inbox.last(), Some(&"received_at"));
+        assert_eq!(views.last(), Some(&"updated_at"));
+        assert_eq!(
+            key_columns(TASK_VIEW_TABLE),
+            ["consumer_name", "queue_id", "task_id"]
+        );
+        assert!(columns("other").is_empty());
     }
 
     #[test]

@@ -12,27 +12,38 @@
 //! the ACK is idempotent for its proof. A stream that breaks is reopened with
 //! backoff while handlers and ACKs carry on.
 //!
+//! With a [`Probe`] of its database the consumer also has a breaker: while
+//! the database cannot be reached it grants no credit, so nothing more is
+//! leased to it and no delivery's retry budget burns during an outage; it
+//! probes with backoff and takes deliveries again once the database answers.
+//!
 //! On shutdown the consumer stops taking deliveries (closes the stream),
 //! cancels in-flight handlers — dropping an inbox transaction rolls it back,
 //! and an interrupted COMMIT is simply not ACKed — then gives pending ACKs
 //! the rest of the grace period. It never pauses the subscription: other
 //! consumers of it carry on.
 
+mod classify;
 mod settle;
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::task::JoinSet;
-use tokio::time::{sleep_until, Instant};
+use futures::future::BoxFuture;
+use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::{sleep_until, timeout, timeout_at, Instant};
 use tower::{Service, ServiceExt};
 use tracing::{info, warn};
 
+pub use self::classify::{class, is_unavailable};
 pub use self::settle::{settle, Settlement};
 use crate::delivery::{Delivery, DeliveryId, LeaseProof};
 use crate::ids::{QueueId, SubscriptionId};
 use crate::orbit::{AckOutcome, DeliveryStream, OrbitClient, OrbitError, StreamMessage};
+use crate::telemetry;
 use crate::BoxError;
 
 /// How a consumer behaves.
@@ -40,17 +51,25 @@ use crate::BoxError;
 pub struct ConsumerOptions {
     /// Most deliveries handled at once. Default 4.
     pub concurrency: u32,
-    /// First wait before reopening a broken stream or re-reporting an ACK;
-    /// doubles up to `retry_max`. Default 200 ms.
+    /// First wait before reopening a broken stream, re-reporting an ACK or
+    /// probing an unreachable database again; doubles up to `retry_max`.
+    /// Default 200 ms.
     pub retry_min: Duration,
     /// Longest wait between retries. Default 5 s.
     pub retry_max: Duration,
     /// After shutdown is requested, how long pending ACKs may still take
-    /// before the consumer returns anyway. Default 10 s.
+    /// before the consumer returns anyway, counted from the moment the
+    /// shutdown future resolved. Default 8 s, so that a process that exits
+    /// right after stays within 10 s of its signal.
     pub shutdown_grace: Duration,
     /// A stream that delivers nothing, not even a ping, for this long is
     /// taken for dead and reopened (Orbit pings every 15 s). Default 60 s.
     pub stream_idle_timeout: Duration,
+    /// How often the [`Probe`] runs while the database answers. Default 5 s.
+    pub probe_interval: Duration,
+    /// A probe that has not answered after this long counts as failed.
+    /// Default 2 s.
+    pub probe_timeout: Duration,
 }
 
 impl Default for ConsumerOptions {
@@ -59,9 +78,85 @@ impl Default for ConsumerOptions {
             concurrency: 4,
             retry_min: Duration::from_millis(200),
             retry_max: Duration::from_secs(5),
-            shutdown_grace: Duration::from_secs(10),
+            shutdown_grace: Duration::from_secs(8),
             stream_idle_timeout: Duration::from_secs(60),
+            probe_interval: Duration::from_secs(5),
+            probe_timeout: Duration::from_secs(2),
         }
+    }
+}
+
+/// A dependency of the service (its database) that can be asked whether it
+/// answers right now, without touching any delivery.
+///
+/// With a probe, the consumer has a breaker: when a delivery fails because
+/// the dependency cannot be reached ([`is_unavailable`]), or a probe fails,
+/// it grants no more credit — so the platform leases nothing more to it and
+/// no retry budget is spent — and probes with backoff until the dependency
+/// answers. [`InboxStore`](crate::inbox::InboxStore) is one.
+pub trait Probe: Send + Sync + 'static {
+    /// `Ok` when the dependency can do its job now.
+    fn probe(&self) -> BoxFuture<'static, Result<(), BoxError>>;
+}
+
+/// What a readiness endpoint needs to know: is the stream open, does the
+/// database answer. Cheap to clone; every clone sees the same state.
+#[derive(Debug, Clone)]
+pub struct Health {
+    state: Arc<HealthState>,
+}
+
+#[derive(Debug)]
+struct HealthState {
+    stream_open: AtomicBool,
+    database_reachable: AtomicBool,
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Health {
+    /// A health that has seen no stream yet (not ready). Give it to
+    /// [`Consumer::with_health`] to serve readiness before the consumer
+    /// exists, e.g. while it waits for its database at start.
+    pub fn new() -> Self {
+        Self {
+            state: Arc::new(HealthState {
+                stream_open: AtomicBool::new(false),
+                database_reachable: AtomicBool::new(true),
+            }),
+        }
+    }
+
+    /// Whether the delivery stream is open.
+    pub fn stream_open(&self) -> bool {
+        self.state.stream_open.load(Ordering::Relaxed)
+    }
+
+    /// Whether the database answered its last probe (always true for a
+    /// consumer without a [`Probe`]).
+    pub fn database_reachable(&self) -> bool {
+        self.state.database_reachable.load(Ordering::Relaxed)
+    }
+
+    /// Ready to do its job: the stream is open and the database answers.
+    pub fn is_ready(&self) -> bool {
+        self.stream_open() && self.database_reachable()
+    }
+
+    fn set_stream_open(&self, open: bool) {
+        self.state.stream_open.store(open, Ordering::Relaxed);
+        telemetry::flag(telemetry::STREAM_OPEN, open);
+    }
+
+    fn set_database_reachable(&self, reachable: bool) {
+        self.state
+            .database_reachable
+            .store(reachable, Ordering::Relaxed);
+        telemetry::flag(telemetry::DATABASE_REACHABLE, reachable);
     }
 }
 
@@ -80,9 +175,30 @@ pub enum ConsumerError {
         /// The subscription's queue.
         actual: QueueId,
     },
+    /// Orbit refused to show the subscription because it belongs to another
+    /// queue than the token's (`403 wrong_queue`). Nothing was leased.
+    #[error("subscription {subscription} belongs to another queue than the token's (Orbit answered 403 wrong_queue); this receiver consumes queue {expected}: use a subscription of that queue and its credentials")]
+    OtherQueue {
+        /// The subscription.
+        subscription: SubscriptionId,
+        /// The configured queue.
+        expected: QueueId,
+    },
     /// Orbit refused or could not be reached.
     #[error("{0}")]
     Orbit(#[from] OrbitError),
+}
+
+impl ConsumerError {
+    /// Whether the configuration has to change before the consumer can run:
+    /// a subscription of another queue, or a permanent refusal of the token,
+    /// its scopes or the subscription id (401, 403, 404).
+    pub fn is_configuration(&self) -> bool {
+        match self {
+            ConsumerError::QueueMismatch { .. } | ConsumerError::OtherQueue { .. } => true,
+            ConsumerError::Orbit(e) => e.is_refusal(),
+        }
+    }
 }
 
 /// What a consumer did, counted.
@@ -104,17 +220,31 @@ pub struct ConsumerReport {
 }
 
 /// A consumer of one subscription.
-#[derive(Debug)]
 pub struct Consumer {
     client: OrbitClient,
     subscription: SubscriptionId,
     options: ConsumerOptions,
+    probe: Option<Arc<dyn Probe>>,
+    health: Health,
+}
+
+impl std::fmt::Debug for Consumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Consumer")
+            .field("client", &self.client)
+            .field("subscription", &self.subscription)
+            .field("options", &self.options)
+            .field("probe", &self.probe.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 struct Handled {
     id: DeliveryId,
     proof: LeaseProof,
     settlement: Settlement,
+    /// The service failed because its database cannot be reached.
+    unavailable: bool,
 }
 
 enum AckResult {
@@ -122,16 +252,44 @@ enum AckResult {
     Refused(DeliveryId, OrbitError),
 }
 
+/// Longest a credit grant may take to send; a stream that cannot take a few
+/// bytes in that time is treated as broken.
+const GRANT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Longest the polite close of the stream may take at shutdown.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
+
 impl Consumer {
     /// Checks the subscription before anything is leased: it must exist, be
     /// readable with this token and be bound to `expected_queue`.
+    ///
+    /// An Orbit that cannot be reached yet (connection refused or reset,
+    /// time-out, 5xx) is waited for with backoff and a warning per attempt;
+    /// a permanent answer (401, 403, 404) returns at once. Drop the future
+    /// to stop waiting.
     pub async fn connect(
         client: OrbitClient,
         subscription: SubscriptionId,
         expected_queue: &QueueId,
         options: ConsumerOptions,
     ) -> Result<Consumer, ConsumerError> {
-        let found = client.subscription(&subscription).await?;
+        let mut backoff = Backoff::new(options.retry_min, options.retry_max);
+        let found = loop {
+            match client.subscription(&subscription).await {
+                Ok(found) => break found,
+                Err(e) if e.is_retryable() => {
+                    let wait = backoff.next();
+                    warn!(error = %e, retry_in_ms = wait.as_millis() as u64, "Orbit not reachable yet; waiting before leasing anything");
+                    tokio::time::sleep(wait).await;
+                }
+                Err(e) if e.code() == Some("wrong_queue") => {
+                    return Err(ConsumerError::OtherQueue {
+                        subscription,
+                        expected: expected_queue.clone(),
+                    })
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
         if &found.queue_id != expected_queue {
             return Err(ConsumerError::QueueMismatch {
                 subscription,
@@ -143,7 +301,27 @@ impl Consumer {
             client,
             subscription,
             options,
+            probe: None,
+            health: Health::new(),
         })
+    }
+
+    /// Gives the consumer a breaker on `probe` (see [`Probe`]).
+    pub fn with_probe(mut self, probe: impl Probe) -> Self {
+        self.probe = Some(Arc::new(probe));
+        self
+    }
+
+    /// Reports into `health` instead of a health of its own.
+    pub fn with_health(mut self, health: Health) -> Self {
+        self.health = health;
+        self
+    }
+
+    /// The consumer's health, for a readiness endpoint. Stays valid while
+    /// and after [`run`](Self::run) runs.
+    pub fn health(&self) -> Health {
+        self.health.clone()
     }
 
     /// Consumes until `shutdown` resolves, then drains as the module docs
@@ -164,31 +342,27 @@ impl Consumer {
         let mut report = ConsumerReport::default();
         let mut handlers: JoinSet<Handled> = JoinSet::new();
         let mut acks: JoinSet<AckResult> = JoinSet::new();
-        let mut stream: Option<DeliveryStream> = None;
-        let mut backoff = Backoff::new(self.options.retry_min, self.options.retry_max);
-        let mut reconnect_at = Instant::now();
-        let mut last_heard = Instant::now();
+        let mut link = Link::new(&self.options, self.health.clone());
+        let mut breaker = Breaker::new(self.probe.clone(), &self.options, self.health.clone());
         let idle = self.options.stream_idle_timeout;
         let mut fatal = None;
         tokio::pin!(shutdown);
 
         loop {
-            if stream.is_none() && Instant::now() >= reconnect_at {
+            if link.stream.is_none() && Instant::now() >= link.reconnect_at {
                 let opened = tokio::select! {
                     biased;
                     _ = &mut shutdown => break,
-                    opened = self.open(concurrency.saturating_sub(handlers.len() as u32)) => opened,
+                    opened = self.client.open_stream(&self.subscription) => opened,
                 };
                 match opened {
                     Ok(s) => {
                         info!(subscription = %self.subscription, "delivery stream open");
-                        stream = Some(s);
-                        last_heard = Instant::now();
-                        backoff.reset();
+                        link.opened(s);
                     }
                     Err(e) if e.is_retryable() => {
                         warn!(error = %e, "delivery stream unavailable, retrying");
-                        reconnect_at = Instant::now() + backoff.next();
+                        link.retry_later();
                     }
                     Err(e) => {
                         fatal = Some(e);
@@ -197,10 +371,21 @@ impl Consumer {
                 }
             }
 
+            // Credit: one per free handler slot, none while the breaker is
+            // open, so Orbit never leases what could not be worked on now.
+            let wanted = if breaker.is_open() {
+                0
+            } else {
+                concurrency.saturating_sub(handlers.len() as u32)
+            };
+            link.top_up(wanted).await;
+            let probe_at = breaker.next_at;
+
             tokio::select! {
                 biased;
                 _ = &mut shutdown => break,
                 Some(done) = handlers.join_next(), if !handlers.is_empty() => {
+                    metrics::gauge!(telemetry::IN_FLIGHT).set(handlers.len() as f64);
                     let Ok(done) = done else { continue };
                     match done.settlement {
                         Settlement::Ack => {
@@ -211,12 +396,8 @@ impl Consumer {
                         }
                         Settlement::Leave => report.failed += 1,
                     }
-                    if let Some(s) = stream.as_mut() {
-                        if let Err(e) = s.grant(1).await {
-                            warn!(error = %e, "delivery stream broke");
-                            stream = None;
-                            reconnect_at = Instant::now() + backoff.next();
-                        }
+                    if done.unavailable {
+                        breaker.trip();
                     }
                 }
                 Some(acked) = acks.join_next(), if !acks.is_empty() => {
@@ -224,47 +405,47 @@ impl Consumer {
                         record_ack(&mut report, acked);
                     }
                 }
-                message = next_message(&mut stream), if stream.is_some() => {
-                    last_heard = Instant::now();
+                message = next_message(&mut link.stream), if link.stream.is_some() => {
+                    link.last_heard = Instant::now();
                     match message {
                     Some(Ok(StreamMessage::Keepalive)) => {}
                     Some(Ok(StreamMessage::Delivery(delivery))) => {
                         report.received += 1;
+                        link.outstanding = link.outstanding.saturating_sub(1);
                         handlers.spawn(handle(service.clone(), delivery));
+                        metrics::gauge!(telemetry::IN_FLIGHT).set(handlers.len() as f64);
                     }
                     Some(Ok(StreamMessage::Error { code })) => {
                         warn!(%code, "Orbit reported a stream error");
                     }
-                    Some(Err(e)) => {
-                        warn!(error = %e, "delivery stream broke");
-                        stream = None;
-                        reconnect_at = Instant::now() + backoff.next();
-                    }
-                    None => {
-                        info!("delivery stream closed by Orbit");
-                        stream = None;
-                        reconnect_at = Instant::now() + backoff.next();
-                    }
+                    Some(Err(e)) => link.lost(&format!("delivery stream broke: {e}")),
+                    None => link.lost("delivery stream closed by Orbit"),
                 }},
-                _ = sleep_until(last_heard + idle), if stream.is_some() => {
-                    warn!("delivery stream silent for too long; reopening it");
-                    if let Some(s) = stream.take() {
-                        let _ = tokio::time::timeout(Duration::from_secs(1), s.close()).await;
+                probed = breaker.finished(), if breaker.is_probing() => breaker.record(probed),
+                _ = sleep_until(probe_at), if breaker.is_due() => breaker.start(),
+                _ = sleep_until(link.last_heard + idle), if link.stream.is_some() => {
+                    if let Some(s) = link.stream.take() {
+                        let _ = timeout(CLOSE_TIMEOUT, s.close()).await;
                     }
-                    reconnect_at = Instant::now() + backoff.next();
+                    link.lost("delivery stream silent for too long; reopening it");
                 }
-                _ = sleep_until(reconnect_at), if stream.is_none() => {}
+                _ = sleep_until(link.reconnect_at), if link.stream.is_none() => {}
             }
         }
 
         // Stop taking deliveries, cancel what is in flight, let ACKs finish.
+        // The grace counts from here: the loop leaves as soon as `shutdown`
+        // resolves, whatever it was waiting for.
         let deadline = Instant::now() + self.options.shutdown_grace;
-        if let Some(s) = stream.take() {
-            let _ = tokio::time::timeout_at(deadline, s.close()).await;
+        if let Some(s) = link.stream.take() {
+            let _ = timeout_at(deadline.min(Instant::now() + CLOSE_TIMEOUT), s.close()).await;
         }
+        self.health.set_stream_open(false);
+        breaker.stop();
         report.abandoned += handlers.len() as u64;
         handlers.abort_all();
-        while handlers.join_next().await.is_some() {}
+        while let Ok(Some(_)) = timeout_at(deadline, handlers.join_next()).await {}
+        metrics::gauge!(telemetry::IN_FLIGHT).set(0.0);
         loop {
             tokio::select! {
                 acked = acks.join_next() => match acked {
@@ -284,11 +465,187 @@ impl Consumer {
             None => Ok(report),
         }
     }
+}
 
-    async fn open(&self, credit: u32) -> Result<DeliveryStream, OrbitError> {
-        let mut stream = self.client.open_stream(&self.subscription).await?;
-        stream.grant(credit).await?;
-        Ok(stream)
+/// The delivery stream and its credit: how much of it was granted and not
+/// yet spent, and when to reopen it after it broke.
+struct Link {
+    stream: Option<DeliveryStream>,
+    /// Credit granted on `stream` and not yet spent by a delivery.
+    outstanding: u32,
+    reconnect_at: Instant,
+    last_heard: Instant,
+    backoff: Backoff,
+    health: Health,
+}
+
+impl Link {
+    fn new(options: &ConsumerOptions, health: Health) -> Self {
+        Self {
+            stream: None,
+            outstanding: 0,
+            reconnect_at: Instant::now(),
+            last_heard: Instant::now(),
+            backoff: Backoff::new(options.retry_min, options.retry_max),
+            health,
+        }
+    }
+
+    fn opened(&mut self, stream: DeliveryStream) {
+        // A new stream starts without credit (the protocol's rule).
+        self.stream = Some(stream);
+        self.outstanding = 0;
+        self.last_heard = Instant::now();
+        self.backoff.reset();
+        self.health.set_stream_open(true);
+    }
+
+    fn retry_later(&mut self) {
+        self.reconnect_at = Instant::now() + self.backoff.next();
+    }
+
+    /// The stream broke, closed or fell silent: reopen it after a backoff.
+    fn lost(&mut self, why: &str) {
+        warn!("{why}");
+        self.stream = None;
+        self.outstanding = 0;
+        self.health.set_stream_open(false);
+        metrics::counter!(telemetry::STREAM_RECONNECTS).increment(1);
+        self.retry_later();
+    }
+
+    /// Grants credit until `wanted` deliveries are granted but not yet
+    /// received, on top of those in the handlers' hands.
+    async fn top_up(&mut self, wanted: u32) {
+        let Some(stream) = self.stream.as_mut() else {
+            return;
+        };
+        let more = wanted.saturating_sub(self.outstanding);
+        if more == 0 {
+            return;
+        }
+        match timeout(GRANT_TIMEOUT, stream.grant(more)).await {
+            Ok(Ok(())) => self.outstanding += more,
+            Ok(Err(e)) => self.lost(&format!("delivery stream broke: {e}")),
+            Err(_) => self.lost("delivery stream took no credit in time"),
+        }
+    }
+}
+
+/// Stops taking deliveries while the database cannot be reached: opened by
+/// a delivery that failed for that reason or by a failed probe, closed by a
+/// probe that answers. Without a probe it never opens.
+struct Breaker {
+    probe: Option<Arc<dyn Probe>>,
+    open: bool,
+    running: Option<JoinHandle<Result<(), BoxError>>>,
+    next_at: Instant,
+    interval: Duration,
+    probe_timeout: Duration,
+    backoff: Backoff,
+    health: Health,
+}
+
+impl Breaker {
+    fn new(probe: Option<Arc<dyn Probe>>, options: &ConsumerOptions, health: Health) -> Self {
+        telemetry::flag(telemetry::BREAKER_OPEN, false);
+        if probe.is_some() {
+            health.set_database_reachable(true);
+        }
+        Self {
+            probe,
+            open: false,
+            running: None,
+            next_at: Instant::now(),
+            interval: options.probe_interval,
+            probe_timeout: options.probe_timeout,
+            backoff: Backoff::new(options.retry_min, options.retry_max),
+            health,
+        }
+    }
+
+    fn is_open(&self) -> bool {
+        self.open
+    }
+
+    fn is_probing(&self) -> bool {
+        self.running.is_some()
+    }
+
+    fn is_due(&self) -> bool {
+        self.probe.is_some() && self.running.is_none()
+    }
+
+    /// A delivery failed because the database cannot be reached.
+    fn trip(&mut self) {
+        if self.probe.is_none() || self.open {
+            return;
+        }
+        self.set_open(true);
+        self.health.set_database_reachable(false);
+        // Probe soon, not only at the next regular interval.
+        self.next_at = Instant::now() + self.backoff.next();
+    }
+
+    fn set_open(&mut self, open: bool) {
+        if open == self.open {
+            return;
+        }
+        self.open = open;
+        telemetry::flag(telemetry::BREAKER_OPEN, open);
+        if open {
+            warn!("database unreachable: taking no new deliveries until it answers (no retry budget is spent meanwhile)");
+        } else {
+            info!("database answers again: taking deliveries");
+        }
+    }
+
+    fn start(&mut self) {
+        let Some(probe) = self.probe.clone() else {
+            return;
+        };
+        let limit = self.probe_timeout;
+        self.running = Some(tokio::spawn(async move {
+            match timeout(limit, probe.probe()).await {
+                Ok(answer) => answer,
+                Err(_) => Err("the database did not answer its probe in time".into()),
+            }
+        }));
+    }
+
+    async fn finished(&mut self) -> Result<(), BoxError> {
+        match self.running.as_mut() {
+            Some(running) => running
+                .await
+                .unwrap_or_else(|_| Err("the probe task failed".into())),
+            None => std::future::pending().await,
+        }
+    }
+
+    fn record(&mut self, answer: Result<(), BoxError>) {
+        self.running = None;
+        match answer {
+            Ok(()) => {
+                self.health.set_database_reachable(true);
+                self.set_open(false);
+                self.backoff.reset();
+                self.next_at = Instant::now() + self.interval;
+            }
+            Err(e) => {
+                if !self.open {
+                    warn!(error = %e, "database probe failed");
+                }
+                self.health.set_database_reachable(false);
+                self.set_open(true);
+                self.next_at = Instant::now() + self.backoff.next();
+            }
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Some(running) = self.running.take() {
+            running.abort();
+        }
     }
 }
 
@@ -313,13 +670,15 @@ where
         Ok(_) => Ok(()),
         Err(e) => Err(e.into()),
     };
+    let unavailable = answer.as_ref().err().is_some_and(is_unavailable);
     if let Err(e) = &answer {
-        info!(delivery = %id, attempt, error = %e, "not acknowledged; left for redelivery");
+        info!(class = class(e), delivery = %id, attempt, error = %e, "not acknowledged; left for redelivery");
     }
     Handled {
         id,
         proof,
         settlement: settle(&answer),
+        unavailable,
     }
 }
 
@@ -331,12 +690,19 @@ async fn ack_until_answered(
 ) -> AckResult {
     loop {
         match client.ack(&id, &proof).await {
-            Ok(outcome) => return AckResult::Confirmed(id, outcome),
+            Ok(outcome) => {
+                telemetry::ack("confirmed");
+                return AckResult::Confirmed(id, outcome);
+            }
             Err(e) if e.is_retryable() => {
+                telemetry::ack("rereported");
                 warn!(delivery = %id, error = %e, "ACK answer lost; re-reporting with the same proof");
                 tokio::time::sleep(backoff.next()).await;
             }
-            Err(e) => return AckResult::Refused(id, e),
+            Err(e) => {
+                telemetry::ack("refused");
+                return AckResult::Refused(id, e);
+            }
         }
     }
 }
@@ -357,14 +723,14 @@ fn record_ack(report: &mut ConsumerReport, acked: AckResult) {
 /// Exponential backoff with jitter, so that many consumers do not retry in
 /// lockstep.
 #[derive(Debug)]
-struct Backoff {
+pub(crate) struct Backoff {
     min: Duration,
     max: Duration,
     current: Duration,
 }
 
 impl Backoff {
-    fn new(min: Duration, max: Duration) -> Self {
+    pub(crate) fn new(min: Duration, max: Duration) -> Self {
         Self {
             min,
             max,
@@ -376,7 +742,7 @@ impl Backoff {
         self.current = self.min;
     }
 
-    fn next(&mut self) -> Duration {
+    pub(crate) fn next(&mut self) -> Duration {
         let base = self.current;
         self.current = (self.current * 2).min(self.max);
         // Up to +50 %: a cheap random factor from the std hasher's seed.

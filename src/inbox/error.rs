@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use crate::digest::Digest;
 use crate::event::{EventError, EventId, TaskId};
 use crate::BoxError;
 
@@ -30,6 +31,13 @@ pub mod mysql_errno {
     pub const COLUMN_ACCESS_DENIED: u16 = 1143;
     /// `ER_SPECIFIC_ACCESS_DENIED_ERROR`.
     pub const SPECIFIC_ACCESS_DENIED: u16 = 1227;
+    /// `ER_SERVER_SHUTDOWN`: the server is shutting down.
+    pub const SERVER_SHUTDOWN: u16 = 1053;
+    /// `ER_CONNECTION_KILLED` (MariaDB): the server ended the connection.
+    pub const CONNECTION_KILLED: u16 = 1927;
+    /// `ER_CLIENT_INTERACTION_TIMEOUT` (MySQL 8): the server closed an idle
+    /// connection.
+    pub const CLIENT_INTERACTION_TIMEOUT: u16 = 4031;
 }
 
 /// The broad kind of a database failure.
@@ -45,7 +53,8 @@ pub enum DbErrorKind {
     PermissionDenied,
     /// The server answered with another error.
     Server,
-    /// The connection could not be made or broke.
+    /// The connection could not be made or broke, or the server is
+    /// shutting down (1053) or ended the connection (1927, 4031).
     Connection,
     /// The TLS handshake with the database failed (certificate not trusted,
     /// wrong host name, no common protocol).
@@ -64,6 +73,9 @@ pub struct DbError {
     kind: DbErrorKind,
     number: Option<u16>,
     sqlstate: Option<String>,
+    /// What an operator can act on, where the kind alone says too little
+    /// (`connection refused`, `wrong user or password`, …).
+    detail: Option<&'static str>,
 }
 
 impl DbError {
@@ -78,11 +90,56 @@ impl DbError {
     }
 
     pub(crate) fn inconsistent() -> Self {
+        Self::of(DbErrorKind::Inconsistent)
+    }
+
+    /// No connection could be had within the time budget.
+    pub(crate) fn pool_timeout() -> Self {
+        Self::of(DbErrorKind::PoolTimeout)
+    }
+
+    /// A connection attempt that got no answer in time.
+    pub(crate) fn connect_timeout() -> Self {
         Self {
-            kind: DbErrorKind::Inconsistent,
+            detail: Some("connection timed out"),
+            ..Self::of(DbErrorKind::Connection)
+        }
+    }
+
+    fn of(kind: DbErrorKind) -> Self {
+        Self {
+            kind,
             number: None,
             sqlstate: None,
+            detail: None,
         }
+    }
+
+    /// Whether the database cannot be reached at all right now (rather than
+    /// refusing this one statement): the connection failed or broke, or no
+    /// connection came in time.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(
+            self.kind,
+            DbErrorKind::Connection | DbErrorKind::PoolTimeout
+        )
+    }
+}
+
+/// What an I/O error says about the connection, in words an operator acts on.
+fn io_detail(e: &std::io::Error) -> &'static str {
+    use std::io::ErrorKind;
+    match e.kind() {
+        ErrorKind::ConnectionRefused => {
+            "connection refused (is the server running, and on this host and port?)"
+        }
+        ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted | ErrorKind::BrokenPipe => {
+            "connection reset by the server"
+        }
+        ErrorKind::UnexpectedEof => "connection closed by the server",
+        ErrorKind::TimedOut => "connection timed out",
+        ErrorKind::NotFound | ErrorKind::AddrNotAvailable => "host not found",
+        _ => "connection failed",
     }
 }
 
@@ -94,6 +151,11 @@ impl From<sqlx::Error> for DbError {
                     .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
                     .map(|m| m.number());
                 let kind = match number {
+                    Some(
+                        mysql_errno::SERVER_SHUTDOWN
+                        | mysql_errno::CONNECTION_KILLED
+                        | mysql_errno::CLIENT_INTERACTION_TIMEOUT,
+                    ) => DbErrorKind::Connection,
                     Some(mysql_errno::DEADLOCK) => DbErrorKind::Deadlock,
                     Some(mysql_errno::LOCK_WAIT_TIMEOUT) => DbErrorKind::LockWaitTimeout,
                     Some(
@@ -105,43 +167,40 @@ impl From<sqlx::Error> for DbError {
                     ) => DbErrorKind::PermissionDenied,
                     _ => DbErrorKind::Server,
                 };
+                let detail = match number {
+                    Some(mysql_errno::ACCESS_DENIED) => Some("wrong user or password"),
+                    Some(mysql_errno::BAD_DB) => Some("unknown database"),
+                    Some(mysql_errno::DB_ACCESS_DENIED) => {
+                        Some("the account may not use this database")
+                    }
+                    Some(mysql_errno::SERVER_SHUTDOWN) => Some("the server is shutting down"),
+                    _ => None,
+                };
                 DbError {
                     kind,
                     number,
                     sqlstate: db.code().map(|c| c.into_owned()),
+                    detail,
                 }
             }
-            sqlx::Error::PoolTimedOut => DbError {
-                kind: DbErrorKind::PoolTimeout,
-                number: None,
-                sqlstate: None,
-            },
-            sqlx::Error::Tls(_) => DbError {
-                kind: DbErrorKind::Tls,
-                number: None,
-                sqlstate: None,
-            },
+            sqlx::Error::PoolTimedOut => DbError::of(DbErrorKind::PoolTimeout),
+            sqlx::Error::Tls(_) => DbError::of(DbErrorKind::Tls),
             // sqlx hands rustls' handshake failures over as I/O errors.
             sqlx::Error::Io(io)
                 if io
                     .get_ref()
                     .is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some()) =>
             {
-                DbError {
-                    kind: DbErrorKind::Tls,
-                    number: None,
-                    sqlstate: None,
-                }
+                DbError::of(DbErrorKind::Tls)
             }
-            sqlx::Error::Io(_)
-            | sqlx::Error::Protocol(_)
+            sqlx::Error::Io(io) => DbError {
+                detail: Some(io_detail(io)),
+                ..DbError::of(DbErrorKind::Connection)
+            },
+            sqlx::Error::Protocol(_)
             | sqlx::Error::PoolClosed
             | sqlx::Error::WorkerCrashed
-            | sqlx::Error::Configuration(_) => DbError {
-                kind: DbErrorKind::Connection,
-                number: None,
-                sqlstate: None,
-            },
+            | sqlx::Error::Configuration(_) => DbError::of(DbErrorKind::Connection),
             // Decoding and row-shape errors: the data is not what the schema
             // promises.
             _ => DbError::inconsistent(),
@@ -151,6 +210,17 @@ impl From<sqlx::Error> for DbError {
 
 impl fmt::Display for DbError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(detail) = self.detail {
+            if self.kind == DbErrorKind::Connection && self.number.is_none() {
+                return write!(f, "database connection failed: {detail}");
+            }
+            f.write_str(detail)?;
+            return match (&self.number, &self.sqlstate) {
+                (Some(n), Some(s)) => write!(f, " (MySQL error {n}, SQLSTATE {s})"),
+                (Some(n), None) => write!(f, " (MySQL error {n})"),
+                _ => Ok(()),
+            };
+        }
         match self.kind {
             DbErrorKind::Deadlock => f.write_str("deadlock, transaction rolled back")?,
             DbErrorKind::LockWaitTimeout => f.write_str("lock wait timeout")?,
@@ -186,6 +256,10 @@ pub enum Conflict {
     ContentMismatch {
         /// The event id both copies claim.
         event_id: EventId,
+        /// The digest stored with the first copy.
+        stored: Digest,
+        /// The digest of this copy.
+        incoming: Digest,
     },
     /// Another event already brought this task to this version.
     VersionTaken {
@@ -199,9 +273,14 @@ pub enum Conflict {
 impl fmt::Display for Conflict {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Conflict::ContentMismatch { event_id } => write!(
+            Conflict::ContentMismatch {
+                event_id,
+                stored,
+                incoming,
+            } => write!(
                 f,
-                "event {event_id} was received before with a different digest"
+                "event {event_id} was received before with a different digest \
+                 (stored sha256={stored}, incoming sha256={incoming})"
             ),
             Conflict::VersionTaken { task_id, version } => write!(
                 f,
@@ -244,6 +323,13 @@ impl InboxError {
     /// changing anything. Rejections and conflicts will fail the same way.
     pub fn is_retryable(&self) -> bool {
         !matches!(self, InboxError::Rejected(_) | InboxError::Conflict(_))
+    }
+
+    /// Whether the database could not be reached at all (see
+    /// [`DbError::is_unavailable`]): a matter of the database, not of this
+    /// delivery. The consumer stops taking deliveries on such errors.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, InboxError::Database(e) if e.is_unavailable())
     }
 
     /// A stable one-word class for logs and metrics: `rejected`, `conflict`,

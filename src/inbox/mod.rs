@@ -76,6 +76,7 @@ use crate::delivery::Delivery;
 use crate::digest::Digest;
 use crate::event::{Event, EventId, TaskId};
 use crate::scope::InboxScope;
+use crate::telemetry;
 use crate::BoxError;
 
 /// What became of a delivery whose transaction committed (or had committed
@@ -289,7 +290,8 @@ enum Phase {
 
 /// Applies one delivery and reports it: one log line per delivery, with a
 /// stable class (`applied`, `duplicate`, `stale`, `conflict`, `rejected`,
-/// `unconfirmed`, `error`) and the event id when the event could be read.
+/// `unconfirmed`, `error`) and the event id when the event could be read,
+/// and the same class in the metrics (see [`crate::telemetry`]).
 async fn apply<S>(
     store: InboxStore,
     inner: S,
@@ -299,13 +301,19 @@ where
     S: Service<Delivery<Applying>, Response = Verdict> + Clone,
     S::Error: Into<BoxError>,
 {
+    let started = std::time::Instant::now();
     let delivery_id = delivery.id().clone();
     let attempt = delivery.attempt();
     let event = match Event::from_json(delivery.body()) {
         Ok(event) => event,
         Err(e) => {
             let e = InboxError::from(e);
-            tracing::warn!(class = e.class(), delivery = %delivery_id, attempt, event = "-", error = %e, "delivery");
+            // The id of an event that is otherwise invalid still tells an
+            // operator which one it was.
+            let id = crate::event::readable_id(delivery.body());
+            let event = id.as_ref().map_or("-", |id| id.as_str());
+            tracing::warn!(class = e.class(), delivery = %delivery_id, attempt, event, error = %e, "delivery");
+            telemetry::delivery(e.class(), started.elapsed());
             return Err(e);
         }
     };
@@ -313,10 +321,12 @@ where
     let answer = apply_event(store, inner, delivery, event).await;
     match &answer {
         Ok(receipt) => {
-            tracing::info!(class = receipt.outcome.class(), delivery = %delivery_id, attempt, event = %event_id, "delivery")
+            tracing::info!(class = receipt.outcome.class(), delivery = %delivery_id, attempt, event = %event_id, "delivery");
+            telemetry::delivery(receipt.outcome.class(), started.elapsed());
         }
         Err(e) => {
-            tracing::warn!(class = e.class(), delivery = %delivery_id, attempt, event = %event_id, error = %e, "delivery")
+            tracing::warn!(class = e.class(), delivery = %delivery_id, attempt, event = %event_id, error = %e, "delivery");
+            telemetry::delivery(e.class(), started.elapsed());
         }
     }
     answer
@@ -336,26 +346,40 @@ where
     let event = Arc::new(event);
 
     let deadline = Instant::now() + store.transaction_timeout();
-    // A deadlock victim or a lock-wait timeout was rolled back before COMMIT,
-    // so running the whole transaction again is safe; it is retried while
-    // the time budget lasts. The first attempt uses the service that was
-    // polled ready; retries wait for a clone to become ready.
+    // A deadlock victim, a lock-wait timeout and a connection that broke
+    // before COMMIT were all rolled back, so running the whole transaction
+    // again is safe; it is retried while the time budget lasts. The first
+    // attempt uses the service that was polled ready; retries wait for a
+    // clone to become ready.
     let spare = inner.clone();
-    let mut attempt = prepare(&store, inner, delivery.clone(), event.clone());
+    let mut ready = Some(inner);
     let phase = loop {
-        match timeout_at(deadline, attempt).await {
+        // Waiting for a connection is told apart from waiting inside the
+        // transaction: only the first says the database cannot be reached.
+        let tx = match timeout_at(deadline, InboxTx::acquire(store.pool())).await {
+            Err(_elapsed) => return Err(InboxError::Database(DbError::pool_timeout())),
+            Ok(tx) => tx?,
+        };
+        let service = match ready.take() {
+            Some(service) => service,
+            None => timeout_at(deadline, spare.clone().ready_oneshot())
+                .await
+                .map_err(|_| InboxError::Timeout)?
+                .map_err(|e| InboxError::from_inner(e.into()))?,
+        };
+        match timeout_at(
+            deadline,
+            prepare(&store, tx, service, delivery.clone(), event.clone()),
+        )
+        .await
+        {
             Err(_elapsed) => return Err(InboxError::Timeout),
-            Ok(Err(InboxError::Database(e))) if is_lock_victim(&e) => {
+            Ok(Err(InboxError::Database(e))) if is_rolled_back(&e) => {
                 store.record_retry(e.kind());
-                tracing::info!(event = %event.id(), cause = %e, "transaction rolled back by the server; retrying");
+                tracing::info!(event = %event.id(), cause = %e, "transaction rolled back before COMMIT; retrying");
                 timeout_at(deadline, tokio::time::sleep(RETRY_PAUSE))
                     .await
                     .map_err(|_| InboxError::Database(e.clone()))?;
-                let ready = timeout_at(deadline, spare.clone().ready_oneshot())
-                    .await
-                    .map_err(|_| InboxError::Database(e))?
-                    .map_err(|e| InboxError::from_inner(e.into()))?;
-                attempt = prepare(&store, ready, delivery.clone(), event.clone());
             }
             Ok(other) => break other?,
         }
@@ -367,11 +391,14 @@ where
             stored,
             applied,
         } => {
-            if &stored == event.canonical().digest() {
+            let incoming = *event.canonical().digest();
+            if stored == incoming {
                 Ok(Receipt::new(&event, Outcome::Duplicate { applied }))
             } else {
                 Err(InboxError::Conflict(Conflict::ContentMismatch {
                     event_id: event.id().clone(),
+                    stored,
+                    incoming,
                 }))
             }
         }
@@ -397,16 +424,22 @@ where
 /// transaction that won the lock can finish.
 const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
 
-fn is_lock_victim(e: &DbError) -> bool {
+/// Whether a failure before COMMIT left nothing behind that could have
+/// committed, so the whole transaction may run again: the server chose it
+/// as deadlock victim or timed out its lock wait, or its connection broke
+/// (a pooled connection the server had dropped; the server rolls back
+/// whatever a lost connection had open).
+fn is_rolled_back(e: &DbError) -> bool {
     matches!(
         e.kind(),
-        DbErrorKind::Deadlock | DbErrorKind::LockWaitTimeout
+        DbErrorKind::Deadlock | DbErrorKind::LockWaitTimeout | DbErrorKind::Connection
     )
 }
 
 /// Everything up to, not including, COMMIT.
 async fn prepare<S>(
     store: &InboxStore,
+    tx: InboxTx,
     mut inner: S,
     delivery: Delivery<Bytes>,
     event: Arc<Event>,
@@ -415,7 +448,7 @@ where
     S: Service<Delivery<Applying>, Response = Verdict>,
     S::Error: Into<BoxError>,
 {
-    let tx = match InboxTx::begin_with_insert(store.pool(), store.scope(), &event).await? {
+    let tx = match tx.insert(store.scope(), &event).await? {
         Begun::Inserted(tx) => tx,
         Begun::Duplicate { digest, applied } => {
             return Ok(Phase::Duplicate {

@@ -13,6 +13,7 @@ use crate::dsn::Dsn;
 use crate::event::{Event, TaskId};
 use crate::scope::InboxScope;
 use crate::task_view::{self, TaskViewRow};
+use crate::telemetry;
 
 /// How the inbox uses its database.
 #[derive(Debug, Clone)]
@@ -51,6 +52,7 @@ pub struct InboxStore {
 struct Counters {
     deadlock_retries: AtomicU64,
     lock_wait_retries: AtomicU64,
+    connection_retries: AtomicU64,
 }
 
 /// What the store has counted since it was connected.
@@ -60,6 +62,9 @@ pub struct InboxStats {
     pub deadlock_retries: u64,
     /// Transactions run again after a lock wait timed out (1205).
     pub lock_wait_retries: u64,
+    /// Transactions run again on another connection after theirs broke
+    /// before COMMIT (e.g. a pooled connection the server had dropped).
+    pub connection_retries: u64,
 }
 
 impl InboxStore {
@@ -103,15 +108,64 @@ impl InboxStore {
         InboxStats {
             deadlock_retries: self.stats.deadlock_retries.load(Ordering::Relaxed),
             lock_wait_retries: self.stats.lock_wait_retries.load(Ordering::Relaxed),
+            connection_retries: self.stats.connection_retries.load(Ordering::Relaxed),
         }
     }
 
     pub(crate) fn record_retry(&self, kind: DbErrorKind) {
-        let counter = match kind {
-            DbErrorKind::Deadlock => &self.stats.deadlock_retries,
-            _ => &self.stats.lock_wait_retries,
+        let (counter, cause) = match kind {
+            DbErrorKind::Deadlock => (&self.stats.deadlock_retries, "deadlock"),
+            DbErrorKind::Connection => (&self.stats.connection_retries, "connection"),
+            _ => (&self.stats.lock_wait_retries, "lock_wait"),
         };
         counter.fetch_add(1, Ordering::Relaxed);
+        telemetry::transaction_retry(cause);
+    }
+
+    /// Asks the database whether it answers: takes a connection and runs
+    /// `SELECT 1`, in a transaction that is ended at once. A pooled
+    /// connection that the server dropped is closed and the next one tried,
+    /// so the answer is about the server, not about a stale connection.
+    pub async fn ping(&self) -> Result<(), DbError> {
+        let mut tries = self.pool.options().get_max_connections() + 1;
+        loop {
+            tries -= 1;
+            let mut tx = InboxTx::acquire(&self.pool).await?;
+            let answered = sqlx::query_scalar::<_, i32>("SELECT 1")
+                .fetch_one(tx.connection())
+                .await;
+            match answered {
+                Ok(_) => return Ok(tx.rollback().await?),
+                Err(e) => {
+                    let e = DbError::from(e);
+                    // Dropping `tx` closes its connection; try a fresh one
+                    // unless the server itself refused.
+                    if e.kind() != DbErrorKind::Connection || tries == 0 {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Opens one connection outside the pool and closes it again, to learn
+    /// why the server cannot be used — connection refused, wrong user or
+    /// password, unknown database — where the pool would only say that no
+    /// connection came in time.
+    pub async fn try_connect(&self) -> Result<(), DbError> {
+        use sqlx::{ConnectOptions, Connection};
+        let options = self.pool.connect_options();
+        let conn = tokio::time::timeout(self.transaction_timeout, options.connect())
+            .await
+            .map_err(|_| DbError::connect_timeout())??;
+        let _ = conn.close().await;
+        Ok(())
+    }
+
+    /// A connection for reading, its transaction ended or its connection
+    /// closed by the caller through `InboxTx`.
+    pub(crate) async fn read_tx(&self) -> Result<InboxTx, DbError> {
+        Ok(InboxTx::acquire(&self.pool).await?)
     }
 
     /// The pool the inbox runs its transactions on. Its sessions run with
@@ -231,4 +285,13 @@ pub(crate) async fn mark_stale(
     .execute(conn)
     .await?;
     Ok(())
+}
+
+/// The consumer's breaker probes the store's database (see
+/// [`Probe`](crate::consumer::Probe)).
+impl crate::consumer::Probe for InboxStore {
+    fn probe(&self) -> futures::future::BoxFuture<'static, Result<(), crate::BoxError>> {
+        let store = self.clone();
+        Box::pin(async move { store.ping().await.map_err(Into::into) })
+    }
 }

@@ -82,12 +82,11 @@ impl InboxTx {
     /// deleted or damaged inbox rows, which this receiver never does: an
     /// inconsistency. Any other error is returned, with the transaction
     /// rolled back or the connection closed.
-    pub(crate) async fn begin_with_insert(
-        pool: &MySqlPool,
+    pub(crate) async fn insert(
+        mut self,
         scope: &InboxScope,
         event: &Event,
     ) -> Result<Begun, InboxError> {
-        let mut tx = InboxTx::acquire(pool).await?;
         let canonical = event.canonical();
         let inserted = sqlx::query(INSERT_SQL)
             .bind(scope.receiver.as_str())
@@ -95,18 +94,18 @@ impl InboxTx {
             .bind(event.id().as_str())
             .bind(canonical.digest().to_hex())
             .bind(canonical.as_str())
-            .execute(&mut *tx.conn)
+            .execute(&mut *self.conn)
             .await;
         match inserted {
-            Ok(_) => Ok(Begun::Inserted(tx)),
+            Ok(_) => Ok(Begun::Inserted(self)),
             Err(e) if error::is_duplicate_key(&e) => {
                 let row: Option<(Vec<u8>, bool)> = sqlx::query_as(COMMITTED_ROW_SQL)
                     .bind(scope.receiver.as_str())
                     .bind(scope.queue_id.as_str())
                     .bind(event.id().as_str())
-                    .fetch_optional(&mut *tx.conn)
+                    .fetch_optional(&mut *self.conn)
                     .await?;
-                tx.rollback().await?;
+                self.rollback().await?;
                 // The digest column holds 64 hex digits.
                 let (hex, applied) = row.ok_or_else(inconsistent)?;
                 let digest = std::str::from_utf8(&hex)
@@ -118,7 +117,7 @@ impl InboxTx {
             Err(e) => {
                 // The failed statement may have left the transaction open;
                 // end it before giving up.
-                let _ = tx.rollback().await;
+                let _ = self.rollback().await;
                 Err(e.into())
             }
         }

@@ -142,6 +142,51 @@ impl fmt::Debug for OrbitUrl {
     }
 }
 
+/// A scope of a queue token (`docs/orbit-protocol.md`, section 3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Read subscriptions, deliveries and tasks.
+    EventsRead,
+    /// Open delivery streams, acknowledge deliveries.
+    EventsConsume,
+    /// Create, pause and resume subscriptions.
+    EventsManage,
+    /// Submit tasks.
+    TasksSubmit,
+    /// Cancel tasks.
+    TasksCancel,
+}
+
+impl Scope {
+    /// What `receiver consume` needs.
+    pub const CONSUME: [Scope; 2] = [Scope::EventsRead, Scope::EventsConsume];
+    /// What `receiver demo` needs.
+    pub const DEMO: [Scope; 5] = [
+        Scope::EventsRead,
+        Scope::EventsConsume,
+        Scope::EventsManage,
+        Scope::TasksSubmit,
+        Scope::TasksCancel,
+    ];
+
+    /// The wire name, e.g. `events:consume`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::EventsRead => "events:read",
+            Scope::EventsConsume => "events:consume",
+            Scope::EventsManage => "events:manage",
+            Scope::TasksSubmit => "tasks:submit",
+            Scope::TasksCancel => "tasks:cancel",
+        }
+    }
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Why a call to Orbit failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -162,6 +207,12 @@ pub enum OrbitError {
     /// No answer within the request timeout.
     #[error("Orbit did not answer in time")]
     Timeout,
+    /// Orbit answered `403 missing_scope` to a call that needs `scope`.
+    #[error("the token lacks the scope {scope} (Orbit answered 403 missing_scope)")]
+    MissingScope {
+        /// The scope the refused call needs.
+        scope: Scope,
+    },
     /// The answer was not what the protocol describes.
     #[error("unexpected answer from Orbit: {0}")]
     Protocol(&'static str),
@@ -177,7 +228,20 @@ impl OrbitError {
         match self {
             OrbitError::Status { status, .. } => *status >= 500,
             OrbitError::Transport(_) | OrbitError::Timeout => true,
-            OrbitError::Protocol(_) | OrbitError::Config(_) => false,
+            OrbitError::MissingScope { .. } | OrbitError::Protocol(_) | OrbitError::Config(_) => {
+                false
+            }
+        }
+    }
+
+    /// Whether Orbit refused for good what was configured: the token (401),
+    /// its scopes or queue (403), an id that names nothing (404). Waiting
+    /// does not help; the configuration has to change.
+    pub fn is_refusal(&self) -> bool {
+        match self {
+            OrbitError::Status { status, .. } => matches!(status, 401 | 403 | 404),
+            OrbitError::MissingScope { .. } => true,
+            _ => false,
         }
     }
 
@@ -185,7 +249,18 @@ impl OrbitError {
     pub fn code(&self) -> Option<&str> {
         match self {
             OrbitError::Status { code, .. } => Some(code),
+            OrbitError::MissingScope { .. } => Some("missing_scope"),
             _ => None,
+        }
+    }
+
+    /// A `403 missing_scope` answer to a call that needs `scope` names it.
+    fn needing(self, scope: Scope) -> Self {
+        match self {
+            OrbitError::Status { status: 403, code } if code == "missing_scope" => {
+                OrbitError::MissingScope { scope }
+            }
+            other => other,
         }
     }
 
@@ -430,7 +505,8 @@ impl OrbitClient {
     pub async fn subscription(&self, id: &SubscriptionId) -> Result<Subscription, OrbitError> {
         let wire: WireSubscription = self
             .call_json(Method::GET, &format!("/v1/subscriptions/{id}"), None)
-            .await?;
+            .await
+            .map_err(|e| e.needing(Scope::EventsRead))?;
         subscription(wire)
     }
 
@@ -444,7 +520,8 @@ impl OrbitClient {
         let body = serde_json::json!({ "event_types": types }).to_string();
         let wire: WireSubscription = self
             .call_json(Method::POST, "/v1/subscriptions", Some(body))
-            .await?;
+            .await
+            .map_err(|e| e.needing(Scope::EventsManage))?;
         subscription(wire)
     }
 
@@ -460,7 +537,8 @@ impl OrbitClient {
                 &format!("/v1/subscriptions/{id}/pause"),
                 Some("{}".into()),
             )
-            .await?;
+            .await
+            .map_err(|e| e.needing(Scope::EventsManage))?;
         subscription(wire)
     }
 
@@ -468,7 +546,8 @@ impl OrbitClient {
     pub async fn submit_task(&self) -> Result<Task, OrbitError> {
         let wire: WireTask = self
             .call_json(Method::POST, "/v1/tasks", Some("{}".into()))
-            .await?;
+            .await
+            .map_err(|e| e.needing(Scope::TasksSubmit))?;
         task(wire)
     }
 
@@ -480,7 +559,8 @@ impl OrbitClient {
                 &format!("/v1/tasks/{id}/cancel"),
                 Some("{}".into()),
             )
-            .await?;
+            .await
+            .map_err(|e| e.needing(Scope::TasksCancel))?;
         task(wire)
     }
 
@@ -488,6 +568,7 @@ impl OrbitClient {
     pub async fn delivery(&self, id: &DeliveryId) -> Result<DeliveryInfo, OrbitError> {
         self.call_json(Method::GET, &format!("/v1/deliveries/{id}"), None)
             .await
+            .map_err(|e| e.needing(Scope::EventsRead))
     }
 
     /// `POST /v1/deliveries/{id}/ack` with the attempt's proof. Safe to repeat
@@ -500,7 +581,8 @@ impl OrbitClient {
                 &format!("/v1/deliveries/{id}/ack"),
                 Some(body),
             )
-            .await?;
+            .await
+            .map_err(|e| e.needing(Scope::EventsConsume))?;
         Ok(if wire.already_acked {
             AckOutcome::AlreadyAcked
         } else {
@@ -520,6 +602,66 @@ impl OrbitClient {
         )
         .await
         .map_err(|_| OrbitError::Timeout)?
+        .map_err(|e| e.needing(Scope::EventsConsume))
+    }
+
+    /// `GET /healthz`: whether Orbit answers at all (no token needed).
+    pub async fn health(&self) -> Result<(), OrbitError> {
+        self.call(Method::GET, "/healthz", None).await.map(|_| ())
+    }
+
+    /// Whether the token has `scope`, asked without changing anything.
+    ///
+    /// Orbit checks the scope before anything else of a request
+    /// (`docs/orbit-protocol.md`, section 3, order of checks): a request
+    /// that is certain to be refused for a later reason — a malformed id,
+    /// a body that is not JSON — tells from its answer whether the scope is
+    /// there (`400`) or not (`403 missing_scope`), and a refused request
+    /// changes no state. `events:read` is asked with a plain list.
+    pub async fn has_scope(&self, scope: Scope) -> Result<bool, OrbitError> {
+        // Not 32 hex characters: refused as `invalid_id` after the scope check.
+        const NO_ID: &str = "scope-check";
+        let (method, path, body, expected) = match scope {
+            Scope::EventsRead => (Method::GET, "/v1/subscriptions".to_owned(), None, None),
+            Scope::EventsConsume => (
+                Method::POST,
+                format!("/v1/deliveries/{NO_ID}/ack"),
+                Some("{}".to_owned()),
+                Some("invalid_id"),
+            ),
+            Scope::EventsManage => (
+                Method::POST,
+                format!("/v1/subscriptions/{NO_ID}/pause"),
+                Some("{}".to_owned()),
+                Some("invalid_id"),
+            ),
+            // Never an empty or valid body here: that would submit a task.
+            Scope::TasksSubmit => (
+                Method::POST,
+                "/v1/tasks".to_owned(),
+                Some("scope-check: not JSON".to_owned()),
+                Some("invalid_json"),
+            ),
+            Scope::TasksCancel => (
+                Method::POST,
+                format!("/v1/tasks/{NO_ID}/cancel"),
+                Some("{}".to_owned()),
+                Some("invalid_id"),
+            ),
+        };
+        match (self.call(method, &path, body).await, expected) {
+            (Ok(_), None) => Ok(true),
+            (Err(OrbitError::Status { status: 400, code }), Some(wanted)) if code == wanted => {
+                Ok(true)
+            }
+            (Err(OrbitError::Status { status: 403, code }), _) if code == "missing_scope" => {
+                Ok(false)
+            }
+            (Err(e), _) => Err(e),
+            (Ok(_), Some(_)) => Err(OrbitError::Protocol(
+                "a scope check that must be refused was accepted",
+            )),
+        }
     }
 }
 

@@ -1,0 +1,154 @@
+//! The `receiver` binary's HTTP endpoint for operators: `/metrics` in the
+//! Prometheus text format, `/healthz` (the process runs) and `/readyz` (the
+//! stream is open and the database answers; `503` otherwise), the way
+//! Kubernetes probes and Prometheus scrapes expect them.
+//!
+//! Only the binary installs an exporter (see [`crate::telemetry`]): a
+//! program that embeds the library records into its own.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{header, Method, Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+use crate::consumer::Health;
+use crate::telemetry;
+
+/// Buckets of the apply-duration histogram, in seconds: from a fast local
+/// apply (about a millisecond) to the 5 s transaction budget.
+const APPLY_BUCKETS: [f64; 12] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+];
+
+/// Installs the process-wide Prometheus recorder (once per process) and
+/// describes the receiver's series.
+pub fn install_recorder() -> Result<PrometheusHandle, BuildError> {
+    let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Full(telemetry::APPLY_DURATION.to_owned()),
+            &APPLY_BUCKETS,
+        )?
+        .install_recorder()?;
+    telemetry::describe();
+    Ok(handle)
+}
+
+/// A running endpoint.
+#[derive(Debug)]
+pub struct Endpoint {
+    /// The address it listens on (the real port when `:0` was asked for).
+    pub addr: SocketAddr,
+    task: JoinHandle<()>,
+}
+
+impl Endpoint {
+    /// Listens on `addr` and serves until [`Endpoint::stop`] or the end of
+    /// the runtime.
+    pub async fn start(
+        addr: SocketAddr,
+        metrics: PrometheusHandle,
+        health: Health,
+    ) -> std::io::Result<Endpoint> {
+        let listener = TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let task = tokio::spawn(serve(listener, metrics, health));
+        Ok(Endpoint { addr, task })
+    }
+
+    /// Stops listening.
+    pub fn stop(self) {
+        self.task.abort();
+    }
+}
+
+async fn serve(listener: TcpListener, metrics: PrometheusHandle, health: Health) {
+    // Histograms are folded into their buckets by the upkeep, which the
+    // exporter leaves to whoever serves it.
+    let upkeep = {
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(5));
+            loop {
+                tick.tick().await;
+                metrics.run_upkeep();
+            }
+        })
+    };
+    let _upkeep = AbortOnDrop(upkeep);
+    loop {
+        let Ok((stream, _peer)) = listener.accept().await else {
+            continue;
+        };
+        let metrics = metrics.clone();
+        let health = health.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |request: Request<Incoming>| {
+                let answer = answer(&request, &metrics, &health);
+                async move { Ok::<_, Infallible>(answer) }
+            });
+            // A client that goes away mid-request is its own business.
+            let _ = http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(5))
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+fn answer(
+    request: &Request<Incoming>,
+    metrics: &PrometheusHandle,
+    health: &Health,
+) -> Response<Full<Bytes>> {
+    if request.method() != Method::GET {
+        return text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n".to_owned());
+    }
+    match request.uri().path() {
+        "/metrics" => {
+            let mut response = text(StatusCode::OK, metrics.render());
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+            );
+            response
+        }
+        "/healthz" => text(StatusCode::OK, "ok\n".to_owned()),
+        "/readyz" => {
+            let stream = health.stream_open();
+            let database = health.database_reachable();
+            let body = format!("stream_open={stream} database_reachable={database}\n");
+            let status = if stream && database {
+                StatusCode::OK
+            } else {
+                StatusCode::SERVICE_UNAVAILABLE
+            };
+            text(status, body)
+        }
+        _ => text(StatusCode::NOT_FOUND, "not found\n".to_owned()),
+    }
+}
+
+fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response
+}

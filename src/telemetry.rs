@@ -1,0 +1,93 @@
+//! The receiver's metrics, recorded through the [`metrics`] facade.
+//!
+//! The library only records; it installs no exporter. A team that embeds the
+//! layer and the consumer gets these series in whatever recorder its own
+//! program installed (Prometheus, OpenTelemetry, statsd, …), and none at all
+//! if it installed none. The `receiver` binary installs a Prometheus exporter
+//! (`--metrics-addr`).
+//!
+//! Names follow Prometheus conventions (base units, `_total` counters,
+//! `_seconds` histograms). Label values are a small fixed set — classes,
+//! results, causes — never an id, a token, a proof or a body, so the number
+//! of series stays bounded whatever the traffic.
+
+use std::time::Duration;
+
+/// Deliveries the inbox handled, by `class`: `applied`, `duplicate`,
+/// `stale`, `conflict`, `rejected`, `unconfirmed`, `error` (the classes of
+/// the inbox's log line).
+pub const DELIVERIES: &str = "receiver_deliveries_total";
+/// Seconds from the start of a delivery's apply to its outcome, by `class`.
+pub const APPLY_DURATION: &str = "receiver_apply_duration_seconds";
+/// ACK reports, by `result`: `confirmed` (the platform accepted it),
+/// `refused` (it did not, e.g. a newer lease), `rereported` (an answer was
+/// lost and the same proof was sent again).
+pub const ACKS: &str = "receiver_acks_total";
+/// Deliveries whose service call is running.
+pub const IN_FLIGHT: &str = "receiver_deliveries_in_flight";
+/// Transactions run again inside their budget, by `cause`: `deadlock`
+/// (1213), `lock_wait` (1205), `connection` (a pooled connection that the
+/// server had dropped, before COMMIT).
+pub const TRANSACTION_RETRIES: &str = "receiver_transaction_retries_total";
+/// Delivery streams reopened after they broke or fell silent.
+pub const STREAM_RECONNECTS: &str = "receiver_stream_reconnects_total";
+/// Whether the delivery stream is open (1) or not (0).
+pub const STREAM_OPEN: &str = "receiver_stream_open";
+/// Whether the last probe of the database answered (1) or not (0).
+pub const DATABASE_REACHABLE: &str = "receiver_database_reachable";
+/// Whether the consumer stopped taking deliveries because its database
+/// cannot be reached (1) or takes them (0).
+pub const BREAKER_OPEN: &str = "receiver_breaker_open";
+
+/// Gives every series its help text and unit, for exporters that show them.
+/// Call once after installing a recorder; recording works without it.
+pub fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_counter!(
+        DELIVERIES,
+        "Deliveries handled by the inbox, by outcome class."
+    );
+    describe_histogram!(
+        APPLY_DURATION,
+        Unit::Seconds,
+        "Time from the start of an apply to its outcome, by class."
+    );
+    describe_counter!(ACKS, "ACK reports, by result.");
+    describe_gauge!(IN_FLIGHT, "Deliveries whose service call is running.");
+    describe_counter!(
+        TRANSACTION_RETRIES,
+        "Transactions run again inside their time budget, by cause."
+    );
+    describe_counter!(STREAM_RECONNECTS, "Delivery streams reopened.");
+    describe_gauge!(STREAM_OPEN, "1 while the delivery stream is open.");
+    describe_gauge!(
+        DATABASE_REACHABLE,
+        "1 while the database answers its probe."
+    );
+    describe_gauge!(
+        BREAKER_OPEN,
+        "1 while no deliveries are taken because the database is unreachable."
+    );
+}
+
+/// Counts one delivery of `class` and how long it took.
+pub(crate) fn delivery(class: &'static str, took: Duration) {
+    metrics::counter!(DELIVERIES, "class" => class).increment(1);
+    metrics::histogram!(APPLY_DURATION, "class" => class).record(took.as_secs_f64());
+}
+
+/// Counts one ACK report of `result`.
+pub(crate) fn ack(result: &'static str) {
+    metrics::counter!(ACKS, "result" => result).increment(1);
+}
+
+/// Counts one transaction run again for `cause`.
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+pub(crate) fn transaction_retry(cause: &'static str) {
+    metrics::counter!(TRANSACTION_RETRIES, "cause" => cause).increment(1);
+}
+
+/// Sets a 0/1 gauge.
+pub(crate) fn flag(name: &'static str, on: bool) {
+    metrics::gauge!(name).set(if on { 1.0 } else { 0.0 });
+}
