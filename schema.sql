@@ -18,7 +18,7 @@ CREATE TABLE receiver_inbox (
   event_digest CHAR(64) NOT NULL COMMENT '规范化事件JSON的SHA-256摘要（64位小写十六进制），用于核对重复投递内容是否一致',
   event_canonical MEDIUMTEXT NOT NULL COMMENT '冻结的规范化事件JSON原文，数字保持原十进制表达',
   applied TINYINT(1) NOT NULL COMMENT '该事件是否推进了任务结果视图（1推进，0为旧版本仅记录）',
-  received_at DATETIME(6) NOT NULL COMMENT '接收方提交该记录的UTC时间',
+  received_at DATETIME(6) NOT NULL COMMENT '接收方收到该事件并插入本行的UTC时间（事务中INSERT语句执行的时刻，不是COMMIT的时刻）',
   PRIMARY KEY (consumer_name, queue_id, event_id)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='结果Inbox：每个已受理事件一行，只增不删';
 

@@ -34,7 +34,7 @@ const ORBIT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 const SHUTDOWN_LIMIT: Duration = Duration::from_secs(10);
 /// How long `consume` lets pending ACKs finish after the signal; the rest of
 /// [`SHUTDOWN_LIMIT`] is for closing connections and exiting.
-const CONSUME_GRACE: Duration = Duration::from_secs(8);
+const CONSUME_GRACE: Duration = Duration::from_secs(7);
 
 /// Exit code: the operation failed.
 const EXIT_FAILED: u8 = 1;
@@ -74,6 +74,11 @@ enum Command {
         /// Must name the database. Never the platform's database.
         #[arg(long, env = "ORBIT_RECEIVER_DSN", hide_env_values = true)]
         dsn: Option<String>,
+        /// When both tables already exist with every column of schema.sql,
+        /// change nothing and print the same line as a fresh init (foreign
+        /// keys counted); a partial or different schema still fails.
+        #[arg(long)]
+        keep_existing: bool,
     },
     /// Run the whole flow once: subscribe to task.cancelled, submit and cancel
     /// a task, apply its event twice (applied, then duplicate), ACK, check the
@@ -210,7 +215,7 @@ fn main() -> ExitCode {
         return fail(EXIT_CONFIG, e);
     }
     match cli.command {
-        Command::Init { dsn } => run_init(dsn),
+        Command::Init { dsn, keep_existing } => run_init(dsn, keep_existing),
         Command::Digest { file } => run_digest(file),
         Command::Demo(receiver) => run_demo(receiver),
         Command::Consume {
@@ -506,12 +511,17 @@ fn run_check(receiver: Receiver, subscription_id: Option<String>, demo: bool) ->
     }
 }
 
-fn run_init(dsn: Option<String>) -> ExitCode {
+fn run_init(dsn: Option<String>, keep_existing: bool) -> ExitCode {
     let dsn = match required_dsn(dsn) {
         Ok(dsn) => dsn,
         Err(e) => return fail(EXIT_CONFIG, e),
     };
-    match runtime().block_on(schema::init(&dsn)) {
+    let existing = if keep_existing {
+        schema::Existing::Report
+    } else {
+        schema::Existing::Refuse
+    };
+    match runtime().block_on(schema::init_with(&dsn, existing)) {
         Ok(report) => {
             println!(
                 "receiver_schema_initialized=true foreign_keys={}",

@@ -83,7 +83,11 @@ trap 'exit 143' TERM
 user_args=()
 if [ "$(id -u)" = 0 ]; then user_args=(--user=root); fi
 
-"$install_db" --no-defaults --datadir="$tmp/data" --auth-root-authentication-method=normal \
+# A temporary directory of its own: a server deletes every "#sql*" file in
+# its tmpdir when it starts, which would pull temporary tables from under
+# another server starting beside it.
+mkdir -p "$tmp/tmp"
+"$install_db" --no-defaults --datadir="$tmp/data" --tmpdir="$tmp/tmp" --auth-root-authentication-method=normal \
   --skip-test-db "${user_args[@]}" >"$tmp/install.log" 2>&1 || {
   echo "with-mysql: initializing the data directory failed:" >&2; cat "$tmp/install.log" >&2; exit 1; }
 
@@ -93,7 +97,7 @@ started=0
 for _ in $(seq 1 20); do
   port=$(( 20000 + RANDOM % 40000 ))
   port_in_use "$port" && continue
-  "$server" --no-defaults --datadir="$tmp/data" --socket="$tmp/mysql.sock" \
+  "$server" --no-defaults --datadir="$tmp/data" --tmpdir="$tmp/tmp" --socket="$tmp/mysql.sock" \
     --pid-file="$tmp/mysqld.pid" --log-error="$tmp/error.log" \
     --bind-address=127.0.0.1 --port="$port" --skip-name-resolve \
     --innodb-buffer-pool-size=128M --innodb-log-file-size=48M \

@@ -21,7 +21,7 @@ use std::fmt;
 use crate::config::OrbitSettings;
 use crate::dsn::Dsn;
 use crate::ids::{QueueId, SubscriptionId};
-use crate::inbox::{mysql_errno, DbError, InboxStore, StoreOptions};
+use crate::inbox::{mysql_errno, DbError, DbErrorKind, InboxStore, StoreOptions};
 use crate::orbit::{OrbitClient, OrbitError, Scope};
 use crate::schema::{self, TABLES};
 use crate::scope::{InboxScope, ReceiverName};
@@ -103,8 +103,11 @@ pub enum Problem {
     /// The database cannot be reached now; it may answer later.
     #[error("database unreachable: {0}")]
     DatabaseUnreachable(DbError),
-    /// The database refused the account or failed otherwise (wrong user or
-    /// password, unknown database, failed TLS check).
+    /// The database refused the account: wrong user or password, unknown
+    /// database, no access to it.
+    #[error("database: {0}")]
+    DatabaseRefused(DbError),
+    /// The database failed otherwise (a failed TLS check, a server error).
     #[error("database: {0}")]
     Database(DbError),
     /// A receiver table does not exist (or the account may not see it).
@@ -158,7 +161,9 @@ impl Problem {
     /// The check it belongs to.
     pub fn check(&self) -> &'static str {
         match self {
-            Problem::DatabaseUnreachable(_) | Problem::Database(_) => "database",
+            Problem::DatabaseUnreachable(_)
+            | Problem::DatabaseRefused(_)
+            | Problem::Database(_) => "database",
             Problem::MissingTable { .. } | Problem::MissingColumns { .. } => "schema",
             Problem::MissingPrivilege { .. } => "privileges",
             Problem::OrbitUnreachable(_) | Problem::Orbit(_) => "orbit",
@@ -169,8 +174,9 @@ impl Problem {
     }
 
     /// Whether it is about the configuration (exit code 2) rather than a
-    /// failed operation (exit code 1): a missing table, column, privilege or
-    /// scope, a refused token, a subscription of another queue.
+    /// failed operation (exit code 1): a refused login or unknown database,
+    /// a missing table, column, privilege or scope, a refused token, a
+    /// subscription of another queue.
     pub fn is_configuration(&self) -> bool {
         !matches!(
             self,
@@ -275,6 +281,8 @@ fn privilege_probes(table: &'static str) -> [(&'static str, String); 3] {
 fn database_problem(e: DbError) -> Problem {
     if e.is_unavailable() {
         Problem::DatabaseUnreachable(e)
+    } else if e.kind() == DbErrorKind::PermissionDenied || e.number() == Some(mysql_errno::BAD_DB) {
+        Problem::DatabaseRefused(e)
     } else {
         Problem::Database(e)
     }

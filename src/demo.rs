@@ -245,10 +245,7 @@ async fn run_steps(
     let outcome = async {
         let (delivery_id, inbox_duplicate) = within(deadline, "waiting for the task's event", seen)
             .await
-            .map_err(|timeout| match refused.load(Ordering::Relaxed) {
-                0 => timeout,
-                refused => DemoError::OtherTasksOnly { refused },
-            })?
+            .map_err(|timeout| waited_in_vain(timeout, refused.load(Ordering::Relaxed)))?
             .map_err(|_| {
                 DemoError::Unexpected("the consumer stopped before the event came".into())
             })??;
@@ -309,6 +306,15 @@ async fn run_steps(
         pending: counts.pending + counts.leased,
         subscription_enabled: paused.enabled,
     })
+}
+
+/// The error of a demo that ran out of time waiting for its task's event:
+/// when it refused other tasks' deliveries meanwhile, that is the news.
+fn waited_in_vain(timeout: DemoError, refused: u64) -> DemoError {
+    match refused {
+        0 => timeout,
+        refused => DemoError::OtherTasksOnly { refused },
+    }
 }
 
 /// `f`, unless the demo's deadline passes first.
@@ -380,5 +386,34 @@ impl Service<Delivery<Bytes>> for OnlyThisTask {
                 Err("the demo's apply did not go as expected".into())
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_timeout_after_refusing_other_tasks_says_so_and_asks_for_a_dedicated_queue() {
+        let e = waited_in_vain(DemoError::Timeout("waiting for the task's event"), 3);
+        let text = e.to_string();
+        assert!(
+            text.contains("refused 3 delivery(ies) of other tasks"),
+            "{text}"
+        );
+        assert!(text.contains("dedicated queue"), "{text}");
+        let plain = waited_in_vain(DemoError::Timeout("waiting for the task's event"), 0);
+        assert!(matches!(plain, DemoError::Timeout(_)));
+    }
+
+    #[test]
+    fn only_what_was_created_is_said_to_be_kept() {
+        assert_eq!(Kept::default().to_string(), "nothing was created");
+        let sub = SubscriptionId::parse("0123456789abcdef0123456789abcdef").unwrap();
+        let kept = Kept {
+            subscription: Some(sub),
+            task: None,
+        };
+        assert!(kept.to_string().ends_with("is kept for inspection"));
     }
 }

@@ -40,6 +40,15 @@ pub enum InitError {
         /// The receiver tables found there.
         tables: Vec<String>,
     },
+    /// The tables exist, but not as `schema.sql` creates them (one is
+    /// missing, or columns are); nothing was changed.
+    #[error("the receiver tables in database {database} are not those of schema.sql ({problem}); init changed nothing and repairs nothing")]
+    NotTheSchema {
+        /// The database that was checked.
+        database: String,
+        /// What differs.
+        problem: String,
+    },
     /// The account may not create tables.
     #[error("schema initialization failed: {0}; init needs the CREATE privilege on the receiver's database (the runtime account does not)")]
     PermissionDenied(crate::inbox::DbError),
@@ -104,15 +113,38 @@ pub fn key_columns(table: &str) -> Vec<&'static str> {
         .unwrap_or_default()
 }
 
+/// What `init` does when the tables are there already.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Existing {
+    /// Stop with [`InitError::TablesExist`] (the default: `init` creates
+    /// new tables only).
+    #[default]
+    Refuse,
+    /// When both tables exist with every column of `schema.sql`, change
+    /// nothing and report them as a fresh `init` would: the foreign keys
+    /// are counted, not assumed. Anything less is still refused.
+    Report,
+}
+
 /// Creates both tables in the DSN's database, then reads back the number of
 /// foreign keys on them.
 pub async fn init(dsn: &Dsn) -> Result<InitReport, InitError> {
+    init_with(dsn, Existing::Refuse).await
+}
+
+/// [`init`], with a choice of what happens when the tables exist.
+pub async fn init_with(dsn: &Dsn, existing: Existing) -> Result<InitReport, InitError> {
     let mut conn = MySqlConnection::connect_with(&dsn.connect_options()).await?;
-    let existing = existing_tables(&mut conn).await?;
-    if !existing.is_empty() {
+    let found = existing_tables(&mut conn).await?;
+    if !found.is_empty() {
+        if existing == Existing::Report {
+            let report = report_existing(&mut conn, dsn, &found).await;
+            conn.close().await.ok();
+            return report;
+        }
         return Err(InitError::TablesExist {
             database: dsn.database().to_owned(),
-            tables: existing,
+            tables: found,
         });
     }
     for ddl in statements() {
@@ -121,6 +153,44 @@ pub async fn init(dsn: &Dsn) -> Result<InitReport, InitError> {
     let foreign_keys = count_foreign_keys(&mut conn).await?;
     conn.close().await.ok();
     Ok(InitReport { foreign_keys })
+}
+
+/// The report of an `init` that found the tables in place: both must be
+/// there with all their columns; the foreign keys are counted.
+async fn report_existing(
+    conn: &mut MySqlConnection,
+    dsn: &Dsn,
+    found: &[String],
+) -> Result<InitReport, InitError> {
+    let not_the_schema = |problem: String| InitError::NotTheSchema {
+        database: dsn.database().to_owned(),
+        problem,
+    };
+    for table in TABLES {
+        if !found.iter().any(|t| t == table) {
+            return Err(not_the_schema(format!("table {table} is missing")));
+        }
+        let present: Vec<String> = sqlx::query_scalar(
+            "SELECT CAST(COLUMN_NAME AS CHAR) FROM information_schema.COLUMNS \
+             WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?",
+        )
+        .bind(table)
+        .fetch_all(&mut *conn)
+        .await?;
+        let missing: Vec<&str> = columns(table)
+            .into_iter()
+            .filter(|c| !present.iter().any(|p| p.eq_ignore_ascii_case(c)))
+            .collect();
+        if !missing.is_empty() {
+            return Err(not_the_schema(format!(
+                "table {table} lacks {}",
+                missing.join(", ")
+            )));
+        }
+    }
+    Ok(InitReport {
+        foreign_keys: count_foreign_keys(conn).await?,
+    })
 }
 
 async fn existing_tables(conn: &mut MySqlConnection) -> Result<Vec<String>, sqlx::Error> {

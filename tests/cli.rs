@@ -125,6 +125,7 @@ fn help_lists_every_variable() {
         "ORBIT_RECEIVER_DSN",
         "RECEIVER_NAME",
         "ORBIT_SUBSCRIPTION_ID",
+        "RECEIVER_METRICS_ADDR",
     ] {
         assert!(help.contains(var), "{var} missing from --help");
     }
@@ -199,4 +200,54 @@ fn a_credentials_file_readable_by_others_is_refused() {
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("chmod 600"), "{err}");
+}
+
+#[test]
+fn a_missing_dsn_or_subscription_is_named_with_its_variable() {
+    let out = receiver(&["init"], b"");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("ORBIT_RECEIVER_DSN is not set"), "{err}");
+
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_receiver"));
+    let out = cmd
+        .arg("consume")
+        .env("ORBIT_RECEIVER_DSN", "mysql://root@127.0.0.1:1/receiver")
+        .env_remove("ORBIT_SUBSCRIPTION_ID")
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("ORBIT_SUBSCRIPTION_ID is not set"), "{err}");
+}
+
+#[test]
+fn an_invalid_log_filter_or_format_is_a_configuration_error_not_a_silent_default() {
+    for (variable, value) in [
+        ("RECEIVER_LOG", "result_inbox=loud"),
+        ("RUST_LOG", "result_inbox=loud"),
+        ("RECEIVER_LOG_FORMAT", "xml"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_receiver"))
+            .args(["digest", "-"])
+            .env_remove("RECEIVER_LOG")
+            .env_remove("RUST_LOG")
+            .env(variable, value)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{variable}={value}: {err}");
+        assert!(err.starts_with(&format!("receiver: {variable}: ")), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+}
+
+#[test]
+fn a_bad_metrics_address_is_a_configuration_error() {
+    let out = consume_with(("RECEIVER_METRICS_ADDR", "not-an-address"));
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("RECEIVER_METRICS_ADDR"), "{err}");
 }

@@ -708,3 +708,59 @@ async fn a_duplicate_whose_stored_digest_is_damaged_is_an_inconsistency_not_a_ve
     }
     assert_eq!(f.view().await.unwrap().applied_events, 1);
 }
+
+#[tokio::test]
+async fn received_at_is_the_time_of_the_insert_not_of_the_commit() {
+    let f = Fixture::new().await;
+    let spec = f.event(1, "task.submitted", "PENDING");
+    // An inner service that takes 1.5 s between the inbox INSERT and COMMIT.
+    let slow = ServiceBuilder::new()
+        .layer(InboxLayer::new(f.store.clone()))
+        .service(tower::service_fn(|mut d: Delivery<Applying>| async move {
+            tokio::time::sleep(std::time::Duration::from_millis(1_500)).await;
+            let (conn, scope, event) = d.body_mut().split();
+            task_view::advance(conn, scope, event).await?;
+            Ok::<_, InboxError>(d.into_body().applied())
+        }));
+    slow.oneshot(delivery(&spec.json())).await.unwrap();
+    let seconds_before_now: f64 = sqlx::query_scalar(
+        "SELECT CAST(TIMESTAMPDIFF(MICROSECOND, received_at, UTC_TIMESTAMP(6)) AS DOUBLE) / 1e6 \
+         FROM receiver_inbox",
+    )
+    .fetch_one(&f.pool)
+    .await
+    .unwrap();
+    assert!(
+        (1.4..60.0).contains(&seconds_before_now),
+        "received_at is {seconds_before_now} s old, not the time of the INSERT"
+    );
+}
+
+#[tokio::test]
+async fn a_content_conflict_names_the_stored_and_the_incoming_digest() {
+    let f = Fixture::new().await;
+    let first = f.event(1, "task.submitted", "PENDING");
+    let other = EventSpec {
+        id: first.id.clone(),
+        version: 2,
+        ..f.event(2, "task.submitted", "PENDING")
+    };
+    let stored = apply(&f.store, &first.json()).await.unwrap().digest;
+    let err = apply(&f.store, &other.json()).await.unwrap_err();
+    let incoming = result_inbox::digest::digest(other.json().as_bytes()).unwrap();
+    let InboxError::Conflict(Conflict::ContentMismatch {
+        stored: s,
+        incoming: i,
+        ..
+    }) = &err
+    else {
+        panic!("not a content conflict: {err:?}")
+    };
+    assert_eq!((*s, *i), (stored, incoming));
+    let text = err.to_string();
+    assert!(text.contains(&format!("stored sha256={stored}")), "{text}");
+    assert!(
+        text.contains(&format!("incoming sha256={incoming}")),
+        "{text}"
+    );
+}

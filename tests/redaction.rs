@@ -110,7 +110,8 @@ async fn demo_and_consume_never_print_a_token_password_proof_or_result() {
             .envs(env)
             .output()
             .unwrap();
-        assert_eq!(out.status.code(), Some(1), "{what}");
+        // A refused token or login is the configuration's to fix: exit 2.
+        assert_eq!(out.status.code(), Some(2), "{what}");
         assert_clean(what, &printed(&out));
     }
     let out = receiver()
@@ -122,7 +123,7 @@ async fn demo_and_consume_never_print_a_token_password_proof_or_result() {
         .env("RECEIVER_LOG", "trace")
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert_clean("consume with a wrong token", &printed(&out));
 
     // Deliveries that fail every way the inbox can fail, each carrying the

@@ -201,3 +201,77 @@ async fn init_refuses_when_only_one_table_exists_and_creates_nothing() {
     .unwrap();
     assert_eq!(inbox_exists, 0);
 }
+
+#[tokio::test]
+async fn the_received_at_comment_is_the_one_the_data_model_document_gives() {
+    let db = TestDb::initialized().await;
+    let cols = columns(&db.admin, &db.name).await;
+    let (_, _, comment) = cols
+        .iter()
+        .find(|(t, c, _)| t == "receiver_inbox" && c == "received_at")
+        .unwrap();
+    let model =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/model.zh.md")).unwrap();
+    let row = model
+        .lines()
+        .find(|l| l.starts_with("| `received_at`"))
+        .unwrap();
+    assert!(row.contains(comment.as_str()), "{comment:?} vs {row}");
+    // What the code stores: the time of the INSERT (tests/inbox.rs proves it).
+    assert!(comment.contains("INSERT"), "{comment}");
+}
+
+fn init_keeping_existing(db: &TestDb) -> std::process::Output {
+    receiver()
+        .args(["init", "--keep-existing"])
+        .env("ORBIT_RECEIVER_DSN", dsn_for(&db.name))
+        .output()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn init_keeping_existing_tables_changes_nothing_and_counts_their_foreign_keys() {
+    let db = TestDb::initialized().await;
+    let out = init_keeping_existing(&db);
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "receiver_schema_initialized=true foreign_keys=0\n"
+    );
+
+    // The count is read from the server, not assumed: a foreign key someone
+    // added shows.
+    sqlx::query(
+        "ALTER TABLE receiver_task_views ADD CONSTRAINT added_by_hand FOREIGN KEY \
+         (consumer_name, queue_id, last_event_id) \
+         REFERENCES receiver_inbox (consumer_name, queue_id, event_id)",
+    )
+    .execute(&db.pool().await)
+    .await
+    .unwrap();
+    let before = show_create(&db.admin, &db.name).await;
+    let out = init_keeping_existing(&db);
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "receiver_schema_initialized=true foreign_keys=1\n"
+    );
+    assert_eq!(show_create(&db.admin, &db.name).await, before);
+}
+
+#[tokio::test]
+async fn init_keeping_existing_tables_still_refuses_a_schema_it_did_not_create() {
+    let db = TestDb::initialized().await;
+    sqlx::query("ALTER TABLE receiver_inbox DROP COLUMN received_at")
+        .execute(&db.pool().await)
+        .await
+        .unwrap();
+    let out = init_keeping_existing(&db);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("not those of schema.sql (table receiver_inbox lacks received_at)"),
+        "{stderr}"
+    );
+}

@@ -402,13 +402,15 @@ impl Drop for HangUp {
 
 #[test]
 fn plain_http_to_a_non_loopback_host_is_warned_about_before_anything_is_sent() {
-    // `consume` resolves its configuration (and warns), then opens the
-    // database — a loopback port that hangs up at once — and stops there
-    // with exit 1, before the Orbit client makes any call. 192.0.2.1 is
-    // TEST-NET-1: no packet is ever sent to it.
+    // `consume` resolves its configuration (and warns), then checks the
+    // database — a loopback port that hangs up at once, which it waits for
+    // as a server not up yet — before the Orbit client makes any call; the
+    // test stops it there with SIGTERM. 192.0.2.1 is TEST-NET-1: no packet
+    // is ever sent to it.
     let database = HangUp::start();
     let run = |url: &str| {
-        let out = receiver()
+        let log = std::env::temp_dir().join(format!("tls-plain-http-{}", common::random_hex(4)));
+        let mut child = receiver()
             .arg("consume")
             .env_remove("ORBIT_CA_FILE")
             .env("ORBIT_URL", url)
@@ -422,14 +424,28 @@ fn plain_http_to_a_non_loopback_host_is_warned_about_before_anything_is_sent() {
                     database.port
                 ),
             )
-            .output()
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
             .unwrap();
-        let (stdout, stderr) = text(&out);
-        assert_eq!(out.status.code(), Some(1), "{url}: {stderr}");
-        assert!(stderr.contains("database"), "{url}: {stderr}");
-        for secret in ["sentinel-token-7f3a", PASSWORD] {
-            assert!(!stdout.contains(secret) && !stderr.contains(secret));
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !std::fs::read_to_string(&log)
+            .unwrap()
+            .contains("database not reachable yet")
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{url}: never waited for the database"
+            );
+            std::thread::sleep(Duration::from_millis(50));
         }
+        common::sigterm(child.id());
+        let status = child.wait().unwrap();
+        let stderr = std::fs::read_to_string(&log).unwrap();
+        let _ = std::fs::remove_file(&log);
+        assert!(status.success(), "{url}: {status}: {stderr}");
+        assert!(!stderr.contains("Orbit not reachable"), "{url}: {stderr}");
+        assert!(!stderr.contains("sentinel-token-7f3a") && !stderr.contains(PASSWORD));
         stderr
     };
     let warning = "plain http:// to a non-loopback host";

@@ -312,7 +312,7 @@ where
             // operator which one it was.
             let id = crate::event::readable_id(delivery.body());
             let event = id.as_ref().map_or("-", |id| id.as_str());
-            tracing::warn!(class = e.class(), delivery = %delivery_id, attempt, event, error = %e, "delivery");
+            tracing::warn!(class = e.class(), delivery = %delivery_id, attempt, event = %event, error = %e, "delivery");
             telemetry::delivery(e.class(), started.elapsed());
             return Err(e);
         }

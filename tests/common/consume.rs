@@ -64,6 +64,28 @@ impl Consume {
         self.child.try_wait().unwrap().is_none()
     }
 
+    /// The base URL of its metrics endpoint (started with
+    /// `RECEIVER_METRICS_ADDR=127.0.0.1:0`), read from its log.
+    pub async fn metrics_url(&self) -> String {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let out = self.output();
+            if let Some(addr) = out
+                .lines()
+                .find(|l| l.contains("metrics endpoint listening"))
+                .and_then(|l| l.split("addr=").nth(1))
+                .and_then(|rest| rest.split_whitespace().next())
+            {
+                return format!("http://{addr}");
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no metrics endpoint: {out}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
     /// How many deliveries the inbox reported handling.
     pub fn handled(&self) -> usize {
         self.output()

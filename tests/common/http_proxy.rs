@@ -43,11 +43,17 @@ pub struct HttpProxy {
 impl HttpProxy {
     /// A proxy for the orbit-dev at `upstream` (`http://127.0.0.1:PORT`).
     pub async fn start(upstream: &str) -> HttpProxy {
+        Self::start_on(upstream, "127.0.0.1:0".parse().unwrap()).await
+    }
+
+    /// Like [`HttpProxy::start`], listening on `listen` (e.g. a port a
+    /// consumer was told about before anything listened on it).
+    pub async fn start_on(upstream: &str, listen: SocketAddr) -> HttpProxy {
         let upstream: SocketAddr = upstream
             .trim_start_matches("http://")
             .parse()
             .expect("orbit-dev listens on an IP:port");
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = TcpListener::bind(listen).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let state = Arc::new(State::default());
         let accept = tokio::spawn({
@@ -170,9 +176,14 @@ async fn relay(client: TcpStream, server: TcpStream, state: Arc<State>) {
     }
 }
 
+/// An ACK of a real delivery: `POST /v1/deliveries/<32 hex>/ack`. The
+/// receiver's scope check posts to a malformed id, which is no ACK.
 fn is_ack_request(chunk: &[u8]) -> bool {
     let head = &chunk[..chunk.len().min(256)];
     let text = String::from_utf8_lossy(head);
-    text.starts_with("POST /v1/deliveries/")
-        && text.lines().next().is_some_and(|l| l.contains("/ack "))
+    let Some(rest) = text.strip_prefix("POST /v1/deliveries/") else {
+        return false;
+    };
+    rest.split_once("/ack ")
+        .is_some_and(|(id, _)| result_inbox::event::is_hex_id(id))
 }

@@ -85,11 +85,17 @@ impl PrivateServer {
             extra_args,
         };
         std::fs::create_dir_all(&server.dir).unwrap();
+        // A tmpdir of its own: a server deletes every "#sql*" file in its
+        // tmpdir when it starts, which would break another one starting
+        // beside it (or initializing its data directory).
+        std::fs::create_dir_all(server.dir.join("tmp")).unwrap();
         let data = format!("--datadir={}", server.path("data"));
+        let tmpdir = format!("--tmpdir={}", server.path("tmp"));
         let install = Command::new(find(&["mariadb-install-db", "mysql_install_db"]))
             .args([
                 "--no-defaults",
                 &data,
+                &tmpdir,
                 "--auth-root-authentication-method=normal",
             ])
             .arg("--skip-test-db")
@@ -158,6 +164,7 @@ impl PrivateServer {
         let mut child = Command::new(find(&["mariadbd", "mysqld"]))
             .arg("--no-defaults")
             .arg(format!("--datadir={}", self.path("data")))
+            .arg(format!("--tmpdir={}", self.path("tmp")))
             .arg(format!("--socket={}", self.path("mysql.sock")))
             .arg(format!("--pid-file={}", self.path("mysqld.pid")))
             .arg(format!("--log-error={}", self.path("error.log")))

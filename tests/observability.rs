@@ -1,0 +1,405 @@
+//! What an operator sees of a running `receiver consume`: `/metrics` counts
+//! every kind of delivery as it happened (read back with a real Prometheus
+//! text parser), `/healthz` and `/readyz` answer, and the log lines carry
+//! what `receiver digest` and a person need — as JSON too.
+
+mod common;
+
+use std::collections::HashMap;
+use std::process::Command;
+use std::time::Duration;
+
+use common::consume::Consume;
+use common::orbit::{http, OrbitDev, QueueCredentials};
+use common::{dsn_for, random_hex, EventSpec, TestDb};
+use prometheus_parse::{Scrape, Value};
+use result_inbox::ids::SubscriptionId;
+
+/// Starts `receiver consume` with its metrics endpoint on a free port and
+/// returns it with the endpoint's base URL, read from its log.
+async fn consume_with_metrics(
+    orbit: &OrbitDev,
+    creds: &QueueCredentials,
+    db: &TestDb,
+    sub: &SubscriptionId,
+    extra: &[(&str, &str)],
+) -> (Consume, String) {
+    let mut env = vec![("RECEIVER_METRICS_ADDR", "127.0.0.1:0")];
+    env.extend_from_slice(extra);
+    let consume = Consume::start(
+        orbit,
+        creds,
+        &dsn_for(&db.name),
+        sub,
+        "task-result-view",
+        &env,
+    );
+    let url = consume.metrics_url().await;
+    (consume, url)
+}
+
+async fn scrape(url: &str) -> Scrape {
+    let (status, body) = http("GET", &format!("{url}/metrics"), "", String::new()).await;
+    assert_eq!(status, 200, "{body}");
+    Scrape::parse(body.lines().map(|l| Ok(l.to_owned()))).expect("valid Prometheus text")
+}
+
+/// The value of the sample `name` whose labels include `labels`.
+fn value(scrape: &Scrape, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == name)
+        .find(|s| labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+        .map(|s| match &s.value {
+            Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => *v,
+            Value::Histogram(buckets) => buckets
+                .iter()
+                .find(|b| b.less_than.is_infinite())
+                .map_or(0.0, |b| b.count),
+            Value::Summary(_) => f64::NAN,
+        })
+}
+
+#[tokio::test]
+async fn metrics_count_each_kind_of_delivery_and_ack_as_it_happened() {
+    // A budget of one attempt: a conflict or a rejection is seen once, then
+    // expires, so each is counted exactly once.
+    let (orbit, creds, sub) = OrbitDev::subscribed(1_000, 1, "metrics-kinds").await;
+    let db = TestDb::initialized().await;
+    let (mut consume, url) = consume_with_metrics(&orbit, &creds, &db, &sub, &[]).await;
+
+    let task = random_hex(16);
+    let first = EventSpec {
+        id: random_hex(16),
+        queue_id: &creds.queue_id,
+        task_id: &task,
+        version: 2,
+        event_type: "task.succeeded",
+        state: "SUCCEEDED",
+        result: Some(r#"{"n":1}"#),
+    };
+    orbit.inject(&sub, &first.json()).await;
+    orbit
+        .wait_for_counts(&creds, &sub, Duration::from_secs(20), |c| c["acked"] == 1)
+        .await;
+
+    let older = EventSpec {
+        id: random_hex(16),
+        version: 1,
+        event_type: "task.submitted",
+        state: "PENDING",
+        result: None,
+        ..first
+    };
+    let same_id_other_content = EventSpec {
+        id: first.id.clone(),
+        result: Some(r#"{"n":2}"#),
+        ..first
+    };
+    let type_contradicts_state = EventSpec {
+        id: random_hex(16),
+        task_id: &task,
+        event_type: "task.cancelled",
+        state: "SUCCEEDED",
+        ..first
+    };
+    for event in [
+        &first,
+        &older,
+        &same_id_other_content,
+        &type_contradicts_state,
+    ] {
+        orbit.inject(&sub, &event.json()).await;
+    }
+    orbit
+        .wait_for_counts(&creds, &sub, Duration::from_secs(30), |c| {
+            c["acked"] == 3 && c["expired"] == 2
+        })
+        .await;
+
+    let metrics = scrape(&url).await;
+    let deliveries = |class| value(&metrics, "receiver_deliveries_total", &[("class", class)]);
+    for (class, expected) in [
+        ("applied", 1.0),
+        ("duplicate", 1.0),
+        ("stale", 1.0),
+        ("conflict", 1.0),
+        ("rejected", 1.0),
+    ] {
+        assert_eq!(deliveries(class), Some(expected), "class {class}");
+    }
+    assert_eq!(deliveries("unconfirmed"), None);
+    assert_eq!(
+        value(&metrics, "receiver_acks_total", &[("result", "confirmed")]),
+        Some(3.0)
+    );
+    assert_eq!(
+        value(&metrics, "receiver_acks_total", &[("result", "refused")]),
+        None
+    );
+    let applies: f64 = ["applied", "duplicate", "stale", "conflict", "rejected"]
+        .iter()
+        .map(|c| {
+            value(
+                &metrics,
+                "receiver_apply_duration_seconds_count",
+                &[("class", c)],
+            )
+            .unwrap_or(0.0)
+        })
+        .sum();
+    assert_eq!(applies, 5.0);
+    assert_eq!(
+        value(&metrics, "receiver_deliveries_in_flight", &[]),
+        Some(0.0)
+    );
+    assert_eq!(value(&metrics, "receiver_stream_open", &[]), Some(1.0));
+    assert_eq!(
+        value(&metrics, "receiver_database_reachable", &[]),
+        Some(1.0)
+    );
+    assert_eq!(value(&metrics, "receiver_breaker_open", &[]), Some(0.0));
+
+    // No id, token or proof ever becomes a label value.
+    let allowed = [
+        "applied",
+        "duplicate",
+        "stale",
+        "conflict",
+        "rejected",
+        "unconfirmed",
+        "error",
+        "confirmed",
+        "refused",
+        "rereported",
+        "deadlock",
+        "lock_wait",
+        "connection",
+    ];
+    for sample in &metrics.samples {
+        for (key, label) in sample.labels.iter() {
+            assert!(
+                allowed.contains(&label.as_str()),
+                "label {key}={label} on {}",
+                sample.metric
+            );
+        }
+    }
+    let (_, text) = http("GET", &format!("{url}/metrics"), "", String::new()).await;
+    assert!(!text.contains(&creds.token) && !text.contains(&first.id));
+
+    // Health and readiness while everything runs.
+    let (status, _) = http("GET", &format!("{url}/healthz"), "", String::new()).await;
+    assert_eq!(status, 200);
+    let (status, body) = http("GET", &format!("{url}/readyz"), "", String::new()).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(consume.terminate().success());
+}
+
+#[tokio::test]
+async fn a_conflict_is_logged_with_both_digests_as_receiver_digest_computes_them() {
+    let (orbit, creds, sub) = OrbitDev::subscribed(1_000, 1, "log-conflict").await;
+    let db = TestDb::initialized().await;
+    let mut consume = Consume::start(
+        &orbit,
+        &creds,
+        &dsn_for(&db.name),
+        &sub,
+        "task-result-view",
+        &[],
+    );
+    let task = random_hex(16);
+    let stored = EventSpec {
+        id: random_hex(16),
+        queue_id: &creds.queue_id,
+        task_id: &task,
+        version: 1,
+        event_type: "task.submitted",
+        state: "PENDING",
+        result: None,
+    };
+    let incoming = EventSpec {
+        id: stored.id.clone(),
+        version: 2,
+        ..stored
+    };
+    orbit.inject(&sub, &stored.json()).await;
+    orbit
+        .wait_for_counts(&creds, &sub, Duration::from_secs(20), |c| c["acked"] == 1)
+        .await;
+    orbit.inject(&sub, &incoming.json()).await;
+    orbit
+        .wait_for_counts(&creds, &sub, Duration::from_secs(20), |c| c["expired"] == 1)
+        .await;
+    assert!(consume.terminate().success());
+
+    let digest_of = |json: String| {
+        let dir = std::env::temp_dir().join(format!("log-conflict-{}", random_hex(4)));
+        std::fs::write(&dir, json).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_receiver"))
+            .arg("digest")
+            .arg(&dir)
+            .output()
+            .unwrap();
+        let _ = std::fs::remove_file(&dir);
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    };
+    let log = consume.output();
+    let line = log
+        .lines()
+        .find(|l| l.contains(r#"class="conflict""#))
+        .unwrap_or_else(|| panic!("no conflict line: {log}"));
+    assert!(line.contains(&format!("event={}", stored.id)), "{line}");
+    assert!(
+        line.contains(&format!("stored {}", digest_of(stored.json()))),
+        "{line}"
+    );
+    assert!(
+        line.contains(&format!("incoming {}", digest_of(incoming.json()))),
+        "{line}"
+    );
+}
+
+#[tokio::test]
+async fn a_rejected_event_whose_id_can_be_read_is_logged_with_that_id() {
+    let (orbit, creds, sub) = OrbitDev::subscribed(1_000, 1, "log-rejected").await;
+    let db = TestDb::initialized().await;
+    let mut consume = Consume::start(
+        &orbit,
+        &creds,
+        &dsn_for(&db.name),
+        &sub,
+        "task-result-view",
+        &[],
+    );
+    let task = random_hex(16);
+    let contradictory = EventSpec {
+        id: random_hex(16),
+        queue_id: &creds.queue_id,
+        task_id: &task,
+        version: 1,
+        event_type: "task.cancelled",
+        state: "PENDING",
+        result: None,
+    };
+    orbit.inject(&sub, &contradictory.json()).await;
+    orbit
+        .wait_for_counts(&creds, &sub, Duration::from_secs(20), |c| c["expired"] == 1)
+        .await;
+    assert!(consume.terminate().success());
+    let log = consume.output();
+    let line = log
+        .lines()
+        .find(|l| l.contains(r#"class="rejected""#))
+        .unwrap_or_else(|| panic!("no rejected line: {log}"));
+    assert!(
+        line.contains(&format!("event={}", contradictory.id)),
+        "{line}"
+    );
+}
+
+#[tokio::test]
+async fn json_logs_are_one_object_per_line_with_the_stable_fields() {
+    let (orbit, creds, sub) = OrbitDev::subscribed(30_000, 5, "log-json").await;
+    let db = TestDb::initialized().await;
+    let (event, _) = orbit.inject_new_task(&creds, &sub).await;
+    let mut consume = Consume::start(
+        &orbit,
+        &creds,
+        &dsn_for(&db.name),
+        &sub,
+        "task-result-view",
+        &[("RECEIVER_LOG_FORMAT", "json")],
+    );
+    orbit
+        .wait_for_counts(&creds, &sub, Duration::from_secs(20), |c| c["acked"] == 1)
+        .await;
+    assert!(consume.terminate().success());
+    let log = consume.output();
+    let lines: Vec<HashMap<String, serde_json::Value>> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|_| panic!("not JSON: {l}")))
+        .collect();
+    let delivery = lines
+        .iter()
+        .find(|l| l.get("message").and_then(|m| m.as_str()) == Some("delivery"))
+        .unwrap_or_else(|| panic!("no delivery line: {log}"));
+    assert_eq!(delivery["class"], "applied");
+    assert_eq!(delivery["event"], event.as_str());
+    assert_eq!(delivery["attempt"], 1);
+    assert!(delivery["delivery"].is_string());
+    assert!(!log.contains(&creds.token));
+}
+
+#[tokio::test]
+async fn rust_log_is_honoured_when_receiver_log_is_unset() {
+    let (orbit, creds, sub) = OrbitDev::subscribed(30_000, 5, "log-rust-log").await;
+    let db = TestDb::initialized().await;
+    orbit.inject_new_task(&creds, &sub).await;
+    let mut consume = Consume::start(
+        &orbit,
+        &creds,
+        &dsn_for(&db.name),
+        &sub,
+        "task-result-view",
+        &[("RUST_LOG", "warn")],
+    );
+    orbit
+        .wait_for_counts(&creds, &sub, Duration::from_secs(20), |c| c["acked"] == 1)
+        .await;
+    assert!(consume.terminate().success());
+    let log = consume.output();
+    assert!(
+        !log.contains(" INFO "),
+        "RUST_LOG=warn still logged info: {log}"
+    );
+}
+
+/// Holds the event's inbox key for `hold` from another transaction, so that
+/// the consumer's INSERT waits that long: a slow statement for sqlx.
+async fn one_slow_apply(extra: &[(&str, &str)]) -> String {
+    let (orbit, creds, sub) = OrbitDev::subscribed(30_000, 5, "log-slow").await;
+    let db = TestDb::initialized().await;
+    let (event, _) = orbit.inject_new_task(&creds, &sub).await;
+    let pool = db.pool().await;
+    let mut blocker = pool.begin().await.unwrap();
+    sqlx::query(
+        "INSERT INTO receiver_inbox (consumer_name, queue_id, event_id, event_digest, \
+         event_canonical, applied, received_at) VALUES (?, ?, ?, ?, '{}', 1, UTC_TIMESTAMP(6))",
+    )
+    .bind("task-result-view")
+    .bind(&creds.queue_id)
+    .bind(&event)
+    .bind("0".repeat(64))
+    .execute(&mut *blocker)
+    .await
+    .unwrap();
+    let mut consume = Consume::start(
+        &orbit,
+        &creds,
+        &dsn_for(&db.name),
+        &sub,
+        "task-result-view",
+        extra,
+    );
+    orbit
+        .wait_for_counts(&creds, &sub, Duration::from_secs(20), |c| c["leased"] == 1)
+        .await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    blocker.rollback().await.unwrap();
+    orbit
+        .wait_for_counts(&creds, &sub, Duration::from_secs(20), |c| c["acked"] == 1)
+        .await;
+    assert!(consume.terminate().success());
+    consume.output()
+}
+
+#[tokio::test]
+async fn sqlx_slow_statement_warnings_stay_out_of_the_default_log() {
+    let default = one_slow_apply(&[]).await;
+    assert!(!default.contains("slow statement"), "{default}");
+    // The same run with sqlx's warnings let through shows what was hidden.
+    let verbose = one_slow_apply(&[("RECEIVER_LOG", "warn,result_inbox=info")]).await;
+    assert!(verbose.contains("slow statement"), "{verbose}");
+}
