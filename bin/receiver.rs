@@ -178,7 +178,7 @@ fn required_dsn(dsn: Option<String>) -> Result<Dsn, String> {
 
 fn required_subscription(id: Option<String>) -> Result<SubscriptionId, String> {
     let id = id.ok_or(
-        "ORBIT_SUBSCRIPTION_ID is not set (or pass --subscription-id): the subscription to consume (32 hex), e.g. from `receiver subscribe`",
+        "ORBIT_SUBSCRIPTION_ID is not set (or pass --subscription-id): the subscription to consume (32 hex), created with the same credentials",
     )?;
     SubscriptionId::parse(&id).ok_or_else(|| {
         "ORBIT_SUBSCRIPTION_ID must be 32 lowercase hexadecimal characters".to_owned()

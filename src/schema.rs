@@ -86,8 +86,7 @@ pub fn statements() -> Vec<&'static str> {
 /// does not create). Read from the DDL itself, so the self-check can never
 /// expect other columns than `init` creates.
 pub fn columns(table: &str) -> Vec<&'static str> {
-    let head = format!("CREATE TABLE {table} (");
-    let Some(ddl) = statements().into_iter().find(|s| s.starts_with(&head)) else {
+    let Some(ddl) = create_statement(table) else {
         return Vec::new();
     };
     ddl.lines()
@@ -98,11 +97,15 @@ pub fn columns(table: &str) -> Vec<&'static str> {
         .collect()
 }
 
+fn create_statement(table: &str) -> Option<&'static str> {
+    let head = format!("CREATE TABLE {table} (");
+    statements().into_iter().find(|s| s.starts_with(&head))
+}
+
 /// The columns of `table` that make up its primary key, which the runtime
 /// never updates.
 pub fn key_columns(table: &str) -> Vec<&'static str> {
-    let head = format!("CREATE TABLE {table} (");
-    let Some(ddl) = statements().into_iter().find(|s| s.starts_with(&head)) else {
+    let Some(ddl) = create_statement(table) else {
         return Vec::new();
     };
     ddl.lines()

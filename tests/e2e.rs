@@ -15,23 +15,6 @@ use result_inbox::ids::SubscriptionId;
 use result_inbox::scope::{InboxScope, ReceiverName};
 use result_inbox::task_view;
 
-/// `receiver consume` with the default name against the test's database.
-fn consume(
-    orbit: &OrbitDev,
-    creds: &QueueCredentials,
-    db: &TestDb,
-    sub: &SubscriptionId,
-) -> Consume {
-    Consume::start(
-        orbit,
-        creds,
-        &dsn_for(&db.name),
-        sub,
-        "task-result-view",
-        &[],
-    )
-}
-
 /// Inbox rows, inbox rows that advanced a view, and the advances the views
 /// counted: the last two must always agree.
 async fn totals(db: &TestDb) -> (i64, i64, i64) {
@@ -212,7 +195,7 @@ async fn consume_applies_duplicates_and_out_of_order_versions_of_every_kind_once
         .replace(r#"{"id""#, r#"{ "id""#);
     // The newest is applied before the older ones and the copies arrive.
     orbit.inject(&sub, &v3.json()).await;
-    let mut consume = consume(&orbit, &creds, &db, &sub);
+    let mut consume = Consume::on_test_db(&orbit, &creds, &db, &sub, &[]);
     orbit
         .wait_for_counts(&creds, &sub, Duration::from_secs(30), |c| c["acked"] == 10)
         .await;
@@ -322,7 +305,7 @@ async fn a_consume_only_token_is_enough_for_consume() {
     let task = client.submit_task().await.unwrap();
     client.cancel_task(&task.id).await.unwrap();
 
-    let mut consume = consume(&orbit, &reader, &db, &sub.id);
+    let mut consume = Consume::on_test_db(&orbit, &reader, &db, &sub.id, &[]);
     orbit
         .wait_for_counts(&creds, &sub.id, Duration::from_secs(20), |c| {
             c["acked"] == 1
@@ -352,8 +335,8 @@ async fn two_consumers_with_one_name_share_the_work_without_a_double_advance() {
     }
     let total = 30;
 
-    let mut a = consume(&orbit, &creds, &db, &sub);
-    let mut b = consume(&orbit, &creds, &db, &sub);
+    let mut a = Consume::on_test_db(&orbit, &creds, &db, &sub, &[]);
+    let mut b = Consume::on_test_db(&orbit, &creds, &db, &sub, &[]);
     orbit
         .wait_for_counts(&creds, &sub, Duration::from_secs(30), |c| {
             c["acked"] == total
@@ -388,7 +371,7 @@ async fn sigterm_mid_stream_loses_nothing_and_a_restart_finishes_the_work() {
         tasks.push(task);
     }
 
-    let mut first = consume(&orbit, &creds, &db, &sub);
+    let mut first = Consume::on_test_db(&orbit, &creds, &db, &sub, &[]);
     orbit
         .wait_for_counts(&creds, &sub, Duration::from_secs(20), |c| {
             c["acked"].as_u64().unwrap_or(0) >= 1
@@ -410,7 +393,7 @@ async fn sigterm_mid_stream_loses_nothing_and_a_restart_finishes_the_work() {
         "the first consumer was stopped mid-stream: {after_first}"
     );
 
-    let mut second = consume(&orbit, &creds, &db, &sub);
+    let mut second = Consume::on_test_db(&orbit, &creds, &db, &sub, &[]);
     orbit
         .wait_for_counts(&creds, &sub, Duration::from_secs(60), |c| {
             c["acked"] == TOTAL
@@ -531,14 +514,7 @@ async fn a_cut_connection_is_reopened_and_consumption_goes_on() {
 #[tokio::test]
 async fn make_demo_on_a_database_with_its_tables_measures_the_foreign_keys_it_prints() {
     let db = TestDb::initialized().await;
-    sqlx::query(
-        "ALTER TABLE receiver_task_views ADD CONSTRAINT added_by_hand FOREIGN KEY \
-         (consumer_name, queue_id, last_event_id) \
-         REFERENCES receiver_inbox (consumer_name, queue_id, event_id)",
-    )
-    .execute(&db.pool().await)
-    .await
-    .unwrap();
+    db.add_foreign_key().await;
     let out = std::process::Command::new("bash")
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/demo.sh"))
         .env("ORBIT_RECEIVER_DSN", dsn_for(&db.name))

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::consume::Consume;
 use common::orbit::{http, OrbitDev, QueueCredentials};
-use common::{dsn_for, random_hex, EventSpec, TestDb};
+use common::{random_hex, EventSpec, TestDb};
 use prometheus_parse::{Scrape, Value};
 use result_inbox::ids::SubscriptionId;
 
@@ -26,14 +26,7 @@ async fn consume_with_metrics(
 ) -> (Consume, String) {
     let mut env = vec![("RECEIVER_METRICS_ADDR", "127.0.0.1:0")];
     env.extend_from_slice(extra);
-    let consume = Consume::start(
-        orbit,
-        creds,
-        &dsn_for(&db.name),
-        sub,
-        "task-result-view",
-        &env,
-    );
+    let consume = Consume::on_test_db(orbit, creds, db, sub, &env);
     let url = consume.metrics_url().await;
     (consume, url)
 }
@@ -188,6 +181,7 @@ async fn metrics_count_each_kind_of_delivery_and_ack_as_it_happened() {
     }
     let (_, text) = http("GET", &format!("{url}/metrics"), "", String::new()).await;
     assert!(!text.contains(&creds.token) && !text.contains(&first.id));
+    eprintln!("/metrics after one delivery of each kind:\n{text}");
 
     // Health and readiness while everything runs.
     let (status, _) = http("GET", &format!("{url}/healthz"), "", String::new()).await;
@@ -201,14 +195,7 @@ async fn metrics_count_each_kind_of_delivery_and_ack_as_it_happened() {
 async fn a_conflict_is_logged_with_both_digests_as_receiver_digest_computes_them() {
     let (orbit, creds, sub) = OrbitDev::subscribed(1_000, 1, "log-conflict").await;
     let db = TestDb::initialized().await;
-    let mut consume = Consume::start(
-        &orbit,
-        &creds,
-        &dsn_for(&db.name),
-        &sub,
-        "task-result-view",
-        &[],
-    );
+    let mut consume = Consume::on_test_db(&orbit, &creds, &db, &sub, &[]);
     let task = random_hex(16);
     let stored = EventSpec {
         id: random_hex(16),
@@ -265,14 +252,7 @@ async fn a_conflict_is_logged_with_both_digests_as_receiver_digest_computes_them
 async fn a_rejected_event_whose_id_can_be_read_is_logged_with_that_id() {
     let (orbit, creds, sub) = OrbitDev::subscribed(1_000, 1, "log-rejected").await;
     let db = TestDb::initialized().await;
-    let mut consume = Consume::start(
-        &orbit,
-        &creds,
-        &dsn_for(&db.name),
-        &sub,
-        "task-result-view",
-        &[],
-    );
+    let mut consume = Consume::on_test_db(&orbit, &creds, &db, &sub, &[]);
     let task = random_hex(16);
     let contradictory = EventSpec {
         id: random_hex(16),
@@ -304,12 +284,11 @@ async fn json_logs_are_one_object_per_line_with_the_stable_fields() {
     let (orbit, creds, sub) = OrbitDev::subscribed(30_000, 5, "log-json").await;
     let db = TestDb::initialized().await;
     let (event, _) = orbit.inject_new_task(&creds, &sub).await;
-    let mut consume = Consume::start(
+    let mut consume = Consume::on_test_db(
         &orbit,
         &creds,
-        &dsn_for(&db.name),
+        &db,
         &sub,
-        "task-result-view",
         &[("RECEIVER_LOG_FORMAT", "json")],
     );
     orbit
@@ -337,14 +316,7 @@ async fn rust_log_is_honoured_when_receiver_log_is_unset() {
     let (orbit, creds, sub) = OrbitDev::subscribed(30_000, 5, "log-rust-log").await;
     let db = TestDb::initialized().await;
     orbit.inject_new_task(&creds, &sub).await;
-    let mut consume = Consume::start(
-        &orbit,
-        &creds,
-        &dsn_for(&db.name),
-        &sub,
-        "task-result-view",
-        &[("RUST_LOG", "warn")],
-    );
+    let mut consume = Consume::on_test_db(&orbit, &creds, &db, &sub, &[("RUST_LOG", "warn")]);
     orbit
         .wait_for_counts(&creds, &sub, Duration::from_secs(20), |c| c["acked"] == 1)
         .await;
@@ -356,33 +328,14 @@ async fn rust_log_is_honoured_when_receiver_log_is_unset() {
     );
 }
 
-/// Holds the event's inbox key for `hold` from another transaction, so that
+/// Holds the event's inbox key for 1.5 s from another transaction, so that
 /// the consumer's INSERT waits that long: a slow statement for sqlx.
 async fn one_slow_apply(extra: &[(&str, &str)]) -> String {
     let (orbit, creds, sub) = OrbitDev::subscribed(30_000, 5, "log-slow").await;
     let db = TestDb::initialized().await;
     let (event, _) = orbit.inject_new_task(&creds, &sub).await;
-    let pool = db.pool().await;
-    let mut blocker = pool.begin().await.unwrap();
-    sqlx::query(
-        "INSERT INTO receiver_inbox (consumer_name, queue_id, event_id, event_digest, \
-         event_canonical, applied, received_at) VALUES (?, ?, ?, ?, '{}', 1, UTC_TIMESTAMP(6))",
-    )
-    .bind("task-result-view")
-    .bind(&creds.queue_id)
-    .bind(&event)
-    .bind("0".repeat(64))
-    .execute(&mut *blocker)
-    .await
-    .unwrap();
-    let mut consume = Consume::start(
-        &orbit,
-        &creds,
-        &dsn_for(&db.name),
-        &sub,
-        "task-result-view",
-        extra,
-    );
+    let blocker = db.hold_inbox_key(&creds.queue_id, &event).await;
+    let mut consume = Consume::on_test_db(&orbit, &creds, &db, &sub, extra);
     orbit
         .wait_for_counts(&creds, &sub, Duration::from_secs(20), |c| c["leased"] == 1)
         .await;

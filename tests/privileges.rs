@@ -7,33 +7,8 @@ use std::time::Duration;
 
 use common::consume::Consume;
 use common::orbit::{receiver, OrbitDev};
-use common::{dsn_for, random_hex, TestDb};
+use common::TestDb;
 use result_inbox::event::EventType;
-
-/// A user with a password, for `db`, with exactly `grants`.
-async fn create_user(db: &TestDb, grants: &[&str]) -> (String, String) {
-    let user = format!("ri_{}", random_hex(4));
-    let password = format!("pw-{}", random_hex(8));
-    sqlx::query(&format!(
-        "CREATE USER '{user}'@'%' IDENTIFIED BY '{password}'"
-    ))
-    .execute(&db.admin)
-    .await
-    .unwrap();
-    for grant in grants {
-        let grant = grant.replace("{db}", &db.name);
-        sqlx::query(&format!("GRANT {grant} TO '{user}'@'%'"))
-            .execute(&db.admin)
-            .await
-            .unwrap();
-    }
-    (user, password)
-}
-
-/// The DSN of `db` for a user.
-fn user_dsn(db: &TestDb, user: &str, password: &str) -> String {
-    dsn_for(&db.name).replacen("root@", &format!("{user}:{password}@"), 1)
-}
 
 /// The statements the server's general log recorded for `user`'s connections.
 fn statements_of(user: &str) -> Vec<String> {
@@ -67,15 +42,13 @@ fn statements_of(user: &str) -> Vec<String> {
 #[tokio::test]
 async fn consume_and_the_demo_run_with_only_select_insert_update_on_the_two_tables() {
     let db = TestDb::initialized().await;
-    let (user, password) = create_user(
-        &db,
-        &[
+    let (user, password) = db
+        .user_with(&[
             "SELECT, INSERT, UPDATE ON `{db}`.receiver_inbox",
             "SELECT, INSERT, UPDATE ON `{db}`.receiver_task_views",
-        ],
-    )
-    .await;
-    let dsn = user_dsn(&db, &user, &password);
+        ])
+        .await;
+    let dsn = db.dsn_of(&user, &password);
     let orbit = OrbitDev::start(30_000, 5);
     let creds = orbit.bootstrap("inbox-least-privilege", None).await;
 
@@ -139,10 +112,10 @@ async fn consume_and_the_demo_run_with_only_select_insert_update_on_the_two_tabl
 #[tokio::test]
 async fn init_without_the_create_privilege_fails_with_a_clear_message_and_creates_nothing() {
     let db = TestDb::empty().await;
-    let (user, password) = create_user(&db, &["SELECT, INSERT, UPDATE ON `{db}`.*"]).await;
+    let (user, password) = db.user_with(&["SELECT, INSERT, UPDATE ON `{db}`.*"]).await;
     let out = receiver()
         .arg("init")
-        .env("ORBIT_RECEIVER_DSN", user_dsn(&db, &user, &password))
+        .env("ORBIT_RECEIVER_DSN", db.dsn_of(&user, &password))
         .output()
         .unwrap();
     let stderr = String::from_utf8(out.stderr).unwrap();

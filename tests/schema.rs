@@ -241,14 +241,7 @@ async fn init_keeping_existing_tables_changes_nothing_and_counts_their_foreign_k
 
     // The count is read from the server, not assumed: a foreign key someone
     // added shows.
-    sqlx::query(
-        "ALTER TABLE receiver_task_views ADD CONSTRAINT added_by_hand FOREIGN KEY \
-         (consumer_name, queue_id, last_event_id) \
-         REFERENCES receiver_inbox (consumer_name, queue_id, event_id)",
-    )
-    .execute(&db.pool().await)
-    .await
-    .unwrap();
+    db.add_foreign_key().await;
     let before = show_create(&db.admin, &db.name).await;
     let out = init_keeping_existing(&db);
     assert!(out.status.success());

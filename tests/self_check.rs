@@ -53,24 +53,10 @@ async fn assert_nothing_leased(orbit: &OrbitDev, creds: &QueueCredentials, sub: 
     }
 }
 
-/// A user of `db` with exactly `grants` (`{db}` stands for its name).
+/// A DSN of `db` for a new account with exactly `grants`.
 async fn user_with(db: &TestDb, grants: &[&str]) -> String {
-    let user = format!("rc_{}", random_hex(4));
-    let password = format!("pw-{}", random_hex(8));
-    sqlx::query(&format!(
-        "CREATE USER '{user}'@'%' IDENTIFIED BY '{password}'"
-    ))
-    .execute(&db.admin)
-    .await
-    .unwrap();
-    for grant in grants {
-        let grant = grant.replace("{db}", &db.name);
-        sqlx::query(&format!("GRANT {grant} TO '{user}'@'%'"))
-            .execute(&db.admin)
-            .await
-            .unwrap();
-    }
-    dsn_for(&db.name).replacen("root@", &format!("{user}:{password}@"), 1)
+    let (user, password) = db.user_with(grants).await;
+    db.dsn_of(&user, &password)
 }
 
 /// Asserts exit 2, one line on stderr containing `expected`, nothing leased.
@@ -370,4 +356,39 @@ async fn receiver_check_of_the_demo_scopes_submits_and_changes_nothing() {
     let subs = orbit.get(&creds, "/v1/subscriptions").await;
     assert_eq!(subs["subscriptions"][0]["enabled"], true);
     assert_nothing_leased(&orbit, &creds, &sub).await;
+}
+
+#[tokio::test]
+async fn a_missing_scope_answer_names_the_scope_the_call_needs() {
+    let orbit = OrbitDev::start(30_000, 5);
+    let reader = orbit
+        .bootstrap("check-missing-scope", Some(&["events:read"]))
+        .await;
+    let err = orbit
+        .client(&reader)
+        .create_subscription(&result_inbox::event::EventType::ALL)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("missing_scope"));
+    assert_eq!(
+        err.to_string(),
+        "the token lacks the scope events:manage (Orbit answered 403 missing_scope)"
+    );
+}
+
+#[tokio::test]
+async fn consume_refuses_a_subscription_orbit_does_not_know_naming_the_variable() {
+    let orbit = OrbitDev::start(30_000, 5);
+    let creds = orbit.bootstrap("check-unknown-sub", None).await;
+    let db = TestDb::initialized().await;
+    let unknown = SubscriptionId::parse(&random_hex(16)).unwrap();
+    let out = consume_once(&creds, &dsn_for(&db.name), &unknown);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "subscription {unknown} does not exist (Orbit answered 404 subscription_not_found); check ORBIT_SUBSCRIPTION_ID"
+        )),
+        "{err}"
+    );
 }

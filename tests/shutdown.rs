@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::consume::Consume;
 use common::orbit::OrbitDev;
-use common::{dsn_for, sigterm, TestDb};
+use common::{sigterm, TestDb};
 use sqlx::Executor;
 
 /// The promise: from the signal to the end of the process.
@@ -93,14 +93,7 @@ async fn sigterm_while_orbit_does_not_answer_at_start_exits_within_10_s() {
     let db = TestDb::initialized().await;
     // Orbit accepts connections (the kernel does) but answers nothing.
     signal(orbit.pid(), libc::SIGSTOP);
-    let mut consume = Consume::start(
-        &orbit,
-        &creds,
-        &dsn_for(&db.name),
-        &sub,
-        "task-result-view",
-        &[],
-    );
+    let mut consume = Consume::on_test_db(&orbit, &creds, &db, &sub, &[]);
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(consume.running(), "{}", consume.output());
     terminate_within_limit(&mut consume, "while Orbit does not answer at start");
@@ -115,28 +108,9 @@ async fn sigterm_with_an_ack_in_flight_to_an_orbit_that_stopped_answering_exits_
 
     // Hold the event's inbox key in an open transaction, so that the
     // delivery waits in its handler until Orbit has been stopped.
-    let pool = db.pool().await;
-    let mut blocker = pool.begin().await.unwrap();
-    sqlx::query(
-        "INSERT INTO receiver_inbox (consumer_name, queue_id, event_id, event_digest, \
-         event_canonical, applied, received_at) VALUES (?, ?, ?, ?, '{}', 1, UTC_TIMESTAMP(6))",
-    )
-    .bind("task-result-view")
-    .bind(&creds.queue_id)
-    .bind(&event_id)
-    .bind("0".repeat(64))
-    .execute(&mut *blocker)
-    .await
-    .unwrap();
+    let blocker = db.hold_inbox_key(&creds.queue_id, &event_id).await;
 
-    let mut consume = Consume::start(
-        &orbit,
-        &creds,
-        &dsn_for(&db.name),
-        &sub,
-        "task-result-view",
-        &[],
-    );
+    let mut consume = Consume::on_test_db(&orbit, &creds, &db, &sub, &[]);
     wait_until_leased(&orbit, &creds, &sub).await;
     signal(orbit.pid(), libc::SIGSTOP);
     blocker.rollback().await.unwrap();
@@ -153,14 +127,7 @@ async fn sigterm_with_an_ack_in_flight_to_an_orbit_that_stopped_answering_exits_
 async fn sigterm_with_a_handler_stuck_behind_a_table_lock_exits_within_10_s() {
     let (orbit, creds, sub) = OrbitDev::subscribed(30_000, 5, "stop-table-lock").await;
     let db = TestDb::initialized().await;
-    let mut consume = Consume::start(
-        &orbit,
-        &creds,
-        &dsn_for(&db.name),
-        &sub,
-        "task-result-view",
-        &[],
-    );
+    let mut consume = Consume::on_test_db(&orbit, &creds, &db, &sub, &[]);
     wait_for_log(&consume, "delivery stream open").await;
 
     let pool = db.pool().await;

@@ -184,6 +184,12 @@ pub enum ConsumerError {
         /// The configured queue.
         expected: QueueId,
     },
+    /// Orbit knows no such subscription (`404 subscription_not_found`).
+    #[error("subscription {subscription} does not exist (Orbit answered 404 subscription_not_found); check ORBIT_SUBSCRIPTION_ID")]
+    UnknownSubscription {
+        /// The subscription.
+        subscription: SubscriptionId,
+    },
     /// Orbit refused or could not be reached.
     #[error("{0}")]
     Orbit(#[from] OrbitError),
@@ -195,7 +201,9 @@ impl ConsumerError {
     /// its scopes or the subscription id (401, 403, 404).
     pub fn is_configuration(&self) -> bool {
         match self {
-            ConsumerError::QueueMismatch { .. } | ConsumerError::OtherQueue { .. } => true,
+            ConsumerError::QueueMismatch { .. }
+            | ConsumerError::OtherQueue { .. }
+            | ConsumerError::UnknownSubscription { .. } => true,
             ConsumerError::Orbit(e) => e.is_refusal(),
         }
     }
@@ -287,6 +295,9 @@ impl Consumer {
                         expected: expected_queue.clone(),
                     })
                 }
+                Err(e) if e.code() == Some("subscription_not_found") => {
+                    return Err(ConsumerError::UnknownSubscription { subscription })
+                }
                 Err(e) => return Err(e.into()),
             }
         };
@@ -346,6 +357,10 @@ impl Consumer {
         let mut breaker = Breaker::new(self.probe.clone(), &self.options, self.health.clone());
         let idle = self.options.stream_idle_timeout;
         let mut fatal = None;
+        // Series that exist from the start read 0, not "absent", on a
+        // dashboard.
+        metrics::counter!(telemetry::STREAM_RECONNECTS).increment(0);
+        metrics::gauge!(telemetry::IN_FLIGHT).set(0.0);
         tokio::pin!(shutdown);
 
         loop {

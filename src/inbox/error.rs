@@ -382,3 +382,52 @@ pub(crate) fn commit_error(e: sqlx::Error) -> InboxError {
         _ => InboxError::CommitUnconfirmed,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn io(kind: std::io::ErrorKind) -> DbError {
+        DbError::from(sqlx::Error::Io(std::io::Error::from(kind)))
+    }
+
+    #[test]
+    fn only_a_database_that_cannot_be_reached_is_unavailable() {
+        let refused = io(std::io::ErrorKind::ConnectionRefused);
+        assert!(refused.is_unavailable());
+        assert!(DbError::pool_timeout().is_unavailable());
+        assert!(InboxError::Database(refused).is_unavailable());
+        for about_one_delivery in [
+            InboxError::Database(DbError::of(DbErrorKind::Deadlock)),
+            InboxError::Database(DbError::of(DbErrorKind::LockWaitTimeout)),
+            InboxError::Conflict(Conflict::VersionTaken {
+                task_id: TaskId::parse("0123456789abcdef0123456789abcdef").unwrap(),
+                version: 1,
+            }),
+            InboxError::Rejected(EventError::Malformed {
+                field: "id",
+                problem: "is missing",
+            }),
+            InboxError::Timeout,
+            InboxError::CommitUnconfirmed,
+        ] {
+            assert!(!about_one_delivery.is_unavailable(), "{about_one_delivery}");
+        }
+    }
+
+    #[test]
+    fn connection_failures_say_what_happened_without_the_server_text() {
+        assert_eq!(
+            io(std::io::ErrorKind::ConnectionRefused).to_string(),
+            "database connection failed: connection refused (is the server running, and on this host and port?)"
+        );
+        assert_eq!(
+            io(std::io::ErrorKind::ConnectionReset).to_string(),
+            "database connection failed: connection reset by the server"
+        );
+        assert_eq!(
+            DbError::connect_timeout().to_string(),
+            "database connection failed: connection timed out"
+        );
+    }
+}

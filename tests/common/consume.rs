@@ -47,6 +47,19 @@ impl Consume {
         }
     }
 
+    /// `receiver consume` with the default receiver name on a test
+    /// database, as most tests run it.
+    pub fn on_test_db(
+        orbit: &OrbitDev,
+        creds: &QueueCredentials,
+        db: &super::TestDb,
+        sub: &SubscriptionId,
+        extra: &[(&str, &str)],
+    ) -> Consume {
+        let dsn = super::dsn_for(&db.name);
+        Consume::start(orbit, creds, &dsn, sub, "task-result-view", extra)
+    }
+
     /// SIGTERM, as a service manager would send it; waits for the exit.
     pub fn terminate(&mut self) -> std::process::ExitStatus {
         sigterm(self.child.id());

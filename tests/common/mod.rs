@@ -86,6 +86,68 @@ impl TestDb {
             .expect("connect store")
     }
 
+    /// Inserts the inbox row of `event` for the default receiver name in a
+    /// transaction left open: a consumer's INSERT of the same event waits
+    /// on its key until the returned transaction ends (roll it back).
+    pub async fn hold_inbox_key(
+        &self,
+        queue_id: &str,
+        event_id: &str,
+    ) -> sqlx::Transaction<'static, sqlx::MySql> {
+        let mut blocker = self.pool().await.begin().await.unwrap();
+        sqlx::query(
+            "INSERT INTO receiver_inbox (consumer_name, queue_id, event_id, event_digest, \
+             event_canonical, applied, received_at) VALUES (?, ?, ?, ?, '{}', 1, UTC_TIMESTAMP(6))",
+        )
+        .bind(ReceiverName::DEFAULT)
+        .bind(queue_id)
+        .bind(event_id)
+        .bind("0".repeat(64))
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+        blocker
+    }
+
+    /// A foreign key from the task views to the inbox, which `schema.sql`
+    /// never creates: for proving that the count is measured.
+    pub async fn add_foreign_key(&self) {
+        sqlx::query(
+            "ALTER TABLE receiver_task_views ADD CONSTRAINT added_by_hand FOREIGN KEY \
+             (consumer_name, queue_id, last_event_id) \
+             REFERENCES receiver_inbox (consumer_name, queue_id, event_id)",
+        )
+        .execute(&self.pool().await)
+        .await
+        .unwrap();
+    }
+
+    /// A new account with a password and exactly `grants` (`{db}` stands
+    /// for this database's name); returns (user, password).
+    pub async fn user_with(&self, grants: &[&str]) -> (String, String) {
+        let user = format!("ri_{}", random_hex(4));
+        let password = format!("pw-{}", random_hex(8));
+        sqlx::query(&format!(
+            "CREATE USER '{user}'@'%' IDENTIFIED BY '{password}'"
+        ))
+        .execute(&self.admin)
+        .await
+        .unwrap();
+        for grant in grants {
+            let grant = grant.replace("{db}", &self.name);
+            sqlx::query(&format!("GRANT {grant} TO '{user}'@'%'"))
+                .execute(&self.admin)
+                .await
+                .unwrap();
+        }
+        (user, password)
+    }
+
+    /// This database's URL for `user`.
+    pub fn dsn_of(&self, user: &str, password: &str) -> String {
+        dsn_for(&self.name).replacen("root@", &format!("{user}:{password}@"), 1)
+    }
+
     /// A plain pool on this database, for reading what was committed.
     pub async fn pool(&self) -> MySqlPool {
         MySqlPool::connect_with(self.dsn.connect_options())
