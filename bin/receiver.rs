@@ -21,12 +21,16 @@ use result_inbox::consumer::{ConsumerOptions, Health};
 use result_inbox::demo::{self, DemoOptions};
 use result_inbox::digest::{self, MAX_EVENT_BYTES};
 use result_inbox::dsn::Dsn;
+use result_inbox::event::{EventId, EventType, TaskId};
 use result_inbox::health::{self, Endpoint};
 use result_inbox::ids::SubscriptionId;
-use result_inbox::inbox::{InboxStore, StoreOptions};
+use result_inbox::inbox::{mysql_errno, DbError, DbErrorKind, InboxStore, StoreOptions};
+use result_inbox::inspect::{self, Inspect};
 use result_inbox::orbit::{OrbitClient, Token};
 use result_inbox::schema;
 use result_inbox::scope::{InboxScope, ReceiverName};
+use result_inbox::subscribe::{self, SubscribeError};
+use result_inbox::{stats, verify};
 
 /// Timeout of every single call to Orbit.
 const ORBIT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -121,6 +125,45 @@ enum Command {
         #[arg(long)]
         demo: bool,
     },
+    /// Create a subscription on the configured queue for the given event
+    /// types and print `subscription=<32 hex>`, the ORBIT_SUBSCRIPTION_ID of
+    /// `consume`. Needs events:manage.
+    Subscribe {
+        #[command(flatten)]
+        orbit: OrbitArgs,
+        /// Comma-separated event types, e.g. task.cancelled,task.succeeded.
+        /// Default: all five (task.submitted, task.succeeded, task.failed,
+        /// task.cancelled, task.needs_review).
+        #[arg(long)]
+        events: Option<String>,
+    },
+    /// Read both tables once and check that they agree: digests, canonical
+    /// texts, events, each view against its events. One line per problem
+    /// (ids only), a summary line last; exit 0 when ok, 1 otherwise. Needs
+    /// only SELECT; a consistent snapshot, no locks.
+    Verify {
+        #[command(flatten)]
+        database: DatabaseArgs,
+    },
+    /// Sizes and growth of both tables for capacity planning: rows, bytes,
+    /// oldest and newest receipt, events per day (30 days), applied vs
+    /// stale, event sizes, growth per day. Needs only SELECT.
+    Stats {
+        #[command(flatten)]
+        database: DatabaseArgs,
+        /// One JSON object instead of key=value lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show what is stored about one event or one task (ids, digest,
+    /// applied, version, state, times, result size; never a result unless
+    /// --show-canonical). Exit 1 when nothing is stored. Needs only SELECT.
+    Inspect {
+        #[command(flatten)]
+        database: DatabaseArgs,
+        #[command(subcommand)]
+        what: InspectWhat,
+    },
     /// Print the SHA-256 of a JSON document's canonical form, as the inbox
     /// stores it (`sha256=<64 hex>`), to investigate conflicts.
     Digest {
@@ -129,10 +172,32 @@ enum Command {
     },
 }
 
-/// What `demo`, `consume` and `check` need: Orbit, the receiver's database
-/// and name.
+#[derive(Subcommand)]
+enum InspectWhat {
+    /// The inbox rows of one event id (in every receiver name and queue).
+    Event {
+        /// The event id (32 hex).
+        id: String,
+        /// Also print the stored canonical event. It contains the task's
+        /// result, which may be confidential.
+        #[arg(long)]
+        show_canonical: bool,
+    },
+    /// The view of one task and all its inbox rows, in version order (scans
+    /// the inbox).
+    Task {
+        /// The task id (32 hex).
+        id: String,
+        /// Also print each stored canonical event. They contain the task's
+        /// results, which may be confidential.
+        #[arg(long)]
+        show_canonical: bool,
+    },
+}
+
+/// Where Orbit is and who the receiver is there.
 #[derive(Args)]
-struct Receiver {
+struct OrbitArgs {
     /// Orbit's base URL (http:// only on loopback; https:// in production).
     /// Overrides the credentials file's orbit_url.
     #[arg(long, env = "ORBIT_URL")]
@@ -151,6 +216,41 @@ struct Receiver {
     /// certificate, trusted besides Mozilla's root certificates for https://.
     #[arg(long, env = "ORBIT_CA_FILE")]
     orbit_ca_file: Option<PathBuf>,
+}
+
+impl OrbitArgs {
+    fn resolve(self) -> Result<OrbitSettings, String> {
+        let orbit = OrbitSource {
+            url: self.orbit_url,
+            credentials_file: self.credentials_file,
+            token: self.token.map(Token::new),
+            queue_id: self.queue_id,
+            ca_file: self.orbit_ca_file,
+        }
+        .resolve()
+        .map_err(|e| e.to_string())?;
+        if !orbit.url.is_tls() && !orbit.url.is_loopback() {
+            tracing::warn!(url = %orbit.url, "plain http:// to a non-loopback host: tokens and results travel unencrypted; use https://");
+        }
+        Ok(orbit)
+    }
+}
+
+/// The receiver's own database, for the tools that need nothing else.
+#[derive(Args)]
+struct DatabaseArgs {
+    /// The receiver's own database, e.g. mysql://receiver@127.0.0.1:3306/receiver;
+    /// must name the database. SELECT on the two tables is enough.
+    #[arg(long, env = "ORBIT_RECEIVER_DSN", hide_env_values = true)]
+    dsn: Option<String>,
+}
+
+/// What `demo`, `consume` and `check` need: Orbit, the receiver's database
+/// and name.
+#[derive(Args)]
+struct Receiver {
+    #[command(flatten)]
+    orbit: OrbitArgs,
     /// The receiver's own database; must name the database.
     #[arg(long, env = "ORBIT_RECEIVER_DSN", hide_env_values = true)]
     dsn: Option<String>,
@@ -190,18 +290,7 @@ impl Receiver {
         let dsn = required_dsn(self.dsn)?;
         let name =
             ReceiverName::parse(&self.receiver_name).map_err(|e| format!("RECEIVER_NAME: {e}"))?;
-        let orbit = OrbitSource {
-            url: self.orbit_url,
-            credentials_file: self.credentials_file,
-            token: self.token.map(Token::new),
-            queue_id: self.queue_id,
-            ca_file: self.orbit_ca_file,
-        }
-        .resolve()
-        .map_err(|e| e.to_string())?;
-        if !orbit.url.is_tls() && !orbit.url.is_loopback() {
-            tracing::warn!(url = %orbit.url, "plain http:// to a non-loopback host: tokens and results travel unencrypted; use https://");
-        }
+        let orbit = self.orbit.resolve()?;
         Ok(Resolved { orbit, dsn, name })
     }
 }
@@ -228,6 +317,10 @@ fn main() -> ExitCode {
             subscription_id,
             demo,
         } => run_check(receiver, subscription_id, demo),
+        Command::Subscribe { orbit, events } => run_subscribe(orbit, events),
+        Command::Verify { database } => run_verify(database),
+        Command::Stats { database, json } => run_stats(database, json),
+        Command::Inspect { database, what } => run_inspect(database, what),
     }
 }
 
@@ -508,6 +601,170 @@ fn run_check(receiver: Receiver, subscription_id: Option<String>, demo: bool) ->
         ExitCode::SUCCESS
     } else {
         ExitCode::from(EXIT_FAILED)
+    }
+}
+
+fn run_subscribe(orbit: OrbitArgs, events: Option<String>) -> ExitCode {
+    let types = match events.as_deref().map(subscribe::event_types) {
+        None => EventType::ALL.to_vec(),
+        Some(Ok(types)) => types,
+        Some(Err(e)) => return fail(EXIT_CONFIG, format!("--events: {e}")),
+    };
+    let orbit = match orbit.resolve() {
+        Ok(o) => o,
+        Err(e) => return fail(EXIT_CONFIG, e),
+    };
+    let client = match orbit_client(&orbit) {
+        Ok(c) => c,
+        Err(e) => return fail(EXIT_CONFIG, e),
+    };
+    match runtime().block_on(subscribe::run(&client, &orbit.queue_id, &types)) {
+        Ok(id) => {
+            println!("subscription={id}");
+            ExitCode::SUCCESS
+        }
+        Err(e @ SubscribeError::OtherQueue { .. }) => fail(EXIT_CONFIG, e),
+        Err(SubscribeError::Orbit(e)) if e.is_refusal() => fail(EXIT_CONFIG, e),
+        Err(e) => fail(EXIT_FAILED, e),
+    }
+}
+
+/// The exit code of a database failure: the configuration's to fix (a
+/// refused login, an unknown database, a missing grant) or a failure.
+fn database_failure(what: &str, e: DbError) -> ExitCode {
+    let configuration = e.kind() == DbErrorKind::PermissionDenied
+        || e.number() == Some(mysql_errno::BAD_DB)
+        || e.number() == Some(mysql_errno::NO_SUCH_TABLE);
+    let code = if configuration {
+        EXIT_CONFIG
+    } else {
+        EXIT_FAILED
+    };
+    fail(code, format!("{what}: database: {e}"))
+}
+
+/// `receiver verify`'s progress bar on stderr (drawn only on a terminal)
+/// and its findings on stdout.
+struct VerifyProgress {
+    bar: indicatif::ProgressBar,
+}
+
+impl verify::Report for VerifyProgress {
+    fn total(&mut self, rows: u64) {
+        self.bar.set_length(rows);
+    }
+
+    fn advance(&mut self, rows: u64) {
+        self.bar.inc(rows);
+    }
+
+    fn finding(&mut self, finding: verify::Finding) {
+        self.bar.suspend(|| println!("{finding}"));
+    }
+}
+
+fn run_verify(database: DatabaseArgs) -> ExitCode {
+    let dsn = match required_dsn(database.dsn) {
+        Ok(dsn) => dsn,
+        Err(e) => return fail(EXIT_CONFIG, e),
+    };
+    let bar =
+        indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr());
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} rows {per_sec} {eta}")
+            .expect("a valid template"),
+    );
+    let mut progress = VerifyProgress { bar };
+    let outcome = runtime().block_on(verify::run(&dsn, &mut progress));
+    progress.bar.finish_and_clear();
+    match outcome {
+        Ok(summary) => {
+            println!("{summary}");
+            if summary.ok() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(EXIT_FAILED)
+            }
+        }
+        Err(e) => database_failure("verify", e),
+    }
+}
+
+fn run_stats(database: DatabaseArgs, json: bool) -> ExitCode {
+    let dsn = match required_dsn(database.dsn) {
+        Ok(dsn) => dsn,
+        Err(e) => return fail(EXIT_CONFIG, e),
+    };
+    match runtime().block_on(stats::run(&dsn)) {
+        Ok(stats) if json => {
+            println!(
+                "{}",
+                serde_json::to_string(&stats).expect("stats serialize")
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(stats) => {
+            for line in stats.lines() {
+                println!("{line}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => database_failure("stats", e),
+    }
+}
+
+fn run_inspect(database: DatabaseArgs, what: InspectWhat) -> ExitCode {
+    let dsn = match required_dsn(database.dsn) {
+        Ok(dsn) => dsn,
+        Err(e) => return fail(EXIT_CONFIG, e),
+    };
+    let runtime = runtime();
+    match what {
+        InspectWhat::Event { id, show_canonical } => {
+            let Some(id) = EventId::parse(&id) else {
+                return fail(
+                    EXIT_CONFIG,
+                    "the event id must be 32 lowercase hexadecimal characters",
+                );
+            };
+            let options = Inspect { show_canonical };
+            match runtime.block_on(inspect::event(&dsn, &id)) {
+                Ok(rows) if rows.is_empty() => {
+                    fail(EXIT_FAILED, format!("no inbox row for event {id}"))
+                }
+                Ok(rows) => {
+                    for line in rows.iter().flat_map(|r| r.lines(options)) {
+                        println!("{line}");
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => database_failure("inspect", e),
+            }
+        }
+        InspectWhat::Task { id, show_canonical } => {
+            let Some(id) = TaskId::parse(&id) else {
+                return fail(
+                    EXIT_CONFIG,
+                    "the task id must be 32 lowercase hexadecimal characters",
+                );
+            };
+            let options = Inspect { show_canonical };
+            match runtime.block_on(inspect::task(&dsn, &id)) {
+                Ok(report) if report.views.is_empty() && report.events.is_empty() => {
+                    fail(EXIT_FAILED, format!("nothing stored for task {id}"))
+                }
+                Ok(report) => {
+                    for view in &report.views {
+                        println!("{}", view.line);
+                    }
+                    for line in report.events.iter().flat_map(|r| r.lines(options)) {
+                        println!("{line}");
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => database_failure("inspect", e),
+            }
+        }
     }
 }
 

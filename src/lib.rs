@@ -37,6 +37,9 @@
 //! * `check` and `consume` (feature `mysql`) — the self-check every command
 //!   runs before it leases anything, and the `receiver consume` flow.
 //! * `demo` (feature `mysql`) — the `receiver demo` flow.
+//! * [`subscribe`], and `verify`, `stats`, `inspect` (feature `mysql`) — the
+//!   operator tools: create the subscription, check the tables' agreement,
+//!   size them for capacity planning, look at one event or task.
 //! * `health` (feature `cli`) — the `/metrics`, `/healthz` and `/readyz`
 //!   endpoint of the `receiver` binary.
 //! * `schema` and `dsn` (feature `mysql`) — `schema.sql` and the one-time
@@ -54,6 +57,7 @@ pub mod event;
 pub mod ids;
 pub mod orbit;
 pub mod scope;
+pub mod subscribe;
 pub mod telemetry;
 
 #[cfg(feature = "mysql")]
@@ -67,9 +71,15 @@ pub mod dsn;
 #[cfg(feature = "mysql")]
 pub mod inbox;
 #[cfg(feature = "mysql")]
+pub mod inspect;
+#[cfg(feature = "mysql")]
 pub mod schema;
 #[cfg(feature = "mysql")]
+pub mod stats;
+#[cfg(feature = "mysql")]
 pub mod task_view;
+#[cfg(feature = "mysql")]
+pub mod verify;
 
 #[cfg(feature = "cli")]
 pub mod health;

@@ -17,7 +17,7 @@ use result_inbox::orbit::{OrbitClient, OrbitUrl, Token};
 use super::{random_hex, write_private};
 
 /// The `target/debug` (or release) directory the test binary runs from.
-fn bin_dir() -> PathBuf {
+pub fn bin_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     exe.parent().and_then(Path::parent).unwrap().to_owned()
 }

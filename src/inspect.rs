@@ -1,0 +1,194 @@
+//! `receiver inspect event <id>` and `receiver inspect task <id>`: what the
+//! receiver stored about one event or one task, in every scope (receiver
+//! name and queue) of the database.
+//!
+//! The lines carry ids, digests, flags, versions, states, times and the
+//! size of a result — never a result. The stored canonical event, which
+//! contains the result, is printed only when the caller asks for it
+//! ([`Inspect::show_canonical`]).
+//!
+//! An event is found by its primary key. A task's inbox rows are found by
+//! the place its id has in the canonical form (`"task":{"id":"…"`), which
+//! scans the inbox: the tables have no index on the task of an event,
+//! because the receiver never needs one.
+
+use sqlx::mysql::{MySqlConnection, MySqlRow};
+use sqlx::{Connection, Row};
+
+use crate::dsn::Dsn;
+use crate::event::{Event, EventId, TaskId};
+use crate::inbox::DbError;
+
+/// What to print.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Inspect {
+    /// Also print the stored canonical event (it contains the result).
+    pub show_canonical: bool,
+}
+
+/// One stored inbox row, as printed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InboxRow {
+    /// Receiver name.
+    pub consumer: String,
+    /// Queue.
+    pub queue: String,
+    /// Event id.
+    pub event: String,
+    /// Stored digest (64 hex).
+    pub digest: String,
+    /// Whether it advanced a view.
+    pub applied: bool,
+    /// When it was received (UTC).
+    pub received_at: String,
+    /// The stored canonical text.
+    canonical: String,
+    /// The event read from it (`None` if the stored text is damaged).
+    parsed: Option<Event>,
+}
+
+impl InboxRow {
+    /// The task version the event carries (0 when unreadable).
+    pub fn version(&self) -> u64 {
+        self.parsed.as_ref().map_or(0, |e| e.task().version)
+    }
+
+    /// The row as one line, and the canonical text on a line of its own
+    /// when asked for.
+    pub fn lines(&self, options: Inspect) -> Vec<String> {
+        let described = match &self.parsed {
+            Some(e) => format!(
+                "type={} task={} version={} state={} occurred_at={} result_bytes={}",
+                e.event_type().as_str(),
+                e.task().id,
+                e.task().version,
+                e.task().state.as_str(),
+                e.occurred_at(),
+                e.task()
+                    .result
+                    .as_ref()
+                    .map_or_else(|| "none".to_owned(), |r| r.len().to_string()),
+            ),
+            None => "stored_text=unreadable (run receiver verify)".to_owned(),
+        };
+        let mut lines = vec![format!(
+            "inbox consumer={} queue={} event={} digest=sha256:{} applied={} received_at={} {described}",
+            self.consumer, self.queue, self.event, self.digest, self.applied, self.received_at
+        )];
+        if options.show_canonical {
+            lines.push(format!("canonical={}", self.canonical));
+        }
+        lines
+    }
+}
+
+/// One stored task view, as printed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ViewRow {
+    /// The line (no result).
+    pub line: String,
+}
+
+/// What `inspect task` found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskReport {
+    /// The task's views, one per scope.
+    pub views: Vec<ViewRow>,
+    /// The task's inbox rows, in version order (then receive time).
+    pub events: Vec<InboxRow>,
+}
+
+const INBOX_COLUMNS: &str = "consumer_name, queue_id, event_id, event_digest, applied, \
+     CAST(received_at AS CHAR), event_canonical";
+
+fn text(row: &MySqlRow, i: usize) -> Result<String, DbError> {
+    let bytes: Vec<u8> = row.try_get(i).map_err(DbError::from)?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+fn inbox_row(row: &MySqlRow) -> Result<InboxRow, DbError> {
+    let canonical = text(row, 6)?;
+    Ok(InboxRow {
+        consumer: text(row, 0)?,
+        queue: text(row, 1)?,
+        event: text(row, 2)?,
+        digest: text(row, 3)?,
+        applied: row.try_get(4).map_err(DbError::from)?,
+        received_at: row.try_get(5).map_err(DbError::from)?,
+        parsed: Event::from_json(canonical.as_bytes()).ok(),
+        canonical,
+    })
+}
+
+async fn connect(dsn: &Dsn) -> Result<MySqlConnection, DbError> {
+    Ok(MySqlConnection::connect_with(&dsn.connect_options()).await?)
+}
+
+/// The inbox rows of one event id, in every scope.
+pub async fn event(dsn: &Dsn, id: &EventId) -> Result<Vec<InboxRow>, DbError> {
+    let mut conn = connect(dsn).await?;
+    let rows = sqlx::query(&format!(
+        "SELECT {INBOX_COLUMNS} FROM receiver_inbox WHERE event_id = ? \
+         ORDER BY consumer_name, queue_id"
+    ))
+    .bind(id.as_str())
+    .fetch_all(&mut conn)
+    .await?;
+    let _ = conn.close().await;
+    rows.iter().map(inbox_row).collect()
+}
+
+/// The views of one task and all its inbox rows, in every scope.
+pub async fn task(dsn: &Dsn, id: &TaskId) -> Result<TaskReport, DbError> {
+    let mut conn = connect(dsn).await?;
+    let views = sqlx::query(
+        "SELECT consumer_name, queue_id, task_id, task_version, last_event_id, last_state, \
+         LENGTH(last_result), applied_events, CAST(created_at AS CHAR), CAST(updated_at AS CHAR) \
+         FROM receiver_task_views WHERE task_id = ? ORDER BY consumer_name, queue_id",
+    )
+    .bind(id.as_str())
+    .fetch_all(&mut conn)
+    .await?;
+    let views = views
+        .iter()
+        .map(|row| {
+            let version: u64 = row.try_get(3).map_err(DbError::from)?;
+            let result: Option<i64> = row.try_get(6).map_err(DbError::from)?;
+            let applied: u64 = row.try_get(7).map_err(DbError::from)?;
+            let created: String = row.try_get(8).map_err(DbError::from)?;
+            let updated: String = row.try_get(9).map_err(DbError::from)?;
+            Ok(ViewRow {
+                line: format!(
+                    "view consumer={} queue={} task={} version={version} state={} last_event={} \
+                     applied_events={applied} result_bytes={} created_at={created} updated_at={updated}",
+                    text(row, 0)?,
+                    text(row, 1)?,
+                    text(row, 2)?,
+                    text(row, 5)?,
+                    text(row, 4)?,
+                    result.map_or_else(|| "none".to_owned(), |n| n.to_string()),
+                ),
+            })
+        })
+        .collect::<Result<Vec<_>, DbError>>()?;
+    // The canonical form puts the task's id first in its object.
+    let pattern = format!("%\"task\":{{\"id\":\"{}\"%", id.as_str());
+    let rows = sqlx::query(&format!(
+        "SELECT {INBOX_COLUMNS} FROM receiver_inbox WHERE event_canonical LIKE ?"
+    ))
+    .bind(pattern)
+    .fetch_all(&mut conn)
+    .await?;
+    let _ = conn.close().await;
+    let mut events = rows
+        .iter()
+        .map(inbox_row)
+        .collect::<Result<Vec<_>, DbError>>()?;
+    // The pattern could in principle match inside a result; the parsed
+    // event decides.
+    events.retain(|e| e.parsed.as_ref().is_none_or(|p| &p.task().id == id));
+    events.sort_by(|a, b| {
+        (a.version(), &a.received_at, &a.event).cmp(&(b.version(), &b.received_at, &b.event))
+    });
+    Ok(TaskReport { views, events })
+}

@@ -1,0 +1,196 @@
+//! `receiver stats`: what capacity planning for a table that is never
+//! cleaned needs — how big both tables are, how fast the inbox grows, and
+//! what one event costs. `docs/operations.md` says how to read it.
+//!
+//! Reads only (`SELECT` on the two tables and `information_schema`); the
+//! inbox is scanned twice (totals, then the last 30 days), so on a large
+//! table it takes as long as two full scans.
+
+use serde::Serialize;
+use sqlx::mysql::MySqlConnection;
+use sqlx::{Connection, Executor, Row};
+
+use crate::dsn::Dsn;
+use crate::inbox::DbError;
+use crate::schema::TABLES;
+
+/// Days of daily counts reported, today (UTC) included.
+pub const DAYS: u32 = 30;
+
+/// The statistics of both tables.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Stats {
+    /// Size of each table.
+    pub tables: Vec<TableSize>,
+    /// The oldest `received_at` in the inbox (UTC), if any row.
+    pub oldest_received_at: Option<String>,
+    /// The newest `received_at` in the inbox (UTC), if any row.
+    pub newest_received_at: Option<String>,
+    /// Inbox rows that advanced a view.
+    pub applied: u64,
+    /// Inbox rows of older versions, recorded without advancing a view.
+    pub stale: u64,
+    /// Average length of a stored canonical event, in bytes.
+    pub average_event_bytes: f64,
+    /// Longest stored canonical event, in bytes.
+    pub largest_event_bytes: u64,
+    /// Events received per UTC day over the last [`DAYS`] days, oldest
+    /// first, days without events included.
+    pub events_per_day: Vec<DayCount>,
+    /// Inbox bytes (data and indexes) per row.
+    pub inbox_bytes_per_event: f64,
+    /// Average events per day over the last [`DAYS`] days.
+    pub average_events_per_day: f64,
+    /// Expected growth of the inbox per day at that rate, in bytes
+    /// (bytes per row × events per day).
+    pub growth_bytes_per_day: f64,
+}
+
+/// How big one table is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TableSize {
+    /// The table.
+    pub table: &'static str,
+    /// Rows, counted exactly.
+    pub rows: u64,
+    /// Data bytes as the server reports them (InnoDB: an estimate, pages
+    /// allocated, refreshed by the server's statistics).
+    pub data_bytes: u64,
+    /// Index bytes as the server reports them (InnoDB: the secondary
+    /// indexes; the receiver's tables have none, the primary key is the
+    /// data).
+    pub index_bytes: u64,
+}
+
+/// Events received on one UTC day.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DayCount {
+    /// `YYYY-MM-DD`.
+    pub day: String,
+    /// Inbox rows received that day.
+    pub events: u64,
+}
+
+impl Stats {
+    /// The text report: one `key=value` line per fact.
+    pub fn lines(&self) -> Vec<String> {
+        let mut lines: Vec<String> = self
+            .tables
+            .iter()
+            .map(|t| {
+                format!(
+                    "table={} rows={} data_bytes={} index_bytes={}",
+                    t.table, t.rows, t.data_bytes, t.index_bytes
+                )
+            })
+            .collect();
+        lines.push(format!(
+            "received_at oldest={} newest={}",
+            self.oldest_received_at.as_deref().unwrap_or("-"),
+            self.newest_received_at.as_deref().unwrap_or("-")
+        ));
+        lines.push(format!(
+            "inbox applied={} stale={}",
+            self.applied, self.stale
+        ));
+        lines.push(format!(
+            "event_bytes average={:.0} largest={}",
+            self.average_event_bytes, self.largest_event_bytes
+        ));
+        lines.extend(
+            self.events_per_day
+                .iter()
+                .map(|d| format!("day={} events={}", d.day, d.events)),
+        );
+        lines.push(format!(
+            "growth bytes_per_event={:.0} events_per_day={:.1} bytes_per_day={:.0}",
+            self.inbox_bytes_per_event, self.average_events_per_day, self.growth_bytes_per_day
+        ));
+        lines
+    }
+}
+
+/// Reads the statistics of the receiver's tables in the DSN's database.
+pub async fn run(dsn: &Dsn) -> Result<Stats, DbError> {
+    let mut conn = MySqlConnection::connect_with(&dsn.connect_options()).await?;
+    // MySQL 8 caches table sizes for a day by default; ask for current
+    // ones. MariaDB has no such variable (and no such cache).
+    let _ = conn
+        .execute("SET SESSION information_schema_stats_expiry = 0")
+        .await;
+    let mut tables = Vec::new();
+    for table in TABLES {
+        tables.push(table_size(&mut conn, table).await?);
+    }
+
+    let totals = sqlx::query(
+        "SELECT CAST(COALESCE(SUM(applied), 0) AS UNSIGNED), \
+         CAST(COUNT(*) - COALESCE(SUM(applied), 0) AS UNSIGNED), \
+         CAST(MIN(received_at) AS CHAR), CAST(MAX(received_at) AS CHAR), \
+         CAST(COALESCE(AVG(LENGTH(event_canonical)), 0) AS DOUBLE), \
+         CAST(COALESCE(MAX(LENGTH(event_canonical)), 0) AS UNSIGNED) \
+         FROM receiver_inbox",
+    )
+    .fetch_one(&mut conn)
+    .await?;
+    let events_per_day: Vec<DayCount> = sqlx::query_as::<_, (String, u64)>(
+        "WITH RECURSIVE days (n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM days WHERE n < ?) \
+         SELECT CAST(UTC_DATE() - INTERVAL days.n DAY AS CHAR), \
+                CAST(COALESCE(counted.events, 0) AS UNSIGNED) \
+         FROM days LEFT JOIN ( \
+           SELECT DATE(received_at) AS day, COUNT(*) AS events FROM receiver_inbox \
+           WHERE received_at >= UTC_DATE() - INTERVAL ? DAY GROUP BY DATE(received_at) \
+         ) AS counted ON counted.day = UTC_DATE() - INTERVAL days.n DAY \
+         ORDER BY days.n DESC",
+    )
+    .bind(DAYS - 1)
+    .bind(DAYS - 1)
+    .fetch_all(&mut conn)
+    .await?
+    .into_iter()
+    .map(|(day, events)| DayCount { day, events })
+    .collect();
+    let _ = conn.close().await;
+
+    let inbox = &tables[0];
+    let inbox_bytes_per_event = if inbox.rows == 0 {
+        0.0
+    } else {
+        (inbox.data_bytes + inbox.index_bytes) as f64 / inbox.rows as f64
+    };
+    let average_events_per_day =
+        events_per_day.iter().map(|d| d.events).sum::<u64>() as f64 / f64::from(DAYS);
+    Ok(Stats {
+        oldest_received_at: totals.try_get(2).map_err(DbError::from)?,
+        newest_received_at: totals.try_get(3).map_err(DbError::from)?,
+        applied: totals.try_get(0).map_err(DbError::from)?,
+        stale: totals.try_get(1).map_err(DbError::from)?,
+        average_event_bytes: totals.try_get(4).map_err(DbError::from)?,
+        largest_event_bytes: totals.try_get(5).map_err(DbError::from)?,
+        events_per_day,
+        inbox_bytes_per_event,
+        average_events_per_day,
+        growth_bytes_per_day: inbox_bytes_per_event * average_events_per_day,
+        tables,
+    })
+}
+
+async fn table_size(conn: &mut MySqlConnection, table: &'static str) -> Result<TableSize, DbError> {
+    let rows: i64 = sqlx::query_scalar(&format!("SELECT COUNT(*) FROM {table}"))
+        .fetch_one(&mut *conn)
+        .await?;
+    let (data_bytes, index_bytes): (u64, u64) = sqlx::query_as(
+        "SELECT CAST(COALESCE(DATA_LENGTH, 0) AS UNSIGNED), CAST(COALESCE(INDEX_LENGTH, 0) AS UNSIGNED) \
+         FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?",
+    )
+    .bind(table)
+    .fetch_optional(&mut *conn)
+    .await?
+    .unwrap_or((0, 0));
+    Ok(TableSize {
+        table,
+        rows: rows as u64,
+        data_bytes,
+        index_bytes,
+    })
+}

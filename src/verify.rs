@@ -1,0 +1,530 @@
+//! `receiver verify`: read both tables once and check that they agree with
+//! each other and with the rules the inbox writes them by, the way
+//! `pg_amcheck` checks a database: one finding per line, a summary last.
+//!
+//! Checks:
+//!
+//! 1. every inbox row: its digest is the SHA-256 of its stored canonical
+//!    text, that text is in canonical form, and it is a valid event with
+//!    this row's queue and event id;
+//! 2. every task view: its `last_event_id` is an applied inbox row of the
+//!    same task with the view's version and state;
+//! 3. every task: `applied_events` equals the number of its applied inbox
+//!    rows, no applied inbox row has a version above the view's, and no
+//!    applied inbox row lacks a view.
+//!
+//! Everything runs on one connection inside one read-only `REPEATABLE READ`
+//! transaction with a consistent snapshot, so a verify of a database that
+//! consumers are writing to sees one moment, not a mix; it takes no locks
+//! and needs only `SELECT`. The tables are read in primary-key order in
+//! pages of [`PAGE_ROWS`]; the per-task totals of check 3 are summed by the
+//! server and streamed, so the verifier's memory does not grow with the
+//! number of events. Findings carry ids, never bodies.
+
+use std::fmt;
+
+use futures::TryStreamExt;
+use sha2::{Digest as _, Sha256};
+use sqlx::mysql::MySqlConnection;
+use sqlx::{Connection, Executor, Row};
+
+use crate::digest;
+use crate::dsn::Dsn;
+use crate::event::{Event, TaskId};
+use crate::inbox::DbError;
+
+/// Rows read per page.
+pub const PAGE_ROWS: u32 = 1_000;
+
+/// One inconsistency.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    /// What kind of damage, a stable word (see [`Kind`]).
+    pub kind: Kind,
+    /// The receiver name of the row.
+    pub consumer: String,
+    /// The queue of the row.
+    pub queue: String,
+    /// The event, when the finding is about one.
+    pub event: Option<String>,
+    /// The task, when the finding is about one.
+    pub task: Option<String>,
+    /// What exactly is wrong (ids and numbers only).
+    pub detail: String,
+}
+
+/// The kinds of inconsistency.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Kind {
+    /// The stored digest is not the SHA-256 of the stored canonical text.
+    DigestMismatch,
+    /// The stored text is not in canonical form (or not strict JSON).
+    NotCanonical,
+    /// The stored text is not a valid event of this row's queue and id.
+    InvalidEvent,
+    /// A view's last event has no inbox row.
+    LastEventMissing,
+    /// A view's last event is an inbox row that did not advance a view.
+    LastEventNotApplied,
+    /// A view's last event is of another task, version or state.
+    LastEventMismatch,
+    /// `applied_events` differs from the task's applied inbox rows.
+    AppliedEventsMismatch,
+    /// An applied inbox row has a higher version than its task's view.
+    ViewBehindEvent,
+    /// An applied inbox row's task has no view.
+    ViewMissing,
+}
+
+impl Kind {
+    /// The stable word printed for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::DigestMismatch => "digest_mismatch",
+            Kind::NotCanonical => "not_canonical",
+            Kind::InvalidEvent => "invalid_event",
+            Kind::LastEventMissing => "last_event_missing",
+            Kind::LastEventNotApplied => "last_event_not_applied",
+            Kind::LastEventMismatch => "last_event_mismatch",
+            Kind::AppliedEventsMismatch => "applied_events_mismatch",
+            Kind::ViewBehindEvent => "view_behind_event",
+            Kind::ViewMissing => "view_missing",
+        }
+    }
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "problem={} consumer={} queue={}",
+            self.kind.as_str(),
+            self.consumer,
+            self.queue
+        )?;
+        if let Some(task) = &self.task {
+            write!(f, " task={task}")?;
+        }
+        if let Some(event) = &self.event {
+            write!(f, " event={event}")?;
+        }
+        write!(f, ": {}", self.detail)
+    }
+}
+
+/// What a verify read and found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// Inbox rows read.
+    pub inbox_rows: u64,
+    /// Task view rows read.
+    pub task_views: u64,
+    /// Inconsistencies found.
+    pub problems: u64,
+}
+
+impl Summary {
+    /// Whether nothing was found.
+    pub fn ok(&self) -> bool {
+        self.problems == 0
+    }
+}
+
+impl fmt::Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "verify inbox_rows={} task_views={} problems={} ok={}",
+            self.inbox_rows,
+            self.task_views,
+            self.problems,
+            self.ok()
+        )
+    }
+}
+
+/// Where a verify reports as it goes.
+pub trait Report {
+    /// The number of rows there are to read (both tables), once known.
+    fn total(&mut self, rows: u64);
+    /// `rows` more rows were read.
+    fn advance(&mut self, rows: u64);
+    /// An inconsistency was found.
+    fn finding(&mut self, finding: Finding);
+}
+
+/// Verifies the receiver's tables in the DSN's database.
+pub async fn run(dsn: &Dsn, report: &mut dyn Report) -> Result<Summary, DbError> {
+    let mut conn = MySqlConnection::connect_with(&dsn.connect_options()).await?;
+    conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        .await?;
+    conn.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+        .await?;
+    let mut counting = Counting {
+        inner: report,
+        summary: Summary::default(),
+    };
+    let (inbox, views): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT COUNT(*) FROM receiver_inbox), (SELECT COUNT(*) FROM receiver_task_views)",
+    )
+    .fetch_one(&mut conn)
+    .await?;
+    counting.inner.total((inbox + views) as u64);
+    inbox_rows(&mut conn, &mut counting).await?;
+    task_views(&mut conn, &mut counting).await?;
+    task_totals(&mut conn, &mut counting).await?;
+    conn.execute("ROLLBACK").await?;
+    let _ = conn.close().await;
+    Ok(counting.summary)
+}
+
+struct Counting<'a> {
+    inner: &'a mut dyn Report,
+    summary: Summary,
+}
+
+impl Counting<'_> {
+    fn found(&mut self, finding: Finding) {
+        self.summary.problems += 1;
+        self.inner.finding(finding);
+    }
+}
+
+/// Decodes a text column (binary collation: sqlx sees bytes).
+fn text(row: &sqlx::mysql::MySqlRow, i: usize) -> Result<String, DbError> {
+    let bytes: Vec<u8> = row.try_get(i).map_err(DbError::from)?;
+    String::from_utf8(bytes).map_err(|_| DbError::from(sqlx::Error::Decode("not UTF-8".into())))
+}
+
+/// Check 1, page by page in key order.
+async fn inbox_rows(conn: &mut MySqlConnection, out: &mut Counting<'_>) -> Result<(), DbError> {
+    let mut after: Option<(String, String, String)> = None;
+    loop {
+        let query = match &after {
+            None => sqlx::query(
+                "SELECT consumer_name, queue_id, event_id, event_digest, event_canonical \
+                 FROM receiver_inbox ORDER BY consumer_name, queue_id, event_id LIMIT ?",
+            )
+            .bind(PAGE_ROWS),
+            Some((c, q, e)) => sqlx::query(
+                "SELECT consumer_name, queue_id, event_id, event_digest, event_canonical \
+                 FROM receiver_inbox WHERE (consumer_name, queue_id, event_id) > (?, ?, ?) \
+                 ORDER BY consumer_name, queue_id, event_id LIMIT ?",
+            )
+            .bind(c.clone())
+            .bind(q.clone())
+            .bind(e.clone())
+            .bind(PAGE_ROWS),
+        };
+        let rows = query.fetch_all(&mut *conn).await?;
+        if rows.is_empty() {
+            return Ok(());
+        }
+        for row in &rows {
+            let (consumer, queue, event) = (text(row, 0)?, text(row, 1)?, text(row, 2)?);
+            let stored_digest = text(row, 3)?;
+            let canonical = text(row, 4)?;
+            for (kind, detail) in check_inbox_row(&queue, &event, &stored_digest, &canonical) {
+                out.found(Finding {
+                    kind,
+                    consumer: consumer.clone(),
+                    queue: queue.clone(),
+                    event: Some(event.clone()),
+                    task: None,
+                    detail,
+                });
+            }
+            after = Some((consumer, queue, event));
+        }
+        out.summary.inbox_rows += rows.len() as u64;
+        out.inner.advance(rows.len() as u64);
+    }
+}
+
+/// Check 1 for one row.
+fn check_inbox_row(
+    queue: &str,
+    event: &str,
+    stored_digest: &str,
+    canonical: &str,
+) -> Vec<(Kind, String)> {
+    let mut found = Vec::new();
+    let actual = hex::encode(Sha256::digest(canonical.as_bytes()));
+    if stored_digest != actual {
+        found.push((
+            Kind::DigestMismatch,
+            format!("stored sha256={stored_digest}, the stored text has sha256={actual}"),
+        ));
+    }
+    match digest::canonicalize(canonical.as_bytes()) {
+        Ok(c) if c.as_str() == canonical => {}
+        Ok(_) => found.push((
+            Kind::NotCanonical,
+            "the stored text is not in canonical form".to_owned(),
+        )),
+        Err(e) => found.push((
+            Kind::NotCanonical,
+            format!("the stored text is not strict JSON: {e}"),
+        )),
+    }
+    match Event::from_json(canonical.as_bytes()) {
+        Ok(e) if e.id().as_str() != event => found.push((
+            Kind::InvalidEvent,
+            format!("the stored event has id {}", e.id()),
+        )),
+        Ok(e) if e.queue_id().as_str() != queue => found.push((
+            Kind::InvalidEvent,
+            format!("the stored event is of queue {}", e.queue_id()),
+        )),
+        Ok(_) => {}
+        Err(e) => found.push((Kind::InvalidEvent, format!("not a valid event: {e}"))),
+    }
+    found
+}
+
+/// The facts of one inbox row that a view is checked against.
+struct StoredEvent {
+    applied: bool,
+    task: Option<TaskId>,
+    version: u64,
+    state: String,
+}
+
+/// Check 2, page by page in key order; each page's last events are read by
+/// primary key in one query.
+async fn task_views(conn: &mut MySqlConnection, out: &mut Counting<'_>) -> Result<(), DbError> {
+    let mut after: Option<(String, String, String)> = None;
+    loop {
+        let query = match &after {
+            None => sqlx::query(
+                "SELECT consumer_name, queue_id, task_id, task_version, last_event_id, last_state \
+                 FROM receiver_task_views ORDER BY consumer_name, queue_id, task_id LIMIT ?",
+            )
+            .bind(PAGE_ROWS),
+            Some((c, q, t)) => sqlx::query(
+                "SELECT consumer_name, queue_id, task_id, task_version, last_event_id, last_state \
+                 FROM receiver_task_views WHERE (consumer_name, queue_id, task_id) > (?, ?, ?) \
+                 ORDER BY consumer_name, queue_id, task_id LIMIT ?",
+            )
+            .bind(c.clone())
+            .bind(q.clone())
+            .bind(t.clone())
+            .bind(PAGE_ROWS),
+        };
+        let rows = query.fetch_all(&mut *conn).await?;
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let mut views = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let version: u64 = row.try_get(3).map_err(DbError::from)?;
+            views.push((
+                text(row, 0)?,
+                text(row, 1)?,
+                text(row, 2)?,
+                version,
+                text(row, 4)?,
+                text(row, 5)?,
+            ));
+        }
+        let events = last_events(conn, &views).await?;
+        for (consumer, queue, task, version, last_event, state) in &views {
+            let key = (consumer.clone(), queue.clone(), last_event.clone());
+            let problem = match events.get(&key) {
+                None => Some((Kind::LastEventMissing, "the view's last event has no inbox row".to_owned())),
+                Some(stored) if !stored.applied => Some((
+                    Kind::LastEventNotApplied,
+                    "the view's last event is recorded as not applied".to_owned(),
+                )),
+                Some(stored)
+                    if stored.task.as_ref().map(TaskId::as_str) != Some(task.as_str())
+                        || stored.version != *version
+                        || stored.state != *state =>
+                {
+                    Some((
+                        Kind::LastEventMismatch,
+                        format!(
+                            "the view has version {version} state {state}, its last event version {} state {}{}",
+                            stored.version,
+                            stored.state,
+                            match &stored.task {
+                                Some(t) if t.as_str() != task => format!(" of task {t}"),
+                                _ => String::new(),
+                            }
+                        ),
+                    ))
+                }
+                Some(_) => None,
+            };
+            if let Some((kind, detail)) = problem {
+                out.found(Finding {
+                    kind,
+                    consumer: consumer.clone(),
+                    queue: queue.clone(),
+                    event: Some(last_event.clone()),
+                    task: Some(task.clone()),
+                    detail,
+                });
+            }
+        }
+        out.summary.task_views += views.len() as u64;
+        out.inner.advance(views.len() as u64);
+        let last = views.last().expect("a page has rows");
+        after = Some((last.0.clone(), last.1.clone(), last.2.clone()));
+    }
+}
+
+type ViewRow = (String, String, String, u64, String, String);
+
+/// The inbox rows of the views' last events, by primary key.
+async fn last_events(
+    conn: &mut MySqlConnection,
+    views: &[ViewRow],
+) -> Result<std::collections::HashMap<(String, String, String), StoredEvent>, DbError> {
+    let keys = vec!["(?, ?, ?)"; views.len()].join(", ");
+    let sql = format!(
+        "SELECT consumer_name, queue_id, event_id, applied, event_canonical FROM receiver_inbox \
+         WHERE (consumer_name, queue_id, event_id) IN ({keys})"
+    );
+    let mut query = sqlx::query(&sql);
+    for (consumer, queue, _, _, event, _) in views {
+        query = query.bind(consumer).bind(queue).bind(event);
+    }
+    let mut found = std::collections::HashMap::with_capacity(views.len());
+    for row in query.fetch_all(&mut *conn).await? {
+        let applied: bool = row.try_get(3).map_err(DbError::from)?;
+        let canonical = text(&row, 4)?;
+        // A damaged text was reported by check 1; here it only cannot match.
+        let event = Event::from_json(canonical.as_bytes()).ok();
+        found.insert(
+            (text(&row, 0)?, text(&row, 1)?, text(&row, 2)?),
+            StoredEvent {
+                applied,
+                task: event.as_ref().map(|e| e.task().id.clone()),
+                version: event.as_ref().map_or(0, |e| e.task().version),
+                state: event
+                    .as_ref()
+                    .map_or_else(String::new, |e| e.task().state.as_str().to_owned()),
+            },
+        );
+    }
+    Ok(found)
+}
+
+/// Check 3: the server sums each task's applied inbox rows next to the
+/// task's view (the task of an event is inside its canonical text, read by
+/// the server's JSON parser); the result is streamed row by row.
+async fn task_totals(conn: &mut MySqlConnection, out: &mut Counting<'_>) -> Result<(), DbError> {
+    // A text the server cannot parse has no task here; check 1 reported it.
+    const TOTALS_SQL: &str = "\
+SELECT i.consumer_name, i.queue_id, i.task_id,
+       CAST(SUM(i.applied) AS UNSIGNED),
+       CAST(MAX(CASE WHEN i.applied = 1 THEN i.version ELSE 0 END) AS UNSIGNED),
+       MAX(v.applied_events), MAX(v.task_version), COUNT(v.task_id)
+FROM (
+  SELECT consumer_name, queue_id, applied,
+         CAST(JSON_UNQUOTE(JSON_EXTRACT(event_canonical, '$.task.id')) AS CHAR(32)) COLLATE utf8mb4_bin AS task_id,
+         CAST(JSON_EXTRACT(event_canonical, '$.task.version') AS UNSIGNED) AS version
+  FROM receiver_inbox
+  WHERE JSON_VALID(event_canonical)
+) AS i
+LEFT JOIN receiver_task_views v
+  ON v.consumer_name = i.consumer_name AND v.queue_id = i.queue_id AND v.task_id = i.task_id
+WHERE i.task_id IS NOT NULL
+GROUP BY i.consumer_name, i.queue_id, i.task_id";
+    let mut rows = sqlx::query(TOTALS_SQL).fetch(&mut *conn);
+    while let Some(row) = rows.try_next().await? {
+        let (consumer, queue, task) = (text(&row, 0)?, text(&row, 1)?, text(&row, 2)?);
+        let applied: u64 = row.try_get(3).map_err(DbError::from)?;
+        let highest: u64 = row.try_get(4).map_err(DbError::from)?;
+        let views: i64 = row.try_get(7).map_err(DbError::from)?;
+        let finding = |kind, detail| Finding {
+            kind,
+            consumer: consumer.clone(),
+            queue: queue.clone(),
+            event: None,
+            task: Some(task.clone()),
+            detail,
+        };
+        if views == 0 {
+            if applied > 0 {
+                let detail = format!("{applied} applied inbox row(s) but no view");
+                out.summary.problems += 1;
+                out.inner.finding(finding(Kind::ViewMissing, detail));
+            }
+            continue;
+        }
+        let counted: u64 = row
+            .try_get::<Option<u64>, _>(5)
+            .map_err(DbError::from)?
+            .unwrap_or(0);
+        let version: u64 = row
+            .try_get::<Option<u64>, _>(6)
+            .map_err(DbError::from)?
+            .unwrap_or(0);
+        if counted != applied {
+            let detail =
+                format!("applied_events is {counted}, the task has {applied} applied inbox row(s)");
+            out.summary.problems += 1;
+            out.inner
+                .finding(finding(Kind::AppliedEventsMismatch, detail));
+        }
+        if highest > version {
+            let detail = format!(
+                "the view has version {version}, an applied inbox row has version {highest}"
+            );
+            out.summary.problems += 1;
+            out.inner.finding(finding(Kind::ViewBehindEvent, detail));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(queue: &str, id: &str) -> String {
+        let raw = format!(
+            r#"{{"id":"{id}","type":"task.submitted","queue_id":"{queue}","occurred_at":"2026-11-30T08:02:44Z","task":{{"id":"{id}","version":1,"state":"PENDING"}}}}"#
+        );
+        digest::canonicalize(raw.as_bytes())
+            .unwrap()
+            .as_str()
+            .to_owned()
+    }
+
+    const Q: &str = "0123456789abcdef0123456789abcdef";
+    const E: &str = "fedcba9876543210fedcba9876543210";
+
+    fn sha(text: &str) -> String {
+        hex::encode(Sha256::digest(text.as_bytes()))
+    }
+
+    #[test]
+    fn a_sound_row_has_no_finding() {
+        let text = event(Q, E);
+        assert!(check_inbox_row(Q, E, &sha(&text), &text).is_empty());
+    }
+
+    #[test]
+    fn each_kind_of_row_damage_is_named() {
+        let text = event(Q, E);
+        let kinds = |found: Vec<(Kind, String)>| found.into_iter().map(|f| f.0).collect::<Vec<_>>();
+        assert_eq!(
+            kinds(check_inbox_row(Q, E, &"0".repeat(64), &text)),
+            [Kind::DigestMismatch]
+        );
+        let spaced = text.replacen(':', ": ", 1);
+        assert_eq!(
+            kinds(check_inbox_row(Q, E, &sha(&spaced), &spaced)),
+            [Kind::NotCanonical]
+        );
+        let other_queue = event("00000000000000000000000000000000", E);
+        assert_eq!(
+            kinds(check_inbox_row(Q, E, &sha(&other_queue), &other_queue)),
+            [Kind::InvalidEvent]
+        );
+    }
+}

@@ -1,0 +1,469 @@
+//! The operator tools as an operator runs them — the built `receiver`
+//! binary against a real server: `subscribe`, `verify`, `stats`, `inspect`.
+//! The database tools run with an account that may only SELECT.
+
+mod common;
+
+use std::process::Output;
+
+use bytes::Bytes;
+use common::orbit::{receiver, OrbitDev};
+use common::{random_hex, scope, EventSpec, TestDb};
+use result_inbox::delivery::{Delivery, DeliveryId, LeaseProof};
+use result_inbox::inbox::{InboxLayer, InboxStore};
+use result_inbox::scope::InboxScope;
+use result_inbox::task_view::TaskView;
+use tower::{ServiceBuilder, ServiceExt};
+
+/// A result no tool may print unless asked to.
+const SECRET_RESULT: &str = r#"{"secret":"sentinel-result-4f1c"}"#;
+
+fn out(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+async fn apply(store: &InboxStore, json: &str) {
+    let delivery = Delivery::new(
+        DeliveryId::new(random_hex(16)),
+        1,
+        LeaseProof::new(random_hex(16)),
+        Bytes::from(json.to_owned()),
+    );
+    ServiceBuilder::new()
+        .layer(InboxLayer::new(store.clone()))
+        .service(TaskView::new())
+        .oneshot(delivery)
+        .await
+        .unwrap();
+}
+
+/// A database with three tasks: each submitted (v1) then succeeded (v2),
+/// and for the first task a late copy of v1 under another id (stale).
+struct Filled {
+    db: TestDb,
+    scope: InboxScope,
+    tasks: Vec<String>,
+    /// Per task: (v1 event id, v2 event id).
+    events: Vec<(String, String)>,
+    reader_dsn: String,
+}
+
+impl Filled {
+    async fn new() -> Filled {
+        let db = TestDb::initialized().await;
+        let scope = scope("task-result-view");
+        let store = db.store(scope.clone()).await;
+        let mut tasks = Vec::new();
+        let mut events = Vec::new();
+        for _ in 0..3 {
+            let task = random_hex(16);
+            let v1 = EventSpec {
+                id: random_hex(16),
+                queue_id: scope.queue_id.as_str(),
+                task_id: &task,
+                version: 1,
+                event_type: "task.submitted",
+                state: "PENDING",
+                result: None,
+            };
+            let v2 = EventSpec {
+                id: random_hex(16),
+                version: 2,
+                event_type: "task.succeeded",
+                state: "SUCCEEDED",
+                result: Some(SECRET_RESULT),
+                ..v1
+            };
+            apply(&store, &v1.json()).await;
+            apply(&store, &v2.json()).await;
+            events.push((v1.id.clone(), v2.id.clone()));
+            tasks.push(task);
+        }
+        let late = EventSpec {
+            id: random_hex(16),
+            queue_id: scope.queue_id.as_str(),
+            task_id: &tasks[0],
+            version: 1,
+            event_type: "task.submitted",
+            state: "PENDING",
+            result: None,
+        };
+        apply(&store, &late.json()).await;
+        let (user, password) = db
+            .user_with(&[
+                "SELECT ON `{db}`.receiver_inbox",
+                "SELECT ON `{db}`.receiver_task_views",
+            ])
+            .await;
+        let reader_dsn = db.dsn_of(&user, &password);
+        Filled {
+            db,
+            scope,
+            tasks,
+            events,
+            reader_dsn,
+        }
+    }
+
+    fn tool(&self, args: &[&str]) -> Output {
+        receiver()
+            .args(args)
+            .env("ORBIT_RECEIVER_DSN", &self.reader_dsn)
+            .output()
+            .unwrap()
+    }
+
+    /// As an administrator: damage the tables the way no receiver would.
+    async fn damage(&self, statement: &str) {
+        sqlx::query(statement)
+            .execute(&self.db.pool().await)
+            .await
+            .unwrap();
+    }
+}
+
+/// Runs `receiver verify`; returns (exit code, findings, summary line).
+fn verify(f: &Filled) -> (Option<i32>, Vec<String>, String) {
+    let o = f.tool(&["verify"]);
+    let (stdout, stderr) = out(&o);
+    assert!(!stdout.contains("sentinel-result") && !stderr.contains("sentinel-result"));
+    let mut lines: Vec<String> = stdout.lines().map(str::to_owned).collect();
+    let summary = lines.pop().unwrap_or_default();
+    (o.status.code(), lines, summary)
+}
+
+#[tokio::test]
+async fn verify_passes_a_sound_database_with_a_select_only_account() {
+    let f = Filled::new().await;
+    let (code, findings, summary) = verify(&f);
+    assert_eq!(findings, Vec::<String>::new());
+    assert_eq!(
+        summary,
+        "verify inbox_rows=7 task_views=3 problems=0 ok=true"
+    );
+    assert_eq!(code, Some(0));
+}
+
+#[tokio::test]
+async fn verify_names_a_changed_digest() {
+    let f = Filled::new().await;
+    let (_, v2) = &f.events[1];
+    f.damage(&format!(
+        "UPDATE receiver_inbox SET event_digest = REPEAT('0', 64) WHERE event_id = '{v2}'"
+    ))
+    .await;
+    let (code, findings, summary) = verify(&f);
+    assert_eq!(code, Some(1));
+    assert_eq!(findings.len(), 1, "{findings:?}");
+    assert!(
+        findings[0].starts_with("problem=digest_mismatch "),
+        "{findings:?}"
+    );
+    assert!(findings[0].contains(&format!("event={v2}")), "{findings:?}");
+    assert!(summary.ends_with("problems=1 ok=false"), "{summary}");
+}
+
+#[tokio::test]
+async fn verify_names_a_changed_canonical_text() {
+    let f = Filled::new().await;
+    let (v1, _) = &f.events[2];
+    f.damage(&format!(
+        "UPDATE receiver_inbox SET event_canonical = REPLACE(event_canonical, '{{\"id\"', '{{ \"id\"') \
+         WHERE event_id = '{v1}'"
+    ))
+    .await;
+    let (code, findings, _) = verify(&f);
+    assert_eq!(code, Some(1));
+    let kinds: Vec<&str> = findings
+        .iter()
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["problem=digest_mismatch", "problem=not_canonical"],
+        "{findings:?}"
+    );
+    assert!(findings.iter().all(|l| l.contains(&format!("event={v1}"))));
+}
+
+#[tokio::test]
+async fn verify_names_a_missing_applied_row() {
+    let f = Filled::new().await;
+    let (_, v2) = &f.events[0];
+    f.damage(&format!(
+        "DELETE FROM receiver_inbox WHERE event_id = '{v2}'"
+    ))
+    .await;
+    let (code, findings, _) = verify(&f);
+    assert_eq!(code, Some(1));
+    let task = &f.tasks[0];
+    assert!(
+        findings
+            .iter()
+            .any(|l| l.starts_with("problem=last_event_missing ")
+                && l.contains(&format!("task={task} event={v2}"))),
+        "{findings:?}"
+    );
+    assert!(
+        findings
+            .iter()
+            .any(|l| l.starts_with("problem=applied_events_mismatch ")
+                && l.contains(&format!("task={task}"))
+                && l.ends_with("applied_events is 2, the task has 1 applied inbox row(s)")),
+        "{findings:?}"
+    );
+}
+
+#[tokio::test]
+async fn verify_names_a_wrong_applied_events_count() {
+    let f = Filled::new().await;
+    let task = &f.tasks[1];
+    f.damage(&format!(
+        "UPDATE receiver_task_views SET applied_events = 5 WHERE task_id = '{task}'"
+    ))
+    .await;
+    let (code, findings, _) = verify(&f);
+    assert_eq!(code, Some(1));
+    assert_eq!(findings.len(), 1, "{findings:?}");
+    assert!(
+        findings[0].starts_with("problem=applied_events_mismatch ")
+            && findings[0].contains(&format!("task={task}"))
+            && findings[0].ends_with("applied_events is 5, the task has 2 applied inbox row(s)"),
+        "{findings:?}"
+    );
+}
+
+#[tokio::test]
+async fn verify_names_a_view_ahead_of_its_events() {
+    let f = Filled::new().await;
+    let task = &f.tasks[2];
+    f.damage(&format!(
+        "UPDATE receiver_task_views SET task_version = 9 WHERE task_id = '{task}'"
+    ))
+    .await;
+    let (code, findings, _) = verify(&f);
+    assert_eq!(code, Some(1));
+    assert_eq!(findings.len(), 1, "{findings:?}");
+    assert!(
+        findings[0].starts_with("problem=last_event_mismatch ")
+            && findings[0].contains(&format!("task={task}"))
+            && findings[0].contains(
+                "the view has version 9 state SUCCEEDED, its last event version 2 state SUCCEEDED"
+            ),
+        "{findings:?}"
+    );
+}
+
+#[tokio::test]
+async fn verify_names_an_applied_event_ahead_of_its_view() {
+    let f = Filled::new().await;
+    let task = &f.tasks[1];
+    f.damage(&format!(
+        "UPDATE receiver_task_views SET task_version = 1 WHERE task_id = '{task}'"
+    ))
+    .await;
+    let (_, findings, _) = verify(&f);
+    assert!(
+        findings
+            .iter()
+            .any(|l| l.starts_with("problem=view_behind_event ")
+                && l.contains(&format!("task={task}"))
+                && l.ends_with("the view has version 1, an applied inbox row has version 2")),
+        "{findings:?}"
+    );
+}
+
+#[tokio::test]
+async fn stats_counts_rows_receipts_and_growth_in_text_and_json() {
+    let f = Filled::new().await;
+    let o = f.tool(&["stats"]);
+    let (stdout, stderr) = out(&o);
+    assert!(o.status.success(), "{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(
+        lines[0].starts_with("table=receiver_inbox rows=7 data_bytes="),
+        "{stdout}"
+    );
+    assert!(
+        lines[1].starts_with("table=receiver_task_views rows=3 data_bytes="),
+        "{stdout}"
+    );
+    assert!(lines[2].starts_with("received_at oldest=20"), "{stdout}");
+    assert_eq!(lines[3], "inbox applied=6 stale=1");
+    assert!(lines[4].starts_with("event_bytes average="), "{stdout}");
+    let days: Vec<&&str> = lines.iter().filter(|l| l.starts_with("day=")).collect();
+    assert_eq!(days.len(), 30);
+    assert!(days[29].ends_with(" events=7"), "today: {}", days[29]);
+    assert!(days[..29].iter().all(|d| d.ends_with(" events=0")));
+    assert!(lines.last().unwrap().starts_with("growth bytes_per_event="));
+
+    let o = f.tool(&["stats", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["tables"][0]["table"], "receiver_inbox");
+    assert_eq!(v["tables"][0]["rows"], 7);
+    assert_eq!(v["applied"], 6);
+    assert_eq!(v["stale"], 1);
+    assert_eq!(v["events_per_day"].as_array().unwrap().len(), 30);
+    assert!(v["largest_event_bytes"].as_u64().unwrap() > 100);
+    assert!(v["growth_bytes_per_day"].as_f64().unwrap() > 0.0);
+    assert!(!stdout.contains("sentinel-result"));
+}
+
+#[tokio::test]
+async fn inspect_event_shows_the_stored_row_and_its_body_only_when_asked() {
+    let f = Filled::new().await;
+    let (_, v2) = &f.events[0];
+    let o = f.tool(&["inspect", "event", v2]);
+    let (stdout, stderr) = out(&o);
+    assert!(o.status.success(), "{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "{stdout}");
+    let line = lines[0];
+    for part in [
+        format!("inbox consumer=task-result-view queue={}", f.scope.queue_id),
+        format!("event={v2} digest=sha256:"),
+        "applied=true received_at=".to_owned(),
+        format!(
+            "type=task.succeeded task={} version=2 state=SUCCEEDED",
+            f.tasks[0]
+        ),
+        format!("result_bytes={}", SECRET_RESULT.len()),
+    ] {
+        assert!(line.contains(&part), "{part:?} not in {line}");
+    }
+    assert!(!stdout.contains("sentinel-result"));
+
+    let o = f.tool(&["inspect", "event", v2, "--show-canonical"]);
+    let (stdout, _) = out(&o);
+    assert!(stdout.lines().nth(1).unwrap().starts_with("canonical={"));
+    assert!(stdout.contains("sentinel-result"));
+}
+
+#[tokio::test]
+async fn inspect_task_shows_its_view_and_its_events_in_version_order() {
+    let f = Filled::new().await;
+    let task = &f.tasks[0];
+    let o = f.tool(&["inspect", "task", task]);
+    let (stdout, stderr) = out(&o);
+    assert!(o.status.success(), "{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 4, "{stdout}");
+    assert!(lines[0].starts_with(&format!(
+        "view consumer=task-result-view queue={} task={task} version=2 state=SUCCEEDED last_event={} applied_events=2 result_bytes={}",
+        f.scope.queue_id, f.events[0].1, SECRET_RESULT.len()
+    )), "{}", lines[0]);
+    let versions: Vec<&str> = lines[1..]
+        .iter()
+        .map(|l| {
+            l.split(" version=")
+                .nth(1)
+                .unwrap()
+                .split(' ')
+                .next()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(versions, ["1", "1", "2"]);
+    assert_eq!(
+        lines[1..]
+            .iter()
+            .filter(|l| l.contains("applied=false"))
+            .count(),
+        1
+    );
+    assert!(!stdout.contains("sentinel-result"));
+}
+
+#[tokio::test]
+async fn inspect_of_something_not_stored_exits_1_and_a_bad_id_exits_2() {
+    let f = Filled::new().await;
+    let o = f.tool(&["inspect", "event", &random_hex(16)]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(out(&o).1.contains("no inbox row for event"));
+    let o = f.tool(&["inspect", "task", "not-an-id"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(out(&o).1.contains("32 lowercase hexadecimal"));
+}
+
+#[tokio::test]
+async fn subscribe_creates_a_subscription_on_the_queue_for_the_types_asked() {
+    let orbit = OrbitDev::start(30_000, 5);
+    let creds = orbit.bootstrap("tools-subscribe", None).await;
+    let run = |args: &[&str]| {
+        receiver()
+            .arg("subscribe")
+            .args(args)
+            .env("ORBIT_CREDENTIALS_FILE", &creds.file)
+            .output()
+            .unwrap()
+    };
+    let o = run(&["--events", "task.cancelled,task.needs_review"]);
+    let (stdout, stderr) = out(&o);
+    assert!(o.status.success(), "{stderr}");
+    let id = stdout
+        .trim()
+        .strip_prefix("subscription=")
+        .unwrap()
+        .to_owned();
+    assert_eq!(id.len(), 32);
+    let sub = orbit.get(&creds, &format!("/v1/subscriptions/{id}")).await;
+    assert_eq!(sub["queue_id"], creds.queue_id.as_str());
+    assert_eq!(
+        sub["event_types"],
+        serde_json::json!(["task.cancelled", "task.needs_review"])
+    );
+    assert_eq!(sub["enabled"], true);
+
+    let o = run(&[]);
+    let id = out(&o)
+        .0
+        .trim()
+        .strip_prefix("subscription=")
+        .unwrap()
+        .to_owned();
+    let sub = orbit.get(&creds, &format!("/v1/subscriptions/{id}")).await;
+    assert_eq!(sub["event_types"].as_array().unwrap().len(), 5);
+    assert!(!out(&o).0.contains(&creds.token) && !out(&o).1.contains(&creds.token));
+}
+
+#[tokio::test]
+async fn subscribe_refuses_an_unknown_type_or_a_token_without_events_manage() {
+    let orbit = OrbitDev::start(30_000, 5);
+    let creds = orbit.bootstrap("tools-subscribe-refused", None).await;
+    let o = receiver()
+        .args(["subscribe", "--events", "task.cancelled,task.done"])
+        .env("ORBIT_CREDENTIALS_FILE", &creds.file)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        out(&o).1.contains("\"task.done\" is not an event type"),
+        "{}",
+        out(&o).1
+    );
+
+    let reader = orbit
+        .bootstrap(
+            "tools-subscribe-refused",
+            Some(&["events:read", "events:consume"]),
+        )
+        .await;
+    let o = receiver()
+        .arg("subscribe")
+        .env("ORBIT_CREDENTIALS_FILE", &reader.file)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        out(&o)
+            .1
+            .contains("the token lacks the scope events:manage"),
+        "{}",
+        out(&o).1
+    );
+    let subs = orbit.get(&creds, "/v1/subscriptions").await;
+    assert_eq!(subs["subscriptions"].as_array().unwrap().len(), 0);
+}
