@@ -103,6 +103,10 @@ async fn fill(db: &TestDb, rows: u64) {
 
 /// Runs the release `receiver verify`; returns (its last line, seconds,
 /// peak RSS in KiB).
+#[expect(
+    clippy::zombie_processes,
+    reason = "reaped by wait4, which also reports its peak memory"
+)]
 fn run_verify(dsn: &str) -> (String, f64, i64) {
     let bin = concat!(env!("CARGO_MANIFEST_DIR"), "/target/release/receiver");
     assert!(
@@ -110,7 +114,7 @@ fn run_verify(dsn: &str) -> (String, f64, i64) {
         "{bin} is missing: cargo build --release --bins"
     );
     let started = Instant::now();
-    let child = Command::new(bin)
+    let mut child = Command::new(bin)
         .arg("verify")
         .env("ORBIT_RECEIVER_DSN", dsn)
         .stdout(Stdio::piped())
@@ -120,7 +124,7 @@ fn run_verify(dsn: &str) -> (String, f64, i64) {
     let pid = child.id() as libc::pid_t;
     let output = {
         use std::io::Read;
-        let mut stdout = child.stdout.unwrap();
+        let mut stdout = child.stdout.take().unwrap();
         let mut text = String::new();
         stdout.read_to_string(&mut text).unwrap();
         text
