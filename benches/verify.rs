@@ -117,8 +117,13 @@ fn run_verify(dsn: &str) -> (String, f64, i64) {
     let mut child = Command::new(bin)
         .arg("verify")
         .env("ORBIT_RECEIVER_DSN", dsn)
+        // VERIFY_LOG=sqlx::query=info shows each statement's time.
+        .env(
+            "RECEIVER_LOG",
+            std::env::var("VERIFY_LOG").unwrap_or_else(|_| "warn".into()),
+        )
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
     let pid = child.id() as libc::pid_t;
@@ -147,6 +152,12 @@ async fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1_000_000);
+    // The throwaway server logs every statement for the tests' sake; a
+    // production server does not.
+    let admin = sqlx::MySqlPool::connect(&common::admin_dsn())
+        .await
+        .unwrap();
+    admin.execute("SET GLOBAL general_log = 0").await.unwrap();
     for rows in [large / 10, large] {
         let db = TestDb::initialized().await;
         let filling = Instant::now();

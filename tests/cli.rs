@@ -251,3 +251,41 @@ fn a_bad_metrics_address_is_a_configuration_error() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("RECEIVER_METRICS_ADDR"), "{err}");
 }
+
+#[test]
+fn each_operator_tool_lists_its_variables_in_help() {
+    for (command, variables) in [
+        (
+            &["subscribe"][..],
+            &[
+                "ORBIT_URL",
+                "ORBIT_CREDENTIALS_FILE",
+                "ORBIT_TOKEN",
+                "ORBIT_QUEUE_ID",
+                "ORBIT_CA_FILE",
+            ][..],
+        ),
+        (&["verify"][..], &["ORBIT_RECEIVER_DSN"][..]),
+        (&["stats"][..], &["ORBIT_RECEIVER_DSN"][..]),
+        (&["inspect"][..], &["ORBIT_RECEIVER_DSN"][..]),
+        (
+            &["check"][..],
+            &[
+                "ORBIT_RECEIVER_DSN",
+                "ORBIT_SUBSCRIPTION_ID",
+                "ORBIT_CREDENTIALS_FILE",
+            ][..],
+        ),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_receiver"))
+            .args(command)
+            .arg("--help")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{command:?}");
+        let help = text(&out.stdout);
+        for var in variables {
+            assert!(help.contains(var), "{var} missing from {command:?} --help");
+        }
+    }
+}

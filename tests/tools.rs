@@ -282,6 +282,7 @@ async fn stats_counts_rows_receipts_and_growth_in_text_and_json() {
     let o = f.tool(&["stats"]);
     let (stdout, stderr) = out(&o);
     assert!(o.status.success(), "{stderr}");
+    eprintln!("receiver stats:\n{stdout}");
     let lines: Vec<&str> = stdout.lines().collect();
     assert!(
         lines[0].starts_with("table=receiver_inbox rows=7 data_bytes="),
