@@ -32,7 +32,7 @@ use crate::event::{Event, EventType};
 use crate::ids::{SubscriptionId, TaskId};
 use crate::inbox::{Inbox, InboxError, InboxLayer, InboxStore, Outcome};
 use crate::orbit::{OrbitClient, OrbitError, Scope};
-use crate::task_view::TaskView;
+use crate::task_view::{self, TaskView};
 use crate::BoxError;
 
 /// Limits of one demo run.
@@ -272,7 +272,11 @@ async fn run_steps(
             )
             .await?;
         };
-        let view = within(deadline, "reading the view", store.load_view(&task.id))
+        let view = within(
+            deadline,
+            "reading the view",
+            task_view::load_committed(&store, &task.id),
+        )
             .await??
             .ok_or_else(|| DemoError::Unexpected("no task view row after the apply".into()))?;
         Ok::<_, DemoError>((counts, view, inbox_duplicate))

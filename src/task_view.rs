@@ -27,7 +27,7 @@ use tower::Service;
 
 use crate::delivery::Delivery;
 use crate::event::{Event, TaskId};
-use crate::inbox::{Applying, Conflict, DbError, InboxError, Verdict};
+use crate::inbox::{Applying, Conflict, DbError, InboxError, InboxStore, Verdict};
 use crate::scope::InboxScope;
 
 /// What [`advance`] did to the view.
@@ -157,6 +157,18 @@ impl Service<Delivery<Applying>> for TaskView {
     }
 }
 
+/// Reads the committed view of one task on one of the store's own
+/// connections, in a session that is ended before this returns.
+pub async fn load_committed(
+    store: &InboxStore,
+    task_id: &TaskId,
+) -> Result<Option<TaskViewRow>, DbError> {
+    let mut session = store.session().await?;
+    let view = load(session.connection(), store.scope(), task_id).await?;
+    session.rollback().await?;
+    Ok(view)
+}
+
 /// One row of the task result view, as committed.
 #[derive(Clone, PartialEq, Eq)]
 pub struct TaskViewRow {
@@ -190,9 +202,9 @@ impl std::fmt::Debug for TaskViewRow {
     }
 }
 
-/// Reads the committed view of one task, through a pool (or a connection)
-/// of one's own. (On the inbox's own connections, use
-/// [`InboxStore::load_view`](crate::inbox::InboxStore::load_view).)
+/// Reads the committed view of one task, through any executor: a pool or
+/// connection of one's own, or a [`Session`](crate::inbox::Session)'s
+/// connection (see [`load_committed`]).
 pub async fn load<'e, E>(
     executor: E,
     scope: &InboxScope,

@@ -670,7 +670,7 @@ async fn duplicates_and_view_reads_leave_no_transaction_open_on_the_store_connec
         Outcome::Duplicate { applied: true }
     );
     let task = result_inbox::event::TaskId::parse(&f.task).unwrap();
-    let view = store.load_view(&task).await.unwrap().unwrap();
+    let view = task_view::load_committed(&store, &task).await.unwrap().unwrap();
     assert_eq!(view.applied_events, 1);
 
     let mut other = f.pool.acquire().await.unwrap();
@@ -763,4 +763,80 @@ async fn a_content_conflict_names_the_stored_and_the_incoming_digest() {
         text.contains(&format!("incoming sha256={incoming}")),
         "{text}"
     );
+}
+
+#[tokio::test]
+async fn a_session_read_between_two_deliveries_holds_no_lock_and_sees_the_latest_commit() {
+    let f = Fixture::new().await;
+    // One connection: the sessions and the deliveries take turns on it.
+    let store = f.one_connection_store().await;
+    let task = result_inbox::event::TaskId::parse(&f.task).unwrap();
+    let version = |view: Option<task_view::TaskViewRow>| view.map(|v| v.task_version);
+
+    apply(&store, &f.event(1, "task.submitted", "PENDING").json())
+        .await
+        .unwrap();
+    let mut session = store.session().await.unwrap();
+    let seen = task_view::load(session.connection(), &f.scope, &task)
+        .await
+        .unwrap();
+    assert_eq!(version(seen), Some(1));
+    session.rollback().await.unwrap();
+
+    // A session that locks the view row and is dropped without an end:
+    // its connection is closed, so the lock goes with it.
+    let mut session = store.session().await.unwrap();
+    sqlx::query("SELECT task_version FROM receiver_task_views WHERE task_id = ? FOR UPDATE")
+        .bind(&f.task)
+        .execute(session.connection())
+        .await
+        .unwrap();
+    drop(session);
+    // Another connection can take the row's lock at once (after the
+    // server has seen the closed connection go).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let mut probe = f.pool.begin().await.unwrap();
+        let locked = sqlx::query(
+            "SELECT task_version FROM receiver_task_views WHERE task_id = ? FOR UPDATE NOWAIT",
+        )
+        .bind(&f.task)
+        .execute(&mut *probe)
+        .await;
+        probe.rollback().await.unwrap();
+        if locked.is_ok() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the dropped session's lock was never released"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+
+    let started = std::time::Instant::now();
+    apply(&store, &f.event(2, "task.succeeded", "SUCCEEDED").json())
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(1),
+        "the delivery waited for a lock: {:?}",
+        started.elapsed()
+    );
+    let seen = task_view::load_committed(&store, &task).await.unwrap();
+    assert_eq!(version(seen), Some(2), "a stale read");
+}
+
+#[test]
+fn nothing_in_the_inbox_layer_knows_the_task_view() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/inbox");
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            !text.contains("task_view"),
+            "{} refers to the task view",
+            path.display()
+        );
+    }
 }

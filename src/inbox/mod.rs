@@ -70,7 +70,7 @@ use tower::{Service, ServiceExt};
 pub use self::error::{mysql_errno, Conflict, DbError, DbErrorKind, InboxError};
 pub use self::future::ResponseFuture;
 pub use self::layer::InboxLayer;
-pub use self::store::{InboxStats, InboxStore, SessionSettings, StoreOptions};
+pub use self::store::{InboxStats, InboxStore, Session, SessionSettings, StoreOptions};
 use self::tx::{Begun, InboxTx};
 use crate::delivery::Delivery;
 use crate::digest::Digest;

@@ -10,9 +10,8 @@ use sqlx::Executor;
 use super::error::{DbError, DbErrorKind};
 use super::tx::InboxTx;
 use crate::dsn::Dsn;
-use crate::event::{Event, TaskId};
+use crate::event::Event;
 use crate::scope::InboxScope;
-use crate::task_view::{self, TaskViewRow};
 use crate::telemetry;
 
 /// How the inbox uses its database.
@@ -186,13 +185,30 @@ impl InboxStore {
         self.transaction_timeout
     }
 
-    /// Reads the committed view of one task, as [`task_view::load`] does
-    /// on a pool of one's own.
-    pub async fn load_view(&self, task_id: &TaskId) -> Result<Option<TaskViewRow>, DbError> {
-        let mut tx = InboxTx::acquire(&self.pool).await?;
-        let view = task_view::load(tx.connection(), &self.scope, task_id).await?;
-        tx.rollback().await?;
-        Ok(view)
+    /// A session on one of the store's connections, for the application's
+    /// own reads and writes on the receiver's database: no second pool
+    /// needed. It runs like the inbox's own transactions (`READ COMMITTED`,
+    /// autocommit off, the same lock-wait bound): its first statement
+    /// begins a transaction, which [`Session::commit`] or
+    /// [`Session::rollback`] ends. A session dropped without either closes
+    /// its connection, so the server rolls back and no open transaction —
+    /// and no lock — ever goes back to the pool.
+    ///
+    /// ```no_run
+    /// # async fn example(store: result_inbox::inbox::InboxStore) -> Result<(), result_inbox::inbox::DbError> {
+    /// let mut session = store.session().await?;
+    /// let open: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM orders WHERE status = 'open'")
+    ///     .fetch_one(session.connection())
+    ///     .await?;
+    /// session.rollback().await?; // a read: end it, commit nothing
+    /// # let _ = open;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn session(&self) -> Result<Session, DbError> {
+        Ok(Session {
+            tx: InboxTx::acquire(&self.pool).await?,
+        })
     }
 
     /// The session settings of the store's connections, as the server
@@ -254,6 +270,32 @@ fn pool_options(options: &StoreOptions) -> MySqlPoolOptions {
                 Ok(())
             })
         })
+}
+
+/// One of the store's connections lent to the application, in a
+/// transaction that is always ended (see [`InboxStore::session`]).
+#[derive(Debug)]
+pub struct Session {
+    tx: InboxTx,
+}
+
+impl Session {
+    /// The connection, as an executor for the session's statements.
+    pub fn connection(&mut self) -> &mut MySqlConnection {
+        self.tx.connection()
+    }
+
+    /// `COMMIT`s what the session wrote and returns the connection to the
+    /// pool. An error closes the connection instead.
+    pub async fn commit(self) -> Result<(), DbError> {
+        Ok(self.tx.commit().await?)
+    }
+
+    /// `ROLLBACK`s and returns the connection to the pool (the way to end
+    /// a read). An error closes the connection instead.
+    pub async fn rollback(self) -> Result<(), DbError> {
+        Ok(self.tx.rollback().await?)
+    }
 }
 
 /// How the server has set up a store's sessions (see
