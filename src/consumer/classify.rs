@@ -1,23 +1,95 @@
-//! What the consumer reads from a failed delivery's error, whatever service
+//! What the consumer reads from a failed delivery's error, whatever tower
 //! stack produced it.
 //!
 //! The consumer gets errors as [`BoxError`]s: the inbox's own
 //! [`InboxError`](crate::inbox::InboxError), possibly boxed again or wrapped
-//! by layers above it. These helpers look through the box and the error's
-//! `source()` chain for the inbox's answer.
+//! by layers above it, or the errors of tower's own middleware. [`classify`]
+//! looks through boxes and `source()` chains and names the failure with one
+//! of the stable classes of the log and the metrics.
+
+use std::fmt;
 
 use crate::BoxError;
 
-/// The stable class of a failed delivery for the consumer's log line: the
-/// inbox's class (`rejected`, `conflict`, `unconfirmed`, `error`) when the
-/// error comes from it, `error` otherwise.
-pub fn class(e: &BoxError) -> &'static str {
-    #[cfg(feature = "mysql")]
-    if let Some(inbox) = find_inbox_error(e) {
-        return inbox.class();
+/// The stable class of a failed delivery. None of them is ever ACKed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FailureClass {
+    /// The event is malformed or not for this receiver (permanent).
+    Rejected,
+    /// The event contradicts a committed one (permanent).
+    Conflict,
+    /// The business refused it for good (permanent).
+    Refused,
+    /// COMMIT was sent and its outcome is unknown.
+    Unconfirmed,
+    /// A time limit outside the inbox (tower's `TimeoutLayer`) fired; if it
+    /// fired during COMMIT, the outcome is unknown, as for `Unconfirmed`.
+    Timeout,
+    /// A load-shedding layer refused to take the delivery.
+    Overloaded,
+    /// Anything else: the database, the inner service, an unknown error.
+    Error,
+}
+
+impl FailureClass {
+    /// The word in the log and in the `class` label of the metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureClass::Rejected => "rejected",
+            FailureClass::Conflict => "conflict",
+            FailureClass::Refused => "refused",
+            FailureClass::Unconfirmed => "unconfirmed",
+            FailureClass::Timeout => "timeout",
+            FailureClass::Overloaded => "overloaded",
+            FailureClass::Error => "error",
+        }
     }
-    let _ = e;
-    "error"
+
+    /// Whether every redelivery will fail the same way: the delivery can
+    /// only spend its budget and end `EXPIRED`.
+    pub fn is_permanent(self) -> bool {
+        matches!(
+            self,
+            FailureClass::Rejected | FailureClass::Conflict | FailureClass::Refused
+        )
+    }
+}
+
+impl fmt::Display for FailureClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Names the failure behind `e`: the inbox's own class when an
+/// `InboxError` is found in the box or its sources, `timeout` for tower's
+/// `Elapsed`, `overloaded` for tower's `Overloaded`, `error` otherwise.
+pub fn classify(e: &BoxError) -> FailureClass {
+    for error in chain(e) {
+        #[cfg(feature = "mysql")]
+        if let Some(inbox) = error.downcast_ref::<crate::inbox::InboxError>() {
+            return match inbox.class() {
+                "rejected" => FailureClass::Rejected,
+                "conflict" => FailureClass::Conflict,
+                "refused" => FailureClass::Refused,
+                "unconfirmed" => FailureClass::Unconfirmed,
+                _ => FailureClass::Error,
+            };
+        }
+        if error.is::<tower::timeout::error::Elapsed>() {
+            return FailureClass::Timeout;
+        }
+        if error.is::<tower::load_shed::error::Overloaded>() {
+            return FailureClass::Overloaded;
+        }
+    }
+    FailureClass::Error
+}
+
+/// The stable class of a failed delivery as a word (see [`classify`]).
+pub fn class(e: &BoxError) -> &'static str {
+    classify(e).as_str()
 }
 
 /// Whether the error says that the database cannot be reached at all
@@ -26,29 +98,46 @@ pub fn class(e: &BoxError) -> &'static str {
 /// the consumer's breaker; deadlocks, conflicts and rejections do not.
 pub fn is_unavailable(e: &BoxError) -> bool {
     #[cfg(feature = "mysql")]
-    if let Some(inbox) = find_inbox_error(e) {
-        return inbox.is_unavailable();
+    for error in chain(e) {
+        if let Some(inbox) = error.downcast_ref::<crate::inbox::InboxError>() {
+            return inbox.is_unavailable();
+        }
     }
     let _ = e;
     false
 }
 
-#[cfg(feature = "mysql")]
-fn find_inbox_error(e: &BoxError) -> Option<&crate::inbox::InboxError> {
-    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e.as_ref());
-    while let Some(error) = next {
-        if let Some(inbox) = error.downcast_ref::<crate::inbox::InboxError>() {
-            return Some(inbox);
-        }
-        next = error.source();
+/// `e` and its sources.
+fn chain(e: &BoxError) -> impl Iterator<Item = &(dyn std::error::Error + 'static)> {
+    let first: &(dyn std::error::Error + 'static) = e.as_ref();
+    std::iter::successors(Some(first), |error| error.source())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tower_timeouts_and_load_shedding_have_classes_of_their_own() {
+        let elapsed: BoxError = Box::new(tower::timeout::error::Elapsed::new());
+        assert_eq!(classify(&elapsed), FailureClass::Timeout);
+        assert!(!classify(&elapsed).is_permanent());
+        let overloaded: BoxError = Box::new(tower::load_shed::error::Overloaded::new());
+        assert_eq!(class(&overloaded), "overloaded");
     }
-    None
+
+    #[test]
+    fn any_other_error_is_of_class_error_and_not_an_outage() {
+        let e: BoxError = "something else".into();
+        assert_eq!(class(&e), "error");
+        assert!(!is_unavailable(&e));
+    }
 }
 
 #[cfg(all(test, feature = "mysql"))]
-mod tests {
+mod inbox_tests {
     use super::*;
-    use crate::inbox::InboxError;
+    use crate::inbox::{InboxError, Refusal};
 
     #[derive(Debug, thiserror::Error)]
     #[error("outer layer failed")]
@@ -57,7 +146,7 @@ mod tests {
     #[test]
     fn an_inbox_error_keeps_its_class_inside_a_box() {
         let e: BoxError = Box::new(InboxError::CommitUnconfirmed);
-        assert_eq!(class(&e), "unconfirmed");
+        assert_eq!(classify(&e), FailureClass::Unconfirmed);
         assert!(!is_unavailable(&e));
     }
 
@@ -68,9 +157,9 @@ mod tests {
     }
 
     #[test]
-    fn any_other_error_is_of_class_error_and_not_an_outage() {
-        let e: BoxError = "something else".into();
-        assert_eq!(class(&e), "error");
-        assert!(!is_unavailable(&e));
+    fn a_refusal_is_permanent() {
+        let e: BoxError = Box::new(InboxError::Refused(Refusal::new("closed")));
+        assert_eq!(classify(&e), FailureClass::Refused);
+        assert!(classify(&e).is_permanent());
     }
 }

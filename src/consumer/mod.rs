@@ -38,7 +38,7 @@ use tokio::time::{sleep_until, timeout, timeout_at, Instant};
 use tower::{Service, ServiceExt};
 use tracing::{info, warn};
 
-pub use self::classify::{class, is_unavailable};
+pub use self::classify::{class, classify, is_unavailable, FailureClass};
 pub use self::settle::{settle, Settlement};
 use crate::delivery::{Delivery, DeliveryId, LeaseProof};
 use crate::ids::{QueueId, SubscriptionId};
@@ -687,7 +687,12 @@ where
     };
     let unavailable = answer.as_ref().err().is_some_and(is_unavailable);
     if let Err(e) = &answer {
-        info!(class = class(e), delivery = %id, attempt, error = %e, "not acknowledged; left for redelivery");
+        let class = classify(e);
+        if class.is_permanent() {
+            info!(%class, delivery = %id, attempt, error = %e, "not acknowledged; permanent: every redelivery fails the same way until the budget is spent");
+        } else {
+            info!(%class, delivery = %id, attempt, error = %e, "not acknowledged; left for redelivery");
+        }
     }
     Handled {
         id,

@@ -290,6 +290,40 @@ impl fmt::Display for Conflict {
     }
 }
 
+/// A business refusal: the inner service says this event will never be
+/// applied, whatever happens (a closed account, a task the business does
+/// not know). Return it — boxed, or through `?` into any error type that
+/// keeps it as a source — and the inbox answers
+/// [`InboxError::Refused`]: rolled back, not retryable, class `refused`.
+///
+/// It is still never ACKed (only a commit is): the delivery spends its
+/// retry budget and ends `EXPIRED`, where an operator finds it.
+///
+/// ```
+/// use result_inbox::inbox::Refusal;
+/// let refusal = Refusal::new("the customer account is closed");
+/// assert_eq!(refusal.to_string(), "refused: the customer account is closed");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("refused: {reason}")]
+pub struct Refusal {
+    reason: String,
+}
+
+impl Refusal {
+    /// A refusal with a short reason for the log (no result bodies).
+    pub fn new(reason: impl Into<String>) -> Self {
+        Self {
+            reason: reason.into(),
+        }
+    }
+
+    /// The reason given.
+    pub fn reason(&self) -> &str {
+        &self.reason
+    }
+}
+
 /// Why a delivery was not applied. None of these is ever ACKed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -313,6 +347,10 @@ pub enum InboxError {
     /// abandoned before COMMIT.
     #[error("transaction timed out before commit")]
     Timeout,
+    /// The inner service refused the event for good ([`Refusal`]); its
+    /// transaction was rolled back. A redelivery will be refused again.
+    #[error("{0}")]
+    Refused(Refusal),
     /// The inner service failed; its transaction was rolled back.
     #[error("inner service failed: {0}")]
     Handler(BoxError),
@@ -322,7 +360,10 @@ impl InboxError {
     /// Whether a redelivery of the same event may succeed without anyone
     /// changing anything. Rejections and conflicts will fail the same way.
     pub fn is_retryable(&self) -> bool {
-        !matches!(self, InboxError::Rejected(_) | InboxError::Conflict(_))
+        !matches!(
+            self,
+            InboxError::Rejected(_) | InboxError::Conflict(_) | InboxError::Refused(_)
+        )
     }
 
     /// Whether the database could not be reached at all (see
@@ -333,11 +374,12 @@ impl InboxError {
     }
 
     /// A stable one-word class for logs and metrics: `rejected`, `conflict`,
-    /// `unconfirmed` or `error`.
+    /// `refused`, `unconfirmed` or `error`.
     pub fn class(&self) -> &'static str {
         match self {
             InboxError::Rejected(_) => "rejected",
             InboxError::Conflict(_) => "conflict",
+            InboxError::Refused(_) => "refused",
             InboxError::CommitUnconfirmed => "unconfirmed",
             InboxError::Database(_) | InboxError::Timeout | InboxError::Handler(_) => "error",
         }
@@ -347,13 +389,23 @@ impl InboxError {
     /// view reports conflicts as `InboxError`, and sqlx errors become
     /// redacted database errors.
     pub(crate) fn from_inner(e: BoxError) -> Self {
-        match e.downcast::<InboxError>() {
-            Ok(e) => *e,
-            Err(e) => match e.downcast::<sqlx::Error>() {
-                Ok(e) => InboxError::Database(DbError::from(*e)),
-                Err(e) => InboxError::Handler(e),
-            },
+        let e = match e.downcast::<InboxError>() {
+            Ok(e) => return *e,
+            Err(e) => e,
+        };
+        let e = match e.downcast::<sqlx::Error>() {
+            Ok(e) => return InboxError::Database(DbError::from(*e)),
+            Err(e) => e,
+        };
+        // A refusal may come wrapped in the service's own error type.
+        let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e.as_ref());
+        while let Some(error) = next {
+            if let Some(refusal) = error.downcast_ref::<Refusal>() {
+                return InboxError::Refused(refusal.clone());
+            }
+            next = error.source();
         }
+        InboxError::Handler(e)
     }
 }
 

@@ -23,6 +23,37 @@
 //! The whole sequence has one time budget (5 s by default). The inbox never
 //! ACKs: turning `Ok` into an ACK is the consumer's job.
 //!
+//! # Where a `TimeoutLayer` goes
+//!
+//! Inside, around the inner service — not outside, around the inbox:
+//!
+//! ```text
+//! ServiceBuilder::new()
+//!     .layer(ConcurrencyLimitLayer::new(4))    // outside: fine
+//!     .layer(InboxLayer::new(store))           // its own budget: StoreOptions::transaction_timeout
+//!     .layer(TimeoutLayer::new(limit))         // inside: a slow business step becomes
+//!     .service(my_service)                     //   a handler error, rolled back for certain
+//! ```
+//!
+//! The inbox has its own time budget, and it knows where it is when the
+//! budget runs out: before COMMIT it rolls back (`Timeout`), during COMMIT
+//! it says so (`CommitUnconfirmed`). An outer timeout knows neither: when it
+//! fires during COMMIT, nobody can tell whether the transaction committed.
+//! That is still safe — an error is never ACKed, and the redelivery finds
+//! the inbox row if there is one (`tests/embedding.rs` shows an outer
+//! timeout ending in no ACK and no row) — but it turns a certain outcome
+//! into an unknown one. An outer limit must also be longer than the inbox's
+//! budget, or it cuts off the deadlock retries the budget leaves room for.
+//! [`consumer::classify`](crate::consumer::classify) names tower's
+//! `Elapsed` as class `timeout`.
+//!
+//! # Permanent refusals
+//!
+//! An inner service that knows an event will never be applied returns a
+//! [`Refusal`]: the inbox rolls back and answers [`InboxError::Refused`],
+//! class `refused`, not retryable. It is not ACKed either (only a commit
+//! is): the delivery spends its budget and ends `EXPIRED` for an operator.
+//!
 //! ```no_run
 //! use result_inbox::inbox::{Applying, InboxError, InboxLayer, InboxStore, StoreOptions};
 //! use result_inbox::delivery::Delivery;
@@ -67,7 +98,7 @@ use sqlx::mysql::MySqlConnection;
 use tokio::time::{timeout_at, Instant};
 use tower::{Service, ServiceExt};
 
-pub use self::error::{mysql_errno, Conflict, DbError, DbErrorKind, InboxError};
+pub use self::error::{mysql_errno, Conflict, DbError, DbErrorKind, InboxError, Refusal};
 pub use self::future::ResponseFuture;
 pub use self::layer::InboxLayer;
 pub use self::store::{InboxStats, InboxStore, Session, SessionSettings, StoreOptions};

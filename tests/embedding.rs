@@ -1,0 +1,107 @@
+//! The library as a team embeds it: its own inner service and tower stack
+//! under the crate's consumer, against a real orbit-dev and database.
+
+mod common;
+
+use std::time::Duration;
+
+use common::orbit::OrbitDev;
+use common::TestDb;
+use metrics_exporter_prometheus::PrometheusBuilder;
+use result_inbox::consumer::{Consumer, ConsumerOptions};
+use result_inbox::delivery::Delivery;
+use result_inbox::inbox::{Applying, InboxLayer, Refusal, Verdict};
+use result_inbox::scope::{InboxScope, ReceiverName};
+use result_inbox::task_view;
+use tokio_util::sync::CancellationToken;
+use tower::{service_fn, ServiceBuilder};
+
+async fn inbox_rows(db: &TestDb) -> i64 {
+    sqlx::query_scalar("SELECT COUNT(*) FROM receiver_inbox")
+        .fetch_one(&db.pool().await)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_refused_delivery_is_never_acked_and_is_counted_as_refused() {
+    // The test's own recorder, as an embedding program would install one;
+    // this test runs on one thread, where a local recorder sees everything.
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let metrics = recorder.handle();
+    let _recording = metrics::set_default_local_recorder(&recorder);
+
+    let (orbit, creds, sub) = OrbitDev::subscribed(1_000, 1, "embed-refused").await;
+    let db = TestDb::initialized().await;
+    orbit.inject_new_task(&creds, &sub).await;
+    let store = db
+        .store(InboxScope::new(ReceiverName::default(), creds.queue()))
+        .await;
+    let service = ServiceBuilder::new()
+        .layer(InboxLayer::new(store))
+        .service(service_fn(|_: Delivery<Applying>| async {
+            Err::<Verdict, _>(Refusal::new("the customer account is closed"))
+        }));
+    let consumer = Consumer::connect(
+        orbit.client(&creds),
+        sub.clone(),
+        &creds.queue(),
+        ConsumerOptions::default(),
+    )
+    .await
+    .unwrap();
+    let stop = CancellationToken::new();
+    let running = tokio::spawn(consumer.run(service, stop.clone().cancelled_owned()));
+    orbit
+        .wait_for_counts(&creds, &sub, Duration::from_secs(20), |c| c["expired"] == 1)
+        .await;
+    stop.cancel();
+    let report = running.await.unwrap().unwrap();
+
+    assert_eq!((report.acked, report.failed), (0, 1));
+    assert_eq!(inbox_rows(&db).await, 0, "a refusal rolls back");
+    let text = metrics.render();
+    assert!(
+        text.contains(r#"receiver_deliveries_total{class="refused"} 1"#),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn an_outer_timeout_never_leads_to_an_ack_of_an_uncommitted_delivery() {
+    let (orbit, creds, sub) = OrbitDev::subscribed(1_000, 1, "embed-outer-timeout").await;
+    let db = TestDb::initialized().await;
+    orbit.inject_new_task(&creds, &sub).await;
+    let store = db
+        .store(InboxScope::new(ReceiverName::default(), creds.queue()))
+        .await;
+    // The outer limit fires while the inner service is still working in
+    // the open transaction: nothing is committed, and nothing is ACKed.
+    let service = ServiceBuilder::new()
+        .timeout(Duration::from_millis(300))
+        .layer(InboxLayer::new(store))
+        .service(service_fn(|mut delivery: Delivery<Applying>| async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let (conn, scope, event) = delivery.body_mut().split();
+            task_view::advance(conn, scope, event).await?;
+            Ok::<_, result_inbox::inbox::InboxError>(delivery.into_body().applied())
+        }));
+    let consumer = Consumer::connect(
+        orbit.client(&creds),
+        sub.clone(),
+        &creds.queue(),
+        ConsumerOptions::default(),
+    )
+    .await
+    .unwrap();
+    let stop = CancellationToken::new();
+    let running = tokio::spawn(consumer.run(service, stop.clone().cancelled_owned()));
+    let counts = orbit
+        .wait_for_counts(&creds, &sub, Duration::from_secs(20), |c| c["expired"] == 1)
+        .await;
+    stop.cancel();
+    let report = running.await.unwrap().unwrap();
+    assert_eq!(counts["acked"], 0, "{counts}");
+    assert_eq!((report.acked, report.failed), (0, 1));
+    assert_eq!(inbox_rows(&db).await, 0, "the abandoned transaction rolled back");
+}
