@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::{cpu_seconds, mysqld_pid};
-use result_inbox::delivery::{Delivery, DeliveryId, LeaseProof};
+use result_inbox::delivery::{Delivery, DeliveryId};
 use result_inbox::dsn::Dsn;
 use result_inbox::event::QueueId;
 use result_inbox::inbox::{Inbox, InboxLayer, InboxStore, Outcome, StoreOptions};
@@ -61,12 +61,7 @@ fn event(n: u64) -> String {
 }
 
 fn delivery(n: u64) -> Delivery<Bytes> {
-    Delivery::new(
-        DeliveryId::new(format!("{n:032x}")),
-        1,
-        LeaseProof::new("bench"),
-        Bytes::from(event(n)),
-    )
+    Delivery::new(DeliveryId::new(format!("{n:032x}")), Bytes::from(event(n))).with_attempt(1)
 }
 
 /// What one measured case cost, summed over its rounds.

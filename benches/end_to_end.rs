@@ -23,7 +23,7 @@ use bytes::Bytes;
 use common::consume::Consume;
 use common::orbit::{OrbitDev, QueueCredentials};
 use common::{cpu_seconds, dsn_for, mysqld_pid, random_hex, EventSpec, TestDb};
-use result_inbox::delivery::{Delivery, DeliveryId, LeaseProof};
+use result_inbox::delivery::{Delivery, DeliveryId};
 use result_inbox::event::EventType;
 use result_inbox::ids::SubscriptionId;
 use result_inbox::inbox::{InboxLayer, InboxStore, Outcome, StoreOptions};
@@ -167,12 +167,8 @@ async fn main() {
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed) as usize;
                 let Some(e) = events.get(i) else { break };
-                let d = Delivery::new(
-                    DeliveryId::new(i.to_string()),
-                    1,
-                    LeaseProof::new("p"),
-                    Bytes::from(e.clone()),
-                );
+                let d = Delivery::new(DeliveryId::new(i.to_string()), Bytes::from(e.clone()))
+                    .with_attempt(1);
                 assert_eq!(
                     service.clone().oneshot(d).await.unwrap().outcome,
                     Outcome::Applied

@@ -1,12 +1,18 @@
-//! What Orbit hands a consumer: one attempt at delivering one event.
+//! What a source hands a consumer: one attempt at delivering one event.
 //!
 //! A [`Delivery`] is generic over its body, the way `http::Request<B>` is: the
 //! consumer produces `Delivery<Bytes>` (the raw event as it came off the
 //! wire), and a middleware such as the inbox may hand its inner service a
 //! `Delivery` whose body is something richer (the validated event and the
-//! open transaction). The lease proof travels with the delivery so that
-//! whoever ACKs can prove it holds the current lease — and nobody else ever
-//! sees it: its `Debug` and `Display` are redacted.
+//! open transaction).
+//!
+//! What every source must provide is an id for the delivery (the same for
+//! every attempt) and the event's bytes; the attempt number is optional
+//! (Orbit and JetStream count attempts, a plain queue may not). What a
+//! source needs to acknowledge — Orbit's [`LeaseProof`] — is not part of the
+//! delivery: the consumer keeps it next to the delivery's future, so the
+//! services that handle the delivery never hold it, and its `Debug` is
+//! redacted wherever it is.
 
 use std::fmt;
 
@@ -71,20 +77,25 @@ impl fmt::Debug for LeaseProof {
 #[derive(Clone)]
 pub struct Delivery<B> {
     id: DeliveryId,
-    attempt: u32,
-    lease_proof: LeaseProof,
+    attempt: Option<u32>,
     body: B,
 }
 
 impl<B> Delivery<B> {
-    /// A delivery as the platform announced it.
-    pub fn new(id: DeliveryId, attempt: u32, lease_proof: LeaseProof, body: B) -> Self {
+    /// A delivery of `body` under the source's id for it.
+    pub fn new(id: DeliveryId, body: B) -> Self {
         Self {
             id,
-            attempt,
-            lease_proof,
+            attempt: None,
             body,
         }
+    }
+
+    /// The same delivery, known to be attempt `attempt` (from 1), for
+    /// sources that count attempts.
+    pub fn with_attempt(mut self, attempt: u32) -> Self {
+        self.attempt = Some(attempt);
+        self
     }
 
     /// The delivery's id.
@@ -92,14 +103,9 @@ impl<B> Delivery<B> {
         &self.id
     }
 
-    /// Which attempt this is, starting at 1.
-    pub fn attempt(&self) -> u32 {
+    /// Which attempt this is, starting at 1, when the source counts them.
+    pub fn attempt(&self) -> Option<u32> {
         self.attempt
-    }
-
-    /// The proof that ACKs this attempt.
-    pub fn lease_proof(&self) -> &LeaseProof {
-        &self.lease_proof
     }
 
     /// The body.
@@ -122,7 +128,6 @@ impl<B> Delivery<B> {
         Delivery {
             id: self.id,
             attempt: self.attempt,
-            lease_proof: self.lease_proof,
             body: f(self.body),
         }
     }
@@ -134,7 +139,6 @@ impl<B> fmt::Debug for Delivery<B> {
         f.debug_struct("Delivery")
             .field("id", &self.id)
             .field("attempt", &self.attempt)
-            .field("lease_proof", &self.lease_proof)
             .finish_non_exhaustive()
     }
 }
@@ -145,30 +149,24 @@ mod tests {
 
     #[test]
     fn a_lease_proof_never_shows_in_debug_output() {
-        let d = Delivery::new(
-            DeliveryId::new("d1"),
-            1,
-            LeaseProof::new("sentinel-proof"),
-            "sentinel-body",
+        assert_eq!(
+            format!("{:?}", LeaseProof::new("sentinel-proof")),
+            "LeaseProof(<redacted>)"
         );
+        let d = Delivery::new(DeliveryId::new("d1"), "sentinel-body");
         let shown = format!("{d:?}");
         assert!(shown.contains("d1"));
-        assert!(!shown.contains("sentinel-proof"));
         assert!(!shown.contains("sentinel-body"));
     }
 
     #[test]
-    fn mapping_the_body_keeps_id_attempt_and_proof() {
-        let d =
-            Delivery::new(DeliveryId::new("d1"), 3, LeaseProof::new("p"), 1).map_body(|n| n + 1);
+    fn a_delivery_needs_only_an_id_and_a_body() {
+        let d = Delivery::new(DeliveryId::new("d1"), 1);
+        assert_eq!(d.attempt(), None);
+        let d = d.with_attempt(3).map_body(|n| n + 1);
         assert_eq!(
-            (
-                d.id().as_str(),
-                d.attempt(),
-                d.lease_proof().expose(),
-                *d.body()
-            ),
-            ("d1", 3, "p", 2)
+            (d.id().as_str(), d.attempt(), *d.body()),
+            ("d1", Some(3), 2)
         );
     }
 }

@@ -277,8 +277,8 @@ async fn run_steps(
             "reading the view",
             task_view::load_committed(&store, &task.id),
         )
-            .await??
-            .ok_or_else(|| DemoError::Unexpected("no task view row after the apply".into()))?;
+        .await??
+        .ok_or_else(|| DemoError::Unexpected("no task view row after the apply".into()))?;
         Ok::<_, DemoError>((counts, view, inbox_duplicate))
     }
     .await;

@@ -13,7 +13,7 @@ use common::mysql_proxy::{Fault, MySqlProxy};
 use common::orbit::OrbitDev;
 use common::{random_hex, scope, EventSpec, TestDb};
 use result_inbox::consumer::{Consumer, ConsumerOptions, ConsumerReport};
-use result_inbox::delivery::{Delivery, DeliveryId, LeaseProof};
+use result_inbox::delivery::{Delivery, DeliveryId};
 use result_inbox::event::TaskId;
 use result_inbox::inbox::{InboxError, InboxLayer, InboxStore, Outcome, Receipt, StoreOptions};
 use result_inbox::scope::{InboxScope, ReceiverName};
@@ -78,10 +78,9 @@ impl Fixture {
     fn delivery(&self, attempt: u32) -> Delivery<Bytes> {
         Delivery::new(
             DeliveryId::new(format!("d{}", self.event_id)),
-            attempt,
-            LeaseProof::new(random_hex(16)),
             Bytes::from(self.event_json()),
         )
+        .with_attempt(attempt)
     }
 
     async fn view(&self) -> Option<TaskViewRow> {

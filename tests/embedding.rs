@@ -103,5 +103,9 @@ async fn an_outer_timeout_never_leads_to_an_ack_of_an_uncommitted_delivery() {
     let report = running.await.unwrap().unwrap();
     assert_eq!(counts["acked"], 0, "{counts}");
     assert_eq!((report.acked, report.failed), (0, 1));
-    assert_eq!(inbox_rows(&db).await, 0, "the abandoned transaction rolled back");
+    assert_eq!(
+        inbox_rows(&db).await,
+        0,
+        "the abandoned transaction rolled back"
+    );
 }

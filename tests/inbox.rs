@@ -4,7 +4,7 @@ mod common;
 
 use bytes::Bytes;
 use common::{random_hex, scope, EventSpec, TestDb};
-use result_inbox::delivery::{Delivery, DeliveryId, LeaseProof};
+use result_inbox::delivery::{Delivery, DeliveryId};
 use result_inbox::inbox::{
     Applying, Conflict, Inbox, InboxError, InboxLayer, InboxStore, Outcome, Verdict,
 };
@@ -17,10 +17,9 @@ use tower::{Service, ServiceBuilder, ServiceExt};
 fn delivery(json: &str) -> Delivery<Bytes> {
     Delivery::new(
         DeliveryId::new(random_hex(16)),
-        1,
-        LeaseProof::new(random_hex(16)),
         Bytes::from(json.to_owned()),
     )
+    .with_attempt(1)
 }
 
 fn receiver(store: &InboxStore) -> Inbox<TaskView> {
@@ -670,7 +669,10 @@ async fn duplicates_and_view_reads_leave_no_transaction_open_on_the_store_connec
         Outcome::Duplicate { applied: true }
     );
     let task = result_inbox::event::TaskId::parse(&f.task).unwrap();
-    let view = task_view::load_committed(&store, &task).await.unwrap().unwrap();
+    let view = task_view::load_committed(&store, &task)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(view.applied_events, 1);
 
     let mut other = f.pool.acquire().await.unwrap();

@@ -9,7 +9,7 @@ use std::process::Output;
 use bytes::Bytes;
 use common::orbit::{receiver, OrbitDev};
 use common::{random_hex, scope, EventSpec, TestDb};
-use result_inbox::delivery::{Delivery, DeliveryId, LeaseProof};
+use result_inbox::delivery::{Delivery, DeliveryId};
 use result_inbox::inbox::{InboxLayer, InboxStore};
 use result_inbox::scope::InboxScope;
 use result_inbox::task_view::TaskView;
@@ -28,10 +28,9 @@ fn out(o: &Output) -> (String, String) {
 async fn apply(store: &InboxStore, json: &str) {
     let delivery = Delivery::new(
         DeliveryId::new(random_hex(16)),
-        1,
-        LeaseProof::new(random_hex(16)),
         Bytes::from(json.to_owned()),
-    );
+    )
+    .with_attempt(1);
     ServiceBuilder::new()
         .layer(InboxLayer::new(store.clone()))
         .service(TaskView::new())

@@ -424,10 +424,10 @@ impl Consumer {
                     link.last_heard = Instant::now();
                     match message {
                     Some(Ok(StreamMessage::Keepalive)) => {}
-                    Some(Ok(StreamMessage::Delivery(delivery))) => {
+                    Some(Ok(StreamMessage::Delivery(delivery, proof))) => {
                         report.received += 1;
                         link.outstanding = link.outstanding.saturating_sub(1);
-                        handlers.spawn(handle(service.clone(), delivery));
+                        handlers.spawn(handle(service.clone(), delivery, proof));
                         metrics::gauge!(telemetry::IN_FLIGHT).set(handlers.len() as f64);
                     }
                     Some(Ok(StreamMessage::Error { code })) => {
@@ -673,14 +673,15 @@ async fn next_message(
     }
 }
 
-async fn handle<S>(service: S, delivery: Delivery<Bytes>) -> Handled
+/// Runs one delivery through the service; the proof stays here, next to
+/// the future, for the ACK — the service never sees it.
+async fn handle<S>(service: S, delivery: Delivery<Bytes>, proof: LeaseProof) -> Handled
 where
     S: Service<Delivery<Bytes>>,
     S::Error: Into<BoxError>,
 {
     let id = delivery.id().clone();
     let attempt = delivery.attempt();
-    let proof = delivery.lease_proof().clone();
     let answer = match service.oneshot(delivery).await {
         Ok(_) => Ok(()),
         Err(e) => Err(e.into()),

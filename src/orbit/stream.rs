@@ -15,8 +15,9 @@ use crate::delivery::{Delivery, DeliveryId, LeaseProof};
 /// What the server said on the stream.
 #[derive(Debug)]
 pub enum StreamMessage {
-    /// A leased delivery: the raw event bytes, exactly as Orbit stored them.
-    Delivery(Delivery<Bytes>),
+    /// A leased delivery: the raw event bytes, exactly as Orbit stored them,
+    /// and the proof that ACKs this attempt.
+    Delivery(Delivery<Bytes>, LeaseProof),
     /// The server refused something and is about to close the stream.
     Error {
         /// Orbit's stable stream error code.
@@ -126,12 +127,14 @@ fn parse(text: &str) -> Result<StreamMessage, OrbitError> {
             else {
                 return Err(OrbitError::Protocol("incomplete delivery message"));
             };
-            Ok(StreamMessage::Delivery(Delivery::new(
-                DeliveryId::new(id),
-                attempt,
+            Ok(StreamMessage::Delivery(
+                Delivery::new(
+                    DeliveryId::new(id),
+                    Bytes::copy_from_slice(event.get().as_bytes()),
+                )
+                .with_attempt(attempt),
                 LeaseProof::new(proof),
-                Bytes::copy_from_slice(event.get().as_bytes()),
-            )))
+            ))
         }
         "error" => Ok(StreamMessage::Error {
             code: wire.code.unwrap_or_else(|| "unknown".to_owned()),
@@ -147,12 +150,12 @@ mod tests {
     #[test]
     fn a_delivery_message_keeps_the_event_bytes_verbatim() {
         let text = r#"{"type":"delivery","delivery_id":"d","subscription_id":"s","attempt":2,"lease_proof":"p","lease_expires_at":"x","event":{"b": 1.10 ,"a":123456789012345678901234567890,"a":1}}"#;
-        let StreamMessage::Delivery(d) = parse(text).unwrap() else {
+        let StreamMessage::Delivery(d, proof) = parse(text).unwrap() else {
             panic!("not a delivery")
         };
         assert_eq!(d.id().as_str(), "d");
-        assert_eq!(d.attempt(), 2);
-        assert_eq!(d.lease_proof().expose(), "p");
+        assert_eq!(d.attempt(), Some(2));
+        assert_eq!(proof.expose(), "p");
         assert_eq!(
             &d.body()[..],
             br#"{"b": 1.10 ,"a":123456789012345678901234567890,"a":1}"#
