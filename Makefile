@@ -2,8 +2,11 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 WITH_MYSQL := scripts/with-mysql.sh
+# The `receiver` binary needs the `cli` feature; a library user's default
+# features leave it (and its dependencies) out.
+CLI := --features result-inbox/cli
 
-.PHONY: demo test bench build check fmt-check clippy doc unit integration toolchain fuzz
+.PHONY: demo test bench build check fmt-check clippy doc deps-check unit integration toolchain fuzz
 
 ## demo: the whole local demo (orbit-dev, a throwaway database unless ORBIT_RECEIVER_DSN is set, init, demo)
 demo: toolchain build
@@ -11,31 +14,44 @@ demo: toolchain build
 
 ## test: formatting, lints, docs, then every test (integration tests against a throwaway server)
 test: check build
-	$(WITH_MYSQL) $(CARGO) test --workspace --locked
+	$(WITH_MYSQL) $(CARGO) test --workspace --locked $(CLI)
 
 ## build: the binaries (receiver, orbit-dev); the end-to-end tests run them as processes
 build:
-	$(CARGO) build --workspace --bins --locked
+	$(CARGO) build --workspace --bins --locked $(CLI)
 
-## check: formatting, clippy with warnings as errors, documentation without warnings
-check: toolchain fmt-check clippy doc
+## check: formatting, clippy with warnings as errors, documentation without warnings, a lean default dependency tree
+check: toolchain fmt-check clippy doc deps-check
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
 
 clippy:
-	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+	$(CARGO) clippy --workspace --all-targets --locked $(CLI) -- -D warnings
+	$(CARGO) clippy -p result-inbox --lib --locked -- -D warnings
+	$(CARGO) clippy -p result-inbox --lib --locked --no-default-features -- -D warnings
 
 doc:
-	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --locked
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --locked $(CLI)
+
+## deps-check: a library user's default features compile none of the command line's crates
+CLI_ONLY_CRATES := clap tracing-subscriber metrics-exporter-prometheus indicatif
+deps-check:
+	@tree=$$($(CARGO) tree -e normal -p result-inbox --locked --prefix none --format '{p}' | cut -d' ' -f1 | sort -u); \
+	for crate in $(CLI_ONLY_CRATES); do \
+		if echo "$$tree" | grep -qx "$$crate"; then \
+			echo "deps-check: $$crate is in the default dependency tree of result-inbox; it belongs to the cli feature"; exit 1; \
+		fi; \
+	done; \
+	echo "deps-check: default features compile none of: $(CLI_ONLY_CRATES)"
 
 ## unit: the tests that need no database
 unit:
-	$(CARGO) test --workspace --lib --bins --locked
+	$(CARGO) test --workspace --lib --bins --locked $(CLI)
 
 ## integration: only the integration tests, against a throwaway server
 integration: build
-	$(WITH_MYSQL) $(CARGO) test --workspace --test '*' --locked
+	$(WITH_MYSQL) $(CARGO) test --workspace --test '*' --locked $(CLI)
 
 toolchain:
 	@command -v $(CARGO) >/dev/null || { echo "cargo not found: install the Rust toolchain (https://rustup.rs)"; exit 2; }
@@ -47,7 +63,7 @@ bench: toolchain
 	$(CARGO) bench --locked --bench canonical_hash
 	-$(CARGO) run --locked --release --example bench_report
 	$(WITH_MYSQL) $(CARGO) bench --locked --bench apply
-	$(CARGO) build --locked --release --workspace --bins
+	$(CARGO) build --locked --release --workspace --bins $(CLI)
 	$(WITH_MYSQL) $(CARGO) bench --locked --bench end_to_end
 	$(WITH_MYSQL) $(CARGO) bench --locked --bench verify
 

@@ -13,13 +13,42 @@
 //! 3. commits, and only then reports success, so that the consumer ACKs only
 //!    what is durably recorded.
 //!
+//! # Getting started
+//!
+//! ```toml
+//! [dependencies]
+//! result-inbox = "0.1"       # default features: the inbox (MySQL) and the consumer
+//! tokio = { version = "1", features = ["macros", "rt-multi-thread"] }
+//! tower = "0.5"
+//! bytes = "1"
+//! ```
+//!
+//! sqlx comes re-exported as [`result_inbox::sqlx`](sqlx), so the queries of
+//! your inner service run on the same sqlx as the inbox's connection. Start
+//! with the [`guide`] (the README: the pattern, the `receiver` command, an
+//! inner service that writes its own table) and the runnable examples in
+//! `examples/`: `own_table.rs` (your table in the inbox's transaction),
+//! `tower_stack.rs` (a full tower stack in the recommended order),
+//! `custom_consumer.rs` (the consumer over a service of your own).
+//!
+//! # Features
+//!
+//! * `mysql` (default) — the inbox, the task view, the schema and the
+//!   operator tools, with sqlx (MySQL, rustls). Without it the crate has no
+//!   database driver: the digest, the event model, the Orbit client and the
+//!   consumer stand alone.
+//! * `cli` — what only the `receiver` binary needs: clap, the log output,
+//!   the Prometheus exporter and its HTTP endpoint, the progress bar. Not
+//!   needed to embed the crate; `cargo install --path . --features cli`
+//!   installs the binary.
+//!
 //! # Map of the crate
 //!
 //! * [`digest`] — the frozen canonical JSON form and its SHA-256 digest.
 //! * [`event`] — the Orbit event envelope, its ids and its validation.
 //! * [`ids`] — Orbit's 32-hex ids, one type per kind.
-//! * [`delivery`] — what Orbit hands a consumer: an event plus the lease proof
-//!   that ACKs it.
+//! * [`delivery`] — what a source hands a consumer: a delivery id, the event
+//!   bytes, the attempt when the source counts them; Orbit's lease proof.
 //! * [`orbit`] — the Orbit API client: subscriptions, tasks, ACKs, and the
 //!   WebSocket delivery stream (`docs/orbit-protocol.md`).
 //! * [`consumer`] — drives any `Service<Delivery<Bytes>>` over one
@@ -47,6 +76,7 @@
 //!
 //! `ARCHITECTURE.md` in the repository lists the invariants every part keeps.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 
 pub mod config;
@@ -61,33 +91,53 @@ pub mod subscribe;
 pub mod telemetry;
 
 #[cfg(feature = "mysql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
 pub mod check;
 #[cfg(feature = "mysql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
 pub mod consume;
 #[cfg(feature = "mysql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
 pub mod demo;
 #[cfg(feature = "mysql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
 pub mod dsn;
 #[cfg(feature = "mysql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
 pub mod inbox;
 #[cfg(feature = "mysql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
 pub mod inspect;
 #[cfg(feature = "mysql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
 pub mod schema;
 #[cfg(feature = "mysql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
 pub mod stats;
 #[cfg(feature = "mysql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
 pub mod task_view;
 #[cfg(feature = "mysql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
 pub mod verify;
 
 #[cfg(feature = "cli")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cli")))]
 pub mod health;
+
+/// The sqlx this crate was built with, so that the queries of an inner
+/// service use the same version as the connection they run on (add no
+/// `sqlx` dependency of your own for them).
+#[cfg(feature = "mysql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
+pub use sqlx;
 
 /// The error type of inner services: any error that can cross threads.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
-// The README's example is compiled as a doctest so that it cannot drift.
-#[cfg(all(doctest, feature = "mysql"))]
+// The README, rendered as the crate's guide; its Rust example is compiled
+// as a doctest, so that it cannot drift from the code.
+#[cfg(feature = "mysql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
 #[doc = include_str!("../README.md")]
-pub struct ReadmeDoctests;
+pub mod guide {}

@@ -71,6 +71,7 @@ pub fn describe() {
 }
 
 /// Counts one delivery of `class` and how long it took.
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
 pub(crate) fn delivery(class: &'static str, took: Duration) {
     metrics::counter!(DELIVERIES, "class" => class).increment(1);
     metrics::histogram!(APPLY_DURATION, "class" => class).record(took.as_secs_f64());

@@ -1,10 +1,27 @@
 //! The `receiver` command line: `digest` and configuration errors.
 
 use std::io::Write;
+use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
+/// The `receiver` binary next to the test binaries (built with feature `cli`).
+fn receiver_bin() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let path = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .unwrap()
+        .join("receiver");
+    assert!(
+        path.exists(),
+        "{} is missing: run `make test`",
+        path.display()
+    );
+    path
+}
+
 fn receiver(args: &[&str], stdin: &[u8]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_receiver"))
+    let mut child = Command::new(receiver_bin())
         .args(args)
         .env_remove("ORBIT_RECEIVER_DSN")
         .stdin(Stdio::piped())
@@ -89,7 +106,7 @@ fn digest_of_a_missing_file_exits_2() {
 #[test]
 fn init_without_a_database_in_the_dsn_fails_before_connecting() {
     // Port 1 on loopback: a connection attempt would fail differently.
-    let out = Command::new(env!("CARGO_BIN_EXE_receiver"))
+    let out = Command::new(receiver_bin())
         .arg("init")
         .env("ORBIT_RECEIVER_DSN", "mysql://root:sentinel-pw@127.0.0.1:1")
         .output()
@@ -111,7 +128,7 @@ fn an_unknown_subcommand_is_a_usage_error_in_one_line() {
 
 #[test]
 fn help_lists_every_variable() {
-    let out = Command::new(env!("CARGO_BIN_EXE_receiver"))
+    let out = Command::new(receiver_bin())
         .args(["consume", "--help"])
         .output()
         .unwrap();
@@ -143,7 +160,7 @@ fn consume_with(broken: (&str, &str)) -> Output {
     .unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&creds, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_receiver"));
+    let mut cmd = Command::new(receiver_bin());
     cmd.arg("consume")
         .env("ORBIT_CREDENTIALS_FILE", &creds)
         .env("ORBIT_SUBSCRIPTION_ID", "fedcba9876543210fedcba9876543210")
@@ -210,7 +227,7 @@ fn a_missing_dsn_or_subscription_is_named_with_its_variable() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("ORBIT_RECEIVER_DSN is not set"), "{err}");
 
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_receiver"));
+    let mut cmd = Command::new(receiver_bin());
     let out = cmd
         .arg("consume")
         .env("ORBIT_RECEIVER_DSN", "mysql://root@127.0.0.1:1/receiver")
@@ -229,7 +246,7 @@ fn an_invalid_log_filter_or_format_is_a_configuration_error_not_a_silent_default
         ("RUST_LOG", "result_inbox=loud"),
         ("RECEIVER_LOG_FORMAT", "xml"),
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_receiver"))
+        let out = Command::new(receiver_bin())
             .args(["digest", "-"])
             .env_remove("RECEIVER_LOG")
             .env_remove("RUST_LOG")
@@ -277,7 +294,7 @@ fn each_operator_tool_lists_its_variables_in_help() {
             ][..],
         ),
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_receiver"))
+        let out = Command::new(receiver_bin())
             .args(command)
             .arg("--help")
             .output()

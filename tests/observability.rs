@@ -224,7 +224,7 @@ async fn a_conflict_is_logged_with_both_digests_as_receiver_digest_computes_them
     let digest_of = |json: String| {
         let dir = std::env::temp_dir().join(format!("log-conflict-{}", random_hex(4)));
         std::fs::write(&dir, json).unwrap();
-        let out = Command::new(env!("CARGO_BIN_EXE_receiver"))
+        let out = Command::new(common::orbit::receiver_path())
             .arg("digest")
             .arg(&dir)
             .output()

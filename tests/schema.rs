@@ -115,7 +115,7 @@ async fn event_and_result_are_stored_as_text_not_as_json() {
 }
 
 fn receiver() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_receiver"))
+    common::orbit::receiver()
 }
 
 async fn show_create(pool: &MySqlPool, db: &str) -> Vec<String> {

@@ -228,6 +228,37 @@ pub struct ConsumerReport {
 }
 
 /// A consumer of one subscription.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use result_inbox::consumer::{Consumer, ConsumerOptions};
+/// use result_inbox::ids::{QueueId, SubscriptionId};
+/// use result_inbox::inbox::{InboxLayer, InboxStore};
+/// use result_inbox::orbit::{OrbitClient, OrbitUrl, Token};
+/// use result_inbox::task_view::TaskView;
+/// use tower::ServiceBuilder;
+///
+/// # async fn run(store: InboxStore) -> Result<(), Box<dyn std::error::Error>> {
+/// let client = OrbitClient::new(
+///     OrbitUrl::parse("https://orbit.example.com")?,
+///     Token::new(std::env::var("ORBIT_TOKEN")?),
+///     Duration::from_secs(10),
+/// )?;
+/// let queue = QueueId::parse("0123456789abcdef0123456789abcdef").unwrap();
+/// let subscription = SubscriptionId::parse("fedcba9876543210fedcba9876543210").unwrap();
+/// // Checks the subscription's queue before anything is leased.
+/// let consumer = Consumer::connect(client, subscription, &queue, ConsumerOptions::default())
+///     .await?
+///     .with_probe(store.clone()); // no deliveries taken while the database is down
+/// let service = ServiceBuilder::new()
+///     .layer(InboxLayer::new(store))
+///     .service(TaskView::new());
+/// // Runs until the future resolves; ACKs exactly what the service answered `Ok`.
+/// let report = consumer.run(service, async { let _ = tokio::signal::ctrl_c().await; }).await?;
+/// println!("acked {}", report.acked);
+/// # Ok(())
+/// # }
+/// ```
 pub struct Consumer {
     client: OrbitClient,
     subscription: SubscriptionId,

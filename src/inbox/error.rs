@@ -325,6 +325,23 @@ impl Refusal {
 }
 
 /// Why a delivery was not applied. None of these is ever ACKed.
+///
+/// ```
+/// use result_inbox::inbox::{InboxError, Refusal};
+///
+/// fn what_to_do(e: &InboxError) -> &'static str {
+///     match e.class() {
+///         // Will fail the same way on every redelivery: an operator looks.
+///         "rejected" | "conflict" | "refused" => "alert",
+///         // The redelivery decides: it finds the committed row or applies.
+///         "unconfirmed" => "wait",
+///         _ if e.is_unavailable() => "check the database",
+///         _ => "let the redelivery retry",
+///     }
+/// }
+/// assert_eq!(what_to_do(&InboxError::Refused(Refusal::new("closed"))), "alert");
+/// assert!(InboxError::CommitUnconfirmed.is_retryable());
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum InboxError {

@@ -39,6 +39,23 @@ impl Default for StoreOptions {
 /// are all `READ COMMITTED`, and the scope every row is written under.
 ///
 /// Cloning is cheap and shares the pool and the statistics.
+///
+/// ```no_run
+/// use result_inbox::dsn::Dsn;
+/// use result_inbox::event::QueueId;
+/// use result_inbox::inbox::{InboxLayer, InboxStore, StoreOptions};
+/// use result_inbox::scope::{InboxScope, ReceiverName};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let dsn: Dsn = std::env::var("ORBIT_RECEIVER_DSN")?.parse()?; // must name its database
+/// let queue = QueueId::parse("0123456789abcdef0123456789abcdef").unwrap();
+/// let scope = InboxScope::new(ReceiverName::default(), queue);
+/// let store = InboxStore::connect(&dsn, scope, StoreOptions::default()).await?;
+/// let layer = InboxLayer::new(store.clone()); // the same pool for every clone
+/// # let _ = layer;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct InboxStore {
     pool: MySqlPool,

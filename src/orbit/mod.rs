@@ -387,6 +387,25 @@ fn describe_chain(e: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// A client of one Orbit deployment with one token.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use result_inbox::event::EventType;
+/// use result_inbox::orbit::{OrbitClient, OrbitUrl, Scope, Token};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let client = OrbitClient::new(
+///     OrbitUrl::parse("https://orbit.example.com")?,
+///     Token::new(std::env::var("ORBIT_TOKEN")?),
+///     Duration::from_secs(10),
+/// )?;
+/// if client.has_scope(Scope::EventsManage).await? {
+///     let subscription = client.create_subscription(&[EventType::Cancelled]).await?;
+///     println!("subscription={}", subscription.id);
+/// }
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct OrbitClient {
     url: OrbitUrl,

@@ -285,9 +285,21 @@ pub async fn http(method: &str, url: &str, token: &str, body: String) -> (u16, S
     (status, String::from_utf8_lossy(&bytes).into_owned())
 }
 
+/// The `receiver` binary that `make build` (feature `cli`) put next to
+/// the test binaries.
+pub fn receiver_path() -> PathBuf {
+    let path = bin_dir().join("receiver");
+    assert!(
+        path.exists(),
+        "{} is missing: build it first (`make test` does: cargo build --features result-inbox/cli)",
+        path.display()
+    );
+    path
+}
+
 /// The `receiver` binary, with a clean environment for its variables.
 pub fn receiver() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_receiver"));
+    let mut cmd = Command::new(receiver_path());
     for var in [
         "ORBIT_URL",
         "ORBIT_CREDENTIALS_FILE",

@@ -1,0 +1,106 @@
+//! Your own table, written in the inbox's transaction.
+//!
+//! The inbox records the event, `task_view::advance` decides whether it is
+//! newer, and the business writes its own row — all in one transaction that
+//! the inbox commits, or none of it. A second delivery of the same event is
+//! a duplicate: the business code does not even run.
+//!
+//! Needs a database with the receiver's tables (`receiver init`):
+//!
+//! ```sh
+//! ORBIT_RECEIVER_DSN=mysql://receiver:…@127.0.0.1:3306/receiver cargo run --example own_table
+//! ```
+
+use bytes::Bytes;
+use result_inbox::delivery::{Delivery, DeliveryId};
+use result_inbox::dsn::Dsn;
+use result_inbox::event::QueueId;
+use result_inbox::inbox::{Applying, InboxError, InboxLayer, InboxStore, Outcome, StoreOptions};
+use result_inbox::scope::{InboxScope, ReceiverName};
+use result_inbox::sqlx;
+use result_inbox::task_view::{self, Advance};
+use result_inbox::BoxError;
+use tower::{service_fn, ServiceBuilder, ServiceExt};
+
+/// A new 32-hex id for each run, so that the example can run again.
+fn fresh_id(salt: u64) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    format!(
+        "{:016x}{:016x}",
+        nanos,
+        salt ^ u64::from(std::process::id())
+    )
+}
+
+#[tokio::main]
+async fn main() -> Result<(), BoxError> {
+    let dsn: Dsn = std::env::var("ORBIT_RECEIVER_DSN")?.parse()?;
+    let queue = QueueId::parse("0123456789abcdef0123456789abcdef").expect("32 hex");
+    let scope = InboxScope::new(ReceiverName::default(), queue.clone());
+    let store = InboxStore::connect(&dsn, scope, StoreOptions::default()).await?;
+
+    // The business's own table, normally made by its own migrations.
+    let mut session = store.session().await?;
+    sqlx::query(
+        "CREATE TABLE IF NOT EXISTS example_orders \
+         (task_id CHAR(32) PRIMARY KEY, status VARCHAR(16) NOT NULL) ENGINE=InnoDB",
+    )
+    .execute(session.connection())
+    .await?;
+    session.commit().await?;
+
+    let service = ServiceBuilder::new()
+        .layer(InboxLayer::new(store.clone()))
+        .service(service_fn(|mut delivery: Delivery<Applying>| async move {
+            let (conn, scope, event) = delivery.body_mut().split();
+            let advance = task_view::advance(conn, scope, event).await?;
+            if advance == Advance::Applied {
+                // In the inbox's transaction: committed with the inbox row
+                // and the view, or not at all.
+                sqlx::query(
+                    "INSERT INTO example_orders (task_id, status) VALUES (?, ?) \
+                     ON DUPLICATE KEY UPDATE status = ?",
+                )
+                .bind(event.task().id.as_str())
+                .bind(event.task().state.as_str())
+                .bind(event.task().state.as_str())
+                .execute(&mut *conn)
+                .await?;
+            }
+            let applying = delivery.into_body();
+            Ok::<_, InboxError>(match advance {
+                Advance::Applied => applying.applied(),
+                Advance::Stale => applying.stale(),
+            })
+        }));
+
+    let task = fresh_id(1);
+    let event = format!(
+        r#"{{"id":"{}","type":"task.succeeded","queue_id":"{queue}","occurred_at":"2026-12-01T10:00:00Z","task":{{"id":"{task}","version":2,"state":"SUCCEEDED","result":{{"total":42}}}}}}"#,
+        fresh_id(2)
+    );
+    let mut outcomes = Vec::new();
+    for attempt in 1..=2 {
+        let delivery =
+            Delivery::new(DeliveryId::new("d-1"), Bytes::from(event.clone())).with_attempt(attempt);
+        let receipt = service.clone().oneshot(delivery).await?;
+        println!("attempt {attempt}: {}", receipt.outcome.class());
+        outcomes.push(receipt.outcome);
+    }
+    assert_eq!(
+        outcomes,
+        [Outcome::Applied, Outcome::Duplicate { applied: true }]
+    );
+
+    let mut session = store.session().await?;
+    let status: String = sqlx::query_scalar("SELECT status FROM example_orders WHERE task_id = ?")
+        .bind(&task)
+        .fetch_one(session.connection())
+        .await?;
+    session.rollback().await?;
+    println!("order task={task} status={status}");
+    Ok(())
+}

@@ -1,0 +1,95 @@
+//! The examples in `examples/` run, against the test server (and a real
+//! orbit-dev for the consumer), and do what their docs say.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use common::orbit::{bin_dir, OrbitDev};
+use common::{dsn_for, TestDb};
+
+fn example(name: &str) -> Command {
+    let path: PathBuf = bin_dir().join("examples").join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: `cargo test` builds the examples",
+        path.display()
+    );
+    Command::new(path)
+}
+
+fn stdout(out: &Output) -> String {
+    // (Only for the examples that end by themselves.)
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test]
+async fn own_table_writes_its_row_in_the_inbox_transaction_once() {
+    let db = TestDb::initialized().await;
+    let out = example("own_table")
+        .env("ORBIT_RECEIVER_DSN", dsn_for(&db.name))
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert!(
+        text.contains("attempt 1: applied\nattempt 2: duplicate\n"),
+        "{text}"
+    );
+    assert!(text.contains(" status=SUCCEEDED"), "{text}");
+    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM example_orders")
+        .fetch_one(&db.pool().await)
+        .await
+        .unwrap();
+    assert_eq!(rows, 1);
+}
+
+#[tokio::test]
+async fn tower_stack_applies_eight_copies_once() {
+    let db = TestDb::initialized().await;
+    let out = example("tower_stack")
+        .env("ORBIT_RECEIVER_DSN", dsn_for(&db.name))
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&out), "copies=8 applied=1 duplicates=7\n");
+}
+
+#[tokio::test]
+async fn custom_consumer_consumes_and_acks_what_it_committed() {
+    let (orbit, creds, sub) = OrbitDev::subscribed(30_000, 5, "example-consumer").await;
+    let db = TestDb::initialized().await;
+    orbit.inject_new_task(&creds, &sub).await;
+    orbit.inject_new_task(&creds, &sub).await;
+    let log = std::env::temp_dir().join(format!("example-consumer-{}", common::random_hex(4)));
+    let mut run = example("custom_consumer")
+        .env("ORBIT_CREDENTIALS_FILE", &creds.file)
+        .env("ORBIT_SUBSCRIPTION_ID", sub.as_str())
+        .env("ORBIT_RECEIVER_DSN", dsn_for(&db.name))
+        .env_remove("ORBIT_URL")
+        .env_remove("ORBIT_TOKEN")
+        .env_remove("ORBIT_QUEUE_ID")
+        .stdout(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let counts = orbit
+        .wait_for_counts(&creds, &sub, Duration::from_secs(20), |c| c["acked"] == 2)
+        .await;
+    // Ctrl-C, as its docs say.
+    // SAFETY: kill(2) takes plain integers and touches no memory of ours.
+    unsafe {
+        libc::kill(run.id() as libc::pid_t, libc::SIGINT);
+    }
+    assert!(run.wait().unwrap().success());
+    let text = std::fs::read_to_string(&log).unwrap();
+    let _ = std::fs::remove_file(&log);
+    assert_eq!(text.matches("advanced=true").count(), 2, "{text}");
+    assert!(text.ends_with("received=2 acked=2 failed=0\n"), "{text}");
+    assert_eq!(counts["pending"], 0, "{counts}");
+}
