@@ -5,11 +5,12 @@ mod common;
 
 use std::time::Duration;
 
-use common::orbit::OrbitDev;
+use common::orbit::{OrbitDev, QueueCredentials};
 use common::TestDb;
 use metrics_exporter_prometheus::PrometheusBuilder;
-use result_inbox::consumer::{Consumer, ConsumerOptions};
+use result_inbox::consumer::{Consumer, ConsumerOptions, ConsumerReport};
 use result_inbox::delivery::Delivery;
+use result_inbox::ids::SubscriptionId;
 use result_inbox::inbox::{Applying, InboxLayer, Refusal, Verdict};
 use result_inbox::scope::{InboxScope, ReceiverName};
 use result_inbox::task_view;
@@ -21,6 +22,37 @@ async fn inbox_rows(db: &TestDb) -> i64 {
         .fetch_one(&db.pool().await)
         .await
         .unwrap()
+}
+
+/// Runs the crate's consumer with `service` until the subscription's one
+/// delivery has expired; returns its report and Orbit's counts.
+async fn consume_until_expired<S>(
+    orbit: &OrbitDev,
+    creds: &QueueCredentials,
+    sub: &SubscriptionId,
+    service: S,
+) -> (ConsumerReport, serde_json::Value)
+where
+    S: tower::Service<Delivery<bytes::Bytes>> + Clone + Send + 'static,
+    S::Error: Into<result_inbox::BoxError>,
+    S::Future: Send,
+    S::Response: Send,
+{
+    let consumer = Consumer::connect(
+        orbit.client(creds),
+        sub.clone(),
+        &creds.queue(),
+        ConsumerOptions::default(),
+    )
+    .await
+    .unwrap();
+    let stop = CancellationToken::new();
+    let running = tokio::spawn(consumer.run(service, stop.clone().cancelled_owned()));
+    let counts = orbit
+        .wait_for_counts(creds, sub, Duration::from_secs(20), |c| c["expired"] == 1)
+        .await;
+    stop.cancel();
+    (running.await.unwrap().unwrap(), counts)
 }
 
 #[tokio::test]
@@ -42,21 +74,7 @@ async fn a_refused_delivery_is_never_acked_and_is_counted_as_refused() {
         .service(service_fn(|_: Delivery<Applying>| async {
             Err::<Verdict, _>(Refusal::new("the customer account is closed"))
         }));
-    let consumer = Consumer::connect(
-        orbit.client(&creds),
-        sub.clone(),
-        &creds.queue(),
-        ConsumerOptions::default(),
-    )
-    .await
-    .unwrap();
-    let stop = CancellationToken::new();
-    let running = tokio::spawn(consumer.run(service, stop.clone().cancelled_owned()));
-    orbit
-        .wait_for_counts(&creds, &sub, Duration::from_secs(20), |c| c["expired"] == 1)
-        .await;
-    stop.cancel();
-    let report = running.await.unwrap().unwrap();
+    let (report, _) = consume_until_expired(&orbit, &creds, &sub, service).await;
 
     assert_eq!((report.acked, report.failed), (0, 1));
     assert_eq!(inbox_rows(&db).await, 0, "a refusal rolls back");
@@ -86,21 +104,7 @@ async fn an_outer_timeout_never_leads_to_an_ack_of_an_uncommitted_delivery() {
             task_view::advance(conn, scope, event).await?;
             Ok::<_, result_inbox::inbox::InboxError>(delivery.into_body().applied())
         }));
-    let consumer = Consumer::connect(
-        orbit.client(&creds),
-        sub.clone(),
-        &creds.queue(),
-        ConsumerOptions::default(),
-    )
-    .await
-    .unwrap();
-    let stop = CancellationToken::new();
-    let running = tokio::spawn(consumer.run(service, stop.clone().cancelled_owned()));
-    let counts = orbit
-        .wait_for_counts(&creds, &sub, Duration::from_secs(20), |c| c["expired"] == 1)
-        .await;
-    stop.cancel();
-    let report = running.await.unwrap().unwrap();
+    let (report, counts) = consume_until_expired(&orbit, &creds, &sub, service).await;
     assert_eq!(counts["acked"], 0, "{counts}");
     assert_eq!((report.acked, report.failed), (0, 1));
     assert_eq!(
