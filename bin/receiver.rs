@@ -118,10 +118,12 @@ enum Command {
     Check {
         #[command(flatten)]
         receiver: Receiver,
-        /// The subscription `consume` would consume (checked unless --demo).
+        /// The subscription `consume` would consume (required without --demo,
+        /// checked when given with it).
         #[arg(long, env = "ORBIT_SUBSCRIPTION_ID")]
         subscription_id: Option<String>,
-        /// Check the scopes `demo` needs instead of a subscription.
+        /// Check the scopes `demo` needs (all five) instead of those of
+        /// `consume`; no subscription needed.
         #[arg(long)]
         demo: bool,
     },
@@ -576,9 +578,11 @@ fn run_check(receiver: Receiver, subscription_id: Option<String>, demo: bool) ->
         Ok(r) => r,
         Err(e) => return fail(EXIT_CONFIG, e),
     };
+    // `consume` needs a subscription; `demo` creates its own, and checks
+    // one only when it is given.
     let subscription = match (demo, subscription_id) {
-        (true, _) => None,
-        (false, id) => match required_subscription(id) {
+        (true, None) => None,
+        (_, id) => match required_subscription(id) {
             Ok(s) => Some(s),
             Err(e) => return fail(EXIT_CONFIG, e),
         },
@@ -588,6 +592,7 @@ fn run_check(receiver: Receiver, subscription_id: Option<String>, demo: bool) ->
         dsn: resolved.dsn,
         name: resolved.name,
         subscription,
+        demo,
         orbit_call_timeout: ORBIT_CALL_TIMEOUT,
     };
     let findings = match runtime().block_on(check::run(config)) {

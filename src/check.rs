@@ -35,17 +35,19 @@ pub struct CheckConfig {
     pub dsn: Dsn,
     /// The receiver's fixed name.
     pub name: ReceiverName,
-    /// The subscription `consume` would consume; `None` checks the scopes
-    /// of `demo` instead (which creates its own subscription).
+    /// The subscription `consume` would consume, checked when given.
     pub subscription: Option<SubscriptionId>,
+    /// Check the scopes `demo` needs (all five) instead of those of
+    /// `consume`.
+    pub demo: bool,
     /// Timeout of every single call to Orbit.
     pub orbit_call_timeout: std::time::Duration,
 }
 
 /// Runs every check once, waiting for nothing: the database checks, then
-/// the Orbit checks (with the scopes of `consume`, or of `demo` when no
-/// subscription is given). Fails only when the Orbit client cannot be
-/// built from the settings.
+/// the Orbit checks (the scopes of `consume` or of `demo`, and the
+/// subscription when one is given). Fails only when the Orbit client cannot
+/// be built from the settings.
 pub async fn run(config: CheckConfig) -> Result<Vec<Finding>, OrbitError> {
     let client = OrbitClient::with_tls(
         config.orbit.url.clone(),
@@ -57,9 +59,14 @@ pub async fn run(config: CheckConfig) -> Result<Vec<Finding>, OrbitError> {
     let store = InboxStore::connect_lazy(&config.dsn, scope, StoreOptions::default());
     let mut all = findings(&DATABASE_CHECKS, &database(&store).await);
 
-    let (checks, scopes): (&[&'static str], &[Scope]) = match config.subscription {
-        Some(_) => (&ORBIT_CHECKS, &Scope::CONSUME),
-        None => (&ORBIT_CHECKS[..3], &Scope::DEMO),
+    let scopes: &[Scope] = if config.demo {
+        &Scope::DEMO
+    } else {
+        &Scope::CONSUME
+    };
+    let checks: &[&'static str] = match config.subscription {
+        Some(_) => &ORBIT_CHECKS,
+        None => &ORBIT_CHECKS[..3],
     };
     let mut outcome = orbit_access(&client, scopes).await;
     if let (Ok(()), Some(id)) = (&outcome, &config.subscription) {

@@ -392,3 +392,23 @@ async fn consume_refuses_a_subscription_orbit_does_not_know_naming_the_variable(
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn receiver_check_of_the_demo_scopes_also_checks_a_subscription_when_given() {
+    let (orbit, creds, sub) = one_pending_delivery("check-demo-and-sub").await;
+    let db = TestDb::initialized().await;
+    let out = receiver()
+        .args(["check", "--demo"])
+        .env("ORBIT_CREDENTIALS_FILE", &creds.file)
+        .env("ORBIT_SUBSCRIPTION_ID", sub.as_str())
+        .env("ORBIT_RECEIVER_DSN", dsn_for(&db.name))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        stdout(&out).ends_with("check=scopes ok\ncheck=subscription ok\n"),
+        "{}",
+        stdout(&out)
+    );
+    assert_nothing_leased(&orbit, &creds, &sub).await;
+}
