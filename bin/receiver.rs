@@ -791,6 +791,7 @@ fn run_init(dsn: Option<String>, keep_existing: bool) -> ExitCode {
             );
             ExitCode::SUCCESS
         }
+        Err(e) if e.is_configuration() => fail(EXIT_CONFIG, format!("init on {dsn}: {e}")),
         Err(e) => fail(EXIT_FAILED, format!("init on {dsn}: {e}")),
     }
 }

@@ -57,6 +57,22 @@ pub enum InitError {
     Database(crate::inbox::DbError),
 }
 
+impl InitError {
+    /// Whether the account or the DSN has to change (exit code 2): a
+    /// missing CREATE privilege, a refused login, an unknown database.
+    /// Existing tables are not: `init` did its job by refusing.
+    pub fn is_configuration(&self) -> bool {
+        match self {
+            InitError::PermissionDenied(_) => true,
+            InitError::Database(e) => {
+                e.kind() == crate::inbox::DbErrorKind::PermissionDenied
+                    || e.number() == Some(crate::inbox::mysql_errno::BAD_DB)
+            }
+            InitError::TablesExist { .. } | InitError::NotTheSchema { .. } => false,
+        }
+    }
+}
+
 impl From<sqlx::Error> for InitError {
     fn from(e: sqlx::Error) -> Self {
         let e = crate::inbox::DbError::from(e);

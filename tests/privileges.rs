@@ -119,7 +119,8 @@ async fn init_without_the_create_privilege_fails_with_a_clear_message_and_create
         .output()
         .unwrap();
     let stderr = String::from_utf8(out.stderr).unwrap();
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    // A grant to add: the configuration's to fix, like every refusal.
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("permission denied"), "{stderr}");
     assert!(stderr.contains("needs the CREATE privilege"), "{stderr}");
@@ -131,4 +132,22 @@ async fn init_without_the_create_privilege_fails_with_a_clear_message_and_create
             .await
             .unwrap();
     assert_eq!(tables, 0);
+}
+
+#[tokio::test]
+async fn init_with_a_wrong_password_says_so_and_exits_2() {
+    let db = TestDb::empty().await;
+    let (user, _) = db.user_with(&["ALL ON `{db}`.*"]).await;
+    let out = receiver()
+        .arg("init")
+        .env("ORBIT_RECEIVER_DSN", db.dsn_of(&user, "not-the-password"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("wrong user or password (MySQL error 1045"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("not-the-password"));
 }
