@@ -1,5 +1,11 @@
-//! The consumer: one subscription's deliveries through a tower service, and
-//! an ACK for every `Ok` — and only for those.
+//! The consumer: one source's deliveries through a tower service, and an
+//! ACK for every `Ok` — and only for those.
+//!
+//! The source is Orbit's subscription stream by default
+//! ([`OrbitSource`], [`Consumer::connect`]); any [`Source`] of leased
+//! deliveries works ([`Consumer::new`]). The description below speaks of
+//! Orbit; for another source, "credit", "lease proof" and "ACK" are its
+//! own equivalents.
 //!
 //! The consumer opens the subscription's WebSocket stream, grants as much
 //! credit as it has free handler slots (so at most `concurrency` deliveries
@@ -25,6 +31,7 @@
 
 mod classify;
 mod settle;
+mod source;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -40,9 +47,10 @@ use tracing::{info, warn};
 
 pub use self::classify::{class, classify, is_unavailable, FailureClass};
 pub use self::settle::{settle, Settlement};
-use crate::delivery::{Delivery, DeliveryId, LeaseProof};
+pub use self::source::{AckOutcome, Incoming, LeaseStream, Source, SourceError};
+use crate::delivery::{Delivery, DeliveryId};
 use crate::ids::{QueueId, SubscriptionId};
-use crate::orbit::{AckOutcome, DeliveryStream, OrbitClient, OrbitError, StreamMessage};
+use crate::orbit::{OrbitClient, OrbitError, OrbitSource};
 use crate::telemetry;
 use crate::BoxError;
 
@@ -259,28 +267,27 @@ pub struct ConsumerReport {
 /// # Ok(())
 /// # }
 /// ```
-pub struct Consumer {
-    client: OrbitClient,
-    subscription: SubscriptionId,
+pub struct Consumer<Src: Source = OrbitSource> {
+    source: Arc<Src>,
     options: ConsumerOptions,
     probe: Option<Arc<dyn Probe>>,
     health: Health,
 }
 
-impl std::fmt::Debug for Consumer {
+impl<Src: Source + std::fmt::Debug> std::fmt::Debug for Consumer<Src> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Consumer")
-            .field("client", &self.client)
-            .field("subscription", &self.subscription)
+            .field("source", &self.source)
             .field("options", &self.options)
             .field("probe", &self.probe.is_some())
             .finish_non_exhaustive()
     }
 }
 
-struct Handled {
+struct Handled<R> {
     id: DeliveryId,
-    proof: LeaseProof,
+    /// What acknowledges this attempt; kept here, never given to a service.
+    receipt: R,
     settlement: Settlement,
     /// The service failed because its database cannot be reached.
     unavailable: bool,
@@ -288,7 +295,7 @@ struct Handled {
 
 enum AckResult {
     Confirmed(DeliveryId, AckOutcome),
-    Refused(DeliveryId, OrbitError),
+    Refused(DeliveryId, BoxError),
 }
 
 /// Longest a credit grant may take to send; a stream that cannot take a few
@@ -297,7 +304,7 @@ const GRANT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Longest the polite close of the stream may take at shutdown.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
 
-impl Consumer {
+impl Consumer<OrbitSource> {
     /// Checks the subscription before anything is leased: it must exist, be
     /// readable with this token and be bound to `expected_queue`.
     ///
@@ -339,13 +346,23 @@ impl Consumer {
                 actual: found.queue_id,
             });
         }
-        Ok(Consumer {
-            client,
-            subscription,
+        Ok(Consumer::new(
+            OrbitSource::new(client, subscription),
+            options,
+        ))
+    }
+}
+
+impl<Src: Source> Consumer<Src> {
+    /// A consumer of any source. The source's own checks (the subscription's
+    /// queue, for Orbit: [`Consumer::connect`]) are its constructor's.
+    pub fn new(source: Src, options: ConsumerOptions) -> Self {
+        Self {
+            source: Arc::new(source),
             options,
             probe: None,
             health: Health::new(),
-        })
+        }
     }
 
     /// Gives the consumer a breaker on `probe` (see [`Probe`]).
@@ -367,8 +384,8 @@ impl Consumer {
     }
 
     /// Consumes until `shutdown` resolves, then drains as the module docs
-    /// say. Returns an error only when Orbit refuses the stream for good
-    /// (token, scope, queue, unknown subscription).
+    /// say. Returns an error only when the source refuses the stream for
+    /// good (for Orbit: token, scope, queue, unknown subscription).
     pub async fn run<S>(
         self,
         service: S,
@@ -379,12 +396,13 @@ impl Consumer {
         S::Error: Into<BoxError>,
         S::Future: Send,
         S::Response: Send,
+        ConsumerError: From<Src::Error>,
     {
         let concurrency = self.options.concurrency.max(1);
         let mut report = ConsumerReport::default();
-        let mut handlers: JoinSet<Handled> = JoinSet::new();
+        let mut handlers: JoinSet<Handled<Src::Receipt>> = JoinSet::new();
         let mut acks: JoinSet<AckResult> = JoinSet::new();
-        let mut link = Link::new(&self.options, self.health.clone());
+        let mut link: Link<Src::Stream> = Link::new(&self.options, self.health.clone());
         let mut breaker = Breaker::new(self.probe.clone(), &self.options, self.health.clone());
         let idle = self.options.stream_idle_timeout;
         let mut fatal = None;
@@ -399,11 +417,11 @@ impl Consumer {
                 let opened = tokio::select! {
                     biased;
                     _ = &mut shutdown => break,
-                    opened = self.client.open_stream(&self.subscription) => opened,
+                    opened = self.source.open() => opened,
                 };
                 match opened {
                     Ok(s) => {
-                        info!(subscription = %self.subscription, "delivery stream open");
+                        info!("delivery stream open");
                         link.opened(s);
                     }
                     Err(e) if e.is_retryable() => {
@@ -436,9 +454,9 @@ impl Consumer {
                     match done.settlement {
                         Settlement::Ack => {
                             report.succeeded += 1;
-                            let client = self.client.clone();
+                            let source = self.source.clone();
                             let backoff = Backoff::new(self.options.retry_min, self.options.retry_max);
-                            acks.spawn(ack_until_answered(client, done.id, done.proof, backoff));
+                            acks.spawn(ack_until_answered(source, done.id, done.receipt, backoff));
                         }
                         Settlement::Leave => report.failed += 1,
                     }
@@ -454,18 +472,18 @@ impl Consumer {
                 message = next_message(&mut link.stream), if link.stream.is_some() => {
                     link.last_heard = Instant::now();
                     match message {
-                    Some(Ok(StreamMessage::Keepalive)) => {}
-                    Some(Ok(StreamMessage::Delivery(delivery, proof))) => {
+                    Some(Ok(Incoming::Keepalive)) => {}
+                    Some(Ok(Incoming::Delivery(delivery, receipt))) => {
                         report.received += 1;
                         link.outstanding = link.outstanding.saturating_sub(1);
-                        handlers.spawn(handle(service.clone(), delivery, proof));
+                        handlers.spawn(handle(service.clone(), delivery, receipt));
                         metrics::gauge!(telemetry::IN_FLIGHT).set(handlers.len() as f64);
                     }
-                    Some(Ok(StreamMessage::Error { code })) => {
-                        warn!(%code, "Orbit reported a stream error");
+                    Some(Ok(Incoming::Notice(code))) => {
+                        warn!(%code, "the source reported a stream error");
                     }
                     Some(Err(e)) => link.lost(&format!("delivery stream broke: {e}")),
-                    None => link.lost("delivery stream closed by Orbit"),
+                    None => link.lost("delivery stream closed by the source"),
                 }},
                 probed = breaker.finished(), if breaker.is_probing() => breaker.record(probed),
                 _ = sleep_until(probe_at), if breaker.is_due() => breaker.start(),
@@ -515,8 +533,8 @@ impl Consumer {
 
 /// The delivery stream and its credit: how much of it was granted and not
 /// yet spent, and when to reopen it after it broke.
-struct Link {
-    stream: Option<DeliveryStream>,
+struct Link<T> {
+    stream: Option<T>,
     /// Credit granted on `stream` and not yet spent by a delivery.
     outstanding: u32,
     reconnect_at: Instant,
@@ -525,7 +543,10 @@ struct Link {
     health: Health,
 }
 
-impl Link {
+impl<T: LeaseStream> Link<T>
+where
+    T::Error: std::fmt::Display,
+{
     fn new(options: &ConsumerOptions, health: Health) -> Self {
         Self {
             stream: None,
@@ -537,7 +558,7 @@ impl Link {
         }
     }
 
-    fn opened(&mut self, stream: DeliveryStream) {
+    fn opened(&mut self, stream: T) {
         // A new stream starts without credit (the protocol's rule).
         self.stream = Some(stream);
         self.outstanding = 0;
@@ -695,18 +716,18 @@ impl Breaker {
     }
 }
 
-async fn next_message(
-    stream: &mut Option<DeliveryStream>,
-) -> Option<Result<StreamMessage, OrbitError>> {
+async fn next_message<T: LeaseStream>(
+    stream: &mut Option<T>,
+) -> Option<Result<Incoming<T::Receipt>, T::Error>> {
     match stream {
-        Some(s) => s.next_message().await,
+        Some(s) => s.next().await,
         None => std::future::pending().await,
     }
 }
 
-/// Runs one delivery through the service; the proof stays here, next to
+/// Runs one delivery through the service; the receipt stays here, next to
 /// the future, for the ACK — the service never sees it.
-async fn handle<S>(service: S, delivery: Delivery<Bytes>, proof: LeaseProof) -> Handled
+async fn handle<S, R>(service: S, delivery: Delivery<Bytes>, receipt: R) -> Handled<R>
 where
     S: Service<Delivery<Bytes>>,
     S::Error: Into<BoxError>,
@@ -728,20 +749,20 @@ where
     }
     Handled {
         id,
-        proof,
+        receipt,
         settlement: settle(&answer),
         unavailable,
     }
 }
 
-async fn ack_until_answered(
-    client: OrbitClient,
+async fn ack_until_answered<Src: Source>(
+    source: Arc<Src>,
     id: DeliveryId,
-    proof: LeaseProof,
+    receipt: Src::Receipt,
     mut backoff: Backoff,
 ) -> AckResult {
     loop {
-        match client.ack(&id, &proof).await {
+        match source.ack(&id, &receipt).await {
             Ok(outcome) => {
                 telemetry::ack("confirmed");
                 return AckResult::Confirmed(id, outcome);
@@ -753,7 +774,7 @@ async fn ack_until_answered(
             }
             Err(e) => {
                 telemetry::ack("refused");
-                return AckResult::Refused(id, e);
+                return AckResult::Refused(id, Box::new(e));
             }
         }
     }

@@ -11,6 +11,7 @@
 //! (`ORBIT_CA_FILE`).
 
 mod credentials;
+mod source;
 mod stream;
 mod tls;
 
@@ -27,6 +28,7 @@ use hyper_util::rt::TokioExecutor;
 use serde::Deserialize;
 
 pub use self::credentials::{Credentials, CredentialsError};
+pub use self::source::OrbitSource;
 pub use self::stream::{DeliveryStream, StreamMessage};
 pub use self::tls::{CaFileError, OrbitTls};
 use crate::delivery::{DeliveryId, LeaseProof};
@@ -341,15 +343,7 @@ pub struct DeliveryInfo {
     pub event_id: String,
 }
 
-/// What Orbit said to an ACK it accepted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AckOutcome {
-    /// This ACK acknowledged the delivery.
-    Acked,
-    /// The delivery had been acknowledged with this proof before (e.g. the
-    /// answer to an earlier ACK was lost).
-    AlreadyAcked,
-}
+pub use crate::consumer::AckOutcome;
 
 #[derive(Deserialize)]
 struct WireAck {

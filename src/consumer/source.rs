@@ -1,0 +1,93 @@
+//! Where a consumer's deliveries come from: any source of leased deliveries.
+//!
+//! The consumer relies on four things of a source, and nothing else:
+//!
+//! 1. it opens a stream that leases nothing until credit is granted, and
+//!    never more than was granted ([`LeaseStream::grant`]);
+//! 2. each delivery comes with what acknowledges *this attempt* of it (a
+//!    receipt: Orbit's lease proof), which the consumer keeps beside the
+//!    delivery's future;
+//! 3. an acknowledgement is confirmed or refused by the source, and one
+//!    whose answer was lost can be sent again with the same receipt
+//!    ([`Source::ack`]);
+//! 4. what is not acknowledged comes again (a lease runs out).
+//!
+//! Orbit's WebSocket stream is one such source
+//! ([`OrbitSource`](crate::orbit::OrbitSource)). The breaker, the metrics
+//! and the bounded shutdown live in the consumer, so every source has them.
+
+use std::future::Future;
+
+use bytes::Bytes;
+
+use crate::delivery::{Delivery, DeliveryId};
+
+/// What a source's stream said.
+#[derive(Debug)]
+pub enum Incoming<R> {
+    /// A leased delivery and the receipt that acknowledges this attempt.
+    Delivery(Delivery<Bytes>, R),
+    /// The connection is alive (a ping): time has not stood still.
+    Keepalive,
+    /// The source reported a problem (a stable code) and may end the stream.
+    Notice(String),
+}
+
+/// What a source said to an acknowledgement it accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AckOutcome {
+    /// This acknowledgement acknowledged the delivery.
+    Acked,
+    /// The delivery had been acknowledged with this receipt before (e.g. the
+    /// answer to an earlier acknowledgement was lost).
+    AlreadyAcked,
+}
+
+/// An error of a source, and whether the same call may succeed later.
+pub trait SourceError: std::error::Error + Send + Sync + 'static {
+    /// Whether the same call may succeed later (a lost connection, a
+    /// time-out, a server error), rather than being refused again.
+    fn is_retryable(&self) -> bool;
+}
+
+/// A source of leased deliveries.
+pub trait Source: Send + Sync + 'static {
+    /// What acknowledges one attempt of a delivery. It may be a secret
+    /// (Orbit's lease proof): its `Debug` must not show it.
+    type Receipt: std::fmt::Debug + Send + Sync + 'static;
+    /// An open stream of deliveries.
+    type Stream: LeaseStream<Receipt = Self::Receipt, Error = Self::Error>;
+    /// What can go wrong.
+    type Error: SourceError;
+
+    /// Opens a stream; it holds no credit yet.
+    fn open(&self) -> impl Future<Output = Result<Self::Stream, Self::Error>> + Send;
+
+    /// Acknowledges one attempt with its receipt; safe to repeat with the
+    /// same receipt when an answer was lost.
+    fn ack(
+        &self,
+        id: &DeliveryId,
+        receipt: &Self::Receipt,
+    ) -> impl Future<Output = Result<AckOutcome, Self::Error>> + Send;
+}
+
+/// An open stream of a [`Source`].
+pub trait LeaseStream: Send + 'static {
+    /// What acknowledges one attempt.
+    type Receipt;
+    /// What can go wrong.
+    type Error;
+
+    /// Allows the source `n` more deliveries on this stream.
+    fn grant(&mut self, n: u32) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
+    /// The next message, or `None` once the stream has ended.
+    fn next(
+        &mut self,
+    ) -> impl Future<Output = Option<Result<Incoming<Self::Receipt>, Self::Error>>> + Send;
+
+    /// Ends the stream politely. Leases held are not released: they run out
+    /// at the source.
+    fn close(self) -> impl Future<Output = ()> + Send;
+}
