@@ -421,7 +421,7 @@ impl<Src: Source> Consumer<Src> {
                 };
                 match opened {
                     Ok(s) => {
-                        info!("delivery stream open");
+                        info!(subscription = %self.source.subscription(), "delivery stream open");
                         link.opened(s);
                     }
                     Err(e) if e.is_retryable() => {

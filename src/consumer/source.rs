@@ -60,6 +60,10 @@ pub trait Source: Send + Sync + 'static {
     /// What can go wrong.
     type Error: SourceError;
 
+    /// What this source consumes, for the log line of an opened stream
+    /// (Orbit: the subscription's id; a broker: its stream and consumer).
+    fn subscription(&self) -> String;
+
     /// Opens a stream; it holds no credit yet.
     fn open(&self) -> impl Future<Output = Result<Self::Stream, Self::Error>> + Send;
 

@@ -5,6 +5,9 @@
 //! [`Token`], which redacts itself everywhere but in the `Authorization`
 //! header.
 //!
+//! [`OrbitSource`] is one subscription as the consumer's
+//! [`Source`](crate::consumer::Source).
+//!
 //! `https://` URLs use TLS for the API calls and `wss://` for the delivery
 //! stream, both with the one rustls configuration of an [`OrbitTls`]:
 //! Mozilla's root certificates, plus a private CA when one is configured

@@ -40,6 +40,10 @@ impl Source for OrbitSource {
     type Stream = DeliveryStream;
     type Error = OrbitError;
 
+    fn subscription(&self) -> String {
+        self.subscription.to_string()
+    }
+
     async fn open(&self) -> Result<DeliveryStream, OrbitError> {
         self.client.open_stream(&self.subscription).await
     }
