@@ -24,7 +24,7 @@ use result_inbox::dsn::Dsn;
 use result_inbox::event::{EventId, EventType, TaskId};
 use result_inbox::health::{self, Endpoint};
 use result_inbox::ids::SubscriptionId;
-use result_inbox::inbox::{mysql_errno, DbError, DbErrorKind, InboxStore, StoreOptions};
+use result_inbox::inbox::{mysql_errno, DbError, InboxStore, StoreOptions};
 use result_inbox::inspect::{self, Inspect};
 use result_inbox::orbit::{OrbitClient, Token};
 use result_inbox::schema;
@@ -637,9 +637,7 @@ fn run_subscribe(orbit: OrbitArgs, events: Option<String>) -> ExitCode {
 /// The exit code of a database failure: the configuration's to fix (a
 /// refused login, an unknown database, a missing grant) or a failure.
 fn database_failure(what: &str, e: DbError) -> ExitCode {
-    let configuration = e.kind() == DbErrorKind::PermissionDenied
-        || e.number() == Some(mysql_errno::BAD_DB)
-        || e.number() == Some(mysql_errno::NO_SUCH_TABLE);
+    let configuration = e.is_refusal() || e.number() == Some(mysql_errno::NO_SUCH_TABLE);
     let code = if configuration {
         EXIT_CONFIG
     } else {

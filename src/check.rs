@@ -21,7 +21,7 @@ use std::fmt;
 use crate::config::OrbitSettings;
 use crate::dsn::Dsn;
 use crate::ids::{QueueId, SubscriptionId};
-use crate::inbox::{mysql_errno, DbError, DbErrorKind, InboxStore, StoreOptions};
+use crate::inbox::{mysql_errno, DbError, InboxStore, StoreOptions};
 use crate::orbit::{OrbitClient, OrbitError, Scope};
 use crate::schema::{self, TABLES};
 use crate::scope::{InboxScope, ReceiverName};
@@ -288,7 +288,7 @@ fn privilege_probes(table: &'static str) -> [(&'static str, String); 3] {
 fn database_problem(e: DbError) -> Problem {
     if e.is_unavailable() {
         Problem::DatabaseUnreachable(e)
-    } else if e.kind() == DbErrorKind::PermissionDenied || e.number() == Some(mysql_errno::BAD_DB) {
+    } else if e.is_refusal() {
         Problem::DatabaseRefused(e)
     } else {
         Problem::Database(e)

@@ -64,10 +64,7 @@ impl InitError {
     pub fn is_configuration(&self) -> bool {
         match self {
             InitError::PermissionDenied(_) => true,
-            InitError::Database(e) => {
-                e.kind() == crate::inbox::DbErrorKind::PermissionDenied
-                    || e.number() == Some(crate::inbox::mysql_errno::BAD_DB)
-            }
+            InitError::Database(e) => e.is_refusal(),
             InitError::TablesExist { .. } | InitError::NotTheSchema { .. } => false,
         }
     }

@@ -115,6 +115,13 @@ impl DbError {
         }
     }
 
+    /// Whether the server refused this account or database for good —
+    /// wrong user or password, no access, an unknown database — so that the
+    /// configuration has to change (the commands' exit code 2).
+    pub fn is_refusal(&self) -> bool {
+        self.kind == DbErrorKind::PermissionDenied || self.number == Some(mysql_errno::BAD_DB)
+    }
+
     /// Whether the database cannot be reached at all right now (rather than
     /// refusing this one statement): the connection failed or broke, or no
     /// connection came in time.
