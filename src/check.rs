@@ -203,8 +203,8 @@ pub const DATABASE_CHECKS: [&str; 3] = ["database", "schema", "privileges"];
 /// Writes no row. Stops at the first problem.
 pub async fn database(store: &InboxStore) -> Result<(), Problem> {
     store.try_connect().await.map_err(database_problem)?;
-    let mut tx = store.read_tx().await.map_err(database_problem)?;
-    let conn = tx.connection();
+    let mut session = store.session().await.map_err(database_problem)?;
+    let conn = session.connection();
     // A statement proves the login and database are usable: the pool may
     // hand out a connection made before a grant was revoked.
     sqlx::query("SELECT 1")
@@ -254,9 +254,7 @@ pub async fn database(store: &InboxStore) -> Result<(), Problem> {
             }
         }
     }
-    tx.rollback()
-        .await
-        .map_err(|e| database_problem(e.into()))?;
+    session.rollback().await.map_err(database_problem)?;
     Ok(())
 }
 

@@ -69,13 +69,7 @@ pub fn classify(e: &BoxError) -> FailureClass {
     for error in chain(e) {
         #[cfg(feature = "mysql")]
         if let Some(inbox) = error.downcast_ref::<crate::inbox::InboxError>() {
-            return match inbox.class() {
-                "rejected" => FailureClass::Rejected,
-                "conflict" => FailureClass::Conflict,
-                "refused" => FailureClass::Refused,
-                "unconfirmed" => FailureClass::Unconfirmed,
-                _ => FailureClass::Error,
-            };
+            return inbox.failure_class();
         }
         if error.is::<tower::timeout::error::Elapsed>() {
             return FailureClass::Timeout;

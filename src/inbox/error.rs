@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use crate::consumer::FailureClass;
 use crate::digest::Digest;
 use crate::event::{EventError, EventId, TaskId};
 use crate::BoxError;
@@ -400,12 +401,20 @@ impl InboxError {
     /// A stable one-word class for logs and metrics: `rejected`, `conflict`,
     /// `refused`, `unconfirmed` or `error`.
     pub fn class(&self) -> &'static str {
+        self.failure_class().as_str()
+    }
+
+    /// The class as the consumer names failures (see
+    /// [`consumer::classify`](crate::consumer::classify)).
+    pub fn failure_class(&self) -> FailureClass {
         match self {
-            InboxError::Rejected(_) => "rejected",
-            InboxError::Conflict(_) => "conflict",
-            InboxError::Refused(_) => "refused",
-            InboxError::CommitUnconfirmed => "unconfirmed",
-            InboxError::Database(_) | InboxError::Timeout | InboxError::Handler(_) => "error",
+            InboxError::Rejected(_) => FailureClass::Rejected,
+            InboxError::Conflict(_) => FailureClass::Conflict,
+            InboxError::Refused(_) => FailureClass::Refused,
+            InboxError::CommitUnconfirmed => FailureClass::Unconfirmed,
+            InboxError::Database(_) | InboxError::Timeout | InboxError::Handler(_) => {
+                FailureClass::Error
+            }
         }
     }
 

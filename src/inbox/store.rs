@@ -178,12 +178,6 @@ impl InboxStore {
         Ok(())
     }
 
-    /// A connection for reading, its transaction ended or its connection
-    /// closed by the caller through `InboxTx`.
-    pub(crate) async fn read_tx(&self) -> Result<InboxTx, DbError> {
-        Ok(InboxTx::acquire(&self.pool).await?)
-    }
-
     /// The pool the inbox runs its transactions on. Its sessions run with
     /// autocommit off: whatever runs on one of its connections must go
     /// through [`InboxTx`], which ends the transaction or closes the
