@@ -461,13 +461,9 @@ async fn metrics_endpoint(
 }
 
 fn orbit_client(orbit: &OrbitSettings) -> Result<OrbitClient, String> {
-    OrbitClient::with_tls(
-        orbit.url.clone(),
-        orbit.token.clone(),
-        ORBIT_CALL_TIMEOUT,
-        orbit.tls.clone(),
-    )
-    .map_err(|e| format!("ORBIT_URL: {e}"))
+    orbit
+        .client(ORBIT_CALL_TIMEOUT)
+        .map_err(|e| format!("ORBIT_URL: {e}"))
 }
 
 fn run_demo(receiver: Receiver) -> ExitCode {

@@ -23,7 +23,7 @@ use result_inbox::delivery::Delivery;
 use result_inbox::dsn::Dsn;
 use result_inbox::ids::SubscriptionId;
 use result_inbox::inbox::{Applying, InboxError, InboxLayer, InboxStore, StoreOptions};
-use result_inbox::orbit::{OrbitClient, Token};
+use result_inbox::orbit::Token;
 use result_inbox::scope::{InboxScope, ReceiverName};
 use result_inbox::task_view::{self, Advance};
 use result_inbox::BoxError;
@@ -46,7 +46,7 @@ async fn main() -> Result<(), BoxError> {
 
     let scope = InboxScope::new(ReceiverName::default(), orbit.queue_id.clone());
     let store = InboxStore::connect(&dsn, scope, StoreOptions::default()).await?;
-    let client = OrbitClient::with_tls(orbit.url, orbit.token, Duration::from_secs(10), orbit.tls)?;
+    let client = orbit.client(Duration::from_secs(10))?;
     let consumer = Consumer::connect(
         client,
         subscription,

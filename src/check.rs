@@ -49,12 +49,7 @@ pub struct CheckConfig {
 /// subscription when one is given). Fails only when the Orbit client cannot
 /// be built from the settings.
 pub async fn run(config: CheckConfig) -> Result<Vec<Finding>, OrbitError> {
-    let client = OrbitClient::with_tls(
-        config.orbit.url.clone(),
-        config.orbit.token.clone(),
-        config.orbit_call_timeout,
-        config.orbit.tls.clone(),
-    )?;
+    let client = config.orbit.client(config.orbit_call_timeout)?;
     let scope = InboxScope::new(config.name.clone(), config.orbit.queue_id.clone());
     let store = InboxStore::connect_lazy(&config.dsn, scope, StoreOptions::default());
     let mut all = findings(&DATABASE_CHECKS, &database(&store).await);

@@ -9,7 +9,9 @@
 use std::path::PathBuf;
 
 use crate::ids::QueueId;
-use crate::orbit::{Credentials, CredentialsError, OrbitTls, OrbitUrl, Token};
+use crate::orbit::{
+    Credentials, CredentialsError, OrbitClient, OrbitError, OrbitTls, OrbitUrl, Token,
+};
 
 /// The Orbit settings as given (environment or flags), before resolution.
 #[derive(Debug, Default, Clone)]
@@ -38,6 +40,19 @@ pub struct OrbitSettings {
     pub queue_id: QueueId,
     /// The certificate authorities trusted for `https://` and `wss://`.
     pub tls: OrbitTls,
+}
+
+impl OrbitSettings {
+    /// A client of this deployment with this token, every call limited to
+    /// `timeout`, trusting the configured certificate authorities.
+    pub fn client(&self, timeout: std::time::Duration) -> Result<OrbitClient, OrbitError> {
+        OrbitClient::with_tls(
+            self.url.clone(),
+            self.token.clone(),
+            timeout,
+            self.tls.clone(),
+        )
+    }
 }
 
 /// A configuration that cannot work.

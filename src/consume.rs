@@ -24,7 +24,7 @@ use crate::consumer::{Backoff, Consumer, ConsumerError, ConsumerOptions, Consume
 use crate::dsn::Dsn;
 use crate::ids::SubscriptionId;
 use crate::inbox::{InboxLayer, InboxStore, StoreOptions};
-use crate::orbit::{OrbitClient, OrbitError, Scope};
+use crate::orbit::{OrbitError, Scope};
 use crate::scope::{InboxScope, ReceiverName};
 use crate::task_view::TaskView;
 
@@ -102,13 +102,10 @@ async fn start(
     config: &ConsumeConfig,
     health: Health,
 ) -> Result<(Consumer, InboxStore), ConsumeError> {
-    let client = OrbitClient::with_tls(
-        config.orbit.url.clone(),
-        config.orbit.token.clone(),
-        config.orbit_call_timeout,
-        config.orbit.tls.clone(),
-    )
-    .map_err(ConsumeError::Client)?;
+    let client = config
+        .orbit
+        .client(config.orbit_call_timeout)
+        .map_err(ConsumeError::Client)?;
     let scope = InboxScope::new(config.name.clone(), config.orbit.queue_id.clone());
     // No connection yet: the check below makes the first, and waits for a
     // database that is not up yet.
