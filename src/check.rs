@@ -19,6 +19,7 @@
 use std::fmt;
 
 use crate::config::OrbitSettings;
+use crate::consumer::{self, ConsumerError};
 use crate::dsn::Dsn;
 use crate::ids::{QueueId, SubscriptionId};
 use crate::inbox::{mysql_errno, DbError, InboxStore, StoreOptions};
@@ -315,19 +316,10 @@ pub async fn subscription(
     id: &SubscriptionId,
     queue: &QueueId,
 ) -> Result<(), Problem> {
-    match client.subscription(id).await {
-        Ok(found) if &found.queue_id == queue => Ok(()),
-        Ok(found) => Err(Problem::Subscription(format!(
-            "subscription {id} is bound to queue {}, but this receiver consumes queue {queue}",
-            found.queue_id
-        ))),
-        Err(e) if e.code() == Some("wrong_queue") => Err(Problem::Subscription(format!(
-            "subscription {id} belongs to another queue than the token's (Orbit answered 403 wrong_queue); this receiver consumes queue {queue}"
-        ))),
-        Err(e) if e.code() == Some("subscription_not_found") => Err(Problem::Subscription(
-            format!("subscription {id} does not exist (Orbit answered 404 subscription_not_found)"),
-        )),
-        Err(e) => Err(orbit_problem(e)),
+    match consumer::check_subscription(client, id, queue).await {
+        Ok(()) => Ok(()),
+        Err(ConsumerError::Orbit(e)) => Err(orbit_problem(e)),
+        Err(refused) => Err(Problem::Subscription(refused.to_string())),
     }
 }
 

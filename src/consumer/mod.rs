@@ -319,38 +319,55 @@ impl Consumer<OrbitSource> {
         options: ConsumerOptions,
     ) -> Result<Consumer, ConsumerError> {
         let mut backoff = Backoff::new(options.retry_min, options.retry_max);
-        let found = loop {
-            match client.subscription(&subscription).await {
-                Ok(found) => break found,
-                Err(e) if e.is_retryable() => {
+        loop {
+            match check_subscription(&client, &subscription, expected_queue).await {
+                Err(ConsumerError::Orbit(e)) if e.is_retryable() => {
                     let wait = backoff.next();
                     warn!(error = %e, retry_in_ms = wait.as_millis() as u64, "Orbit not reachable yet; waiting before leasing anything");
                     tokio::time::sleep(wait).await;
                 }
-                Err(e) if e.code() == Some("wrong_queue") => {
-                    return Err(ConsumerError::OtherQueue {
-                        subscription,
-                        expected: expected_queue.clone(),
-                    })
-                }
-                Err(e) if e.code() == Some("subscription_not_found") => {
-                    return Err(ConsumerError::UnknownSubscription { subscription })
-                }
-                Err(e) => return Err(e.into()),
+                other => break other?,
             }
-        };
-        if &found.queue_id != expected_queue {
-            return Err(ConsumerError::QueueMismatch {
-                subscription,
-                expected: expected_queue.clone(),
-                actual: found.queue_id,
-            });
         }
         Ok(Consumer::new(
             OrbitSource::new(client, subscription),
             options,
         ))
     }
+}
+
+/// Asks Orbit once whether `subscription` can be consumed for
+/// `expected_queue`: it must exist, be readable with the client's token and
+/// be bound to that queue. [`Consumer::connect`] asks until Orbit answers;
+/// `receiver check` asks once.
+pub async fn check_subscription(
+    client: &OrbitClient,
+    subscription: &SubscriptionId,
+    expected_queue: &QueueId,
+) -> Result<(), ConsumerError> {
+    let found = match client.subscription(subscription).await {
+        Ok(found) => found,
+        Err(e) if e.code() == Some("wrong_queue") => {
+            return Err(ConsumerError::OtherQueue {
+                subscription: subscription.clone(),
+                expected: expected_queue.clone(),
+            })
+        }
+        Err(e) if e.code() == Some("subscription_not_found") => {
+            return Err(ConsumerError::UnknownSubscription {
+                subscription: subscription.clone(),
+            })
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if &found.queue_id != expected_queue {
+        return Err(ConsumerError::QueueMismatch {
+            subscription: subscription.clone(),
+            expected: expected_queue.clone(),
+            actual: found.queue_id,
+        });
+    }
+    Ok(())
 }
 
 impl<Src: Source> Consumer<Src> {
