@@ -450,15 +450,8 @@ async fn only_a_duplicate_key_takes_the_duplicate_path() {
     let db = TestDb::empty().await;
     let scope = scope("task-result-view");
     let store = db.store(scope.clone()).await;
-    let spec = EventSpec {
-        id: random_hex(16),
-        queue_id: scope.queue_id.as_str(),
-        task_id: &random_hex(16),
-        version: 1,
-        event_type: "task.submitted",
-        state: "PENDING",
-        result: None,
-    };
+    let task = random_hex(16);
+    let spec = EventSpec::submitted(scope.queue_id.as_str(), &task);
     let err = apply(&store, &spec.json()).await.unwrap_err();
     match &err {
         InboxError::Database(e) => assert_eq!(
@@ -634,15 +627,7 @@ async fn an_abandoned_transaction_never_reaches_the_next_delivery_on_its_connect
     assert!(matches!(err, InboxError::Handler(_)), "{err:?}");
 
     let other_task = random_hex(16);
-    let next = EventSpec {
-        id: random_hex(16),
-        queue_id: f.scope.queue_id.as_str(),
-        task_id: &other_task,
-        version: 1,
-        event_type: "task.submitted",
-        state: "PENDING",
-        result: None,
-    };
+    let next = EventSpec::submitted(f.scope.queue_id.as_str(), &other_task);
     assert_eq!(
         apply(&store, &next.json()).await.unwrap().outcome,
         Outcome::Applied

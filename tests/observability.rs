@@ -197,15 +197,7 @@ async fn a_conflict_is_logged_with_both_digests_as_receiver_digest_computes_them
     let db = TestDb::initialized().await;
     let mut consume = Consume::on_test_db(&orbit, &creds, &db, &sub, &[]);
     let task = random_hex(16);
-    let stored = EventSpec {
-        id: random_hex(16),
-        queue_id: &creds.queue_id,
-        task_id: &task,
-        version: 1,
-        event_type: "task.submitted",
-        state: "PENDING",
-        result: None,
-    };
+    let stored = EventSpec::submitted(&creds.queue_id, &task);
     let incoming = EventSpec {
         id: stored.id.clone(),
         version: 2,

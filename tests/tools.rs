@@ -59,15 +59,7 @@ impl Filled {
         let mut events = Vec::new();
         for _ in 0..3 {
             let task = random_hex(16);
-            let v1 = EventSpec {
-                id: random_hex(16),
-                queue_id: scope.queue_id.as_str(),
-                task_id: &task,
-                version: 1,
-                event_type: "task.submitted",
-                state: "PENDING",
-                result: None,
-            };
+            let v1 = EventSpec::submitted(scope.queue_id.as_str(), &task);
             let v2 = EventSpec {
                 id: random_hex(16),
                 version: 2,
@@ -81,15 +73,7 @@ impl Filled {
             events.push((v1.id.clone(), v2.id.clone()));
             tasks.push(task);
         }
-        let late = EventSpec {
-            id: random_hex(16),
-            queue_id: scope.queue_id.as_str(),
-            task_id: &tasks[0],
-            version: 1,
-            event_type: "task.submitted",
-            state: "PENDING",
-            result: None,
-        };
+        let late = EventSpec::submitted(scope.queue_id.as_str(), &tasks[0]);
         apply(&store, &late.json()).await;
         let (user, password) = db
             .user_with(&[

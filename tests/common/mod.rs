@@ -198,6 +198,20 @@ pub struct EventSpec<'a> {
 }
 
 impl<'a> EventSpec<'a> {
+    /// The first event of a task: `task.submitted`, version 1, `PENDING`,
+    /// with a new event id.
+    pub fn submitted(queue_id: &'a str, task_id: &'a str) -> Self {
+        EventSpec {
+            id: random_hex(16),
+            queue_id,
+            task_id,
+            version: 1,
+            event_type: "task.submitted",
+            state: "PENDING",
+            result: None,
+        }
+    }
+
     pub fn json(&self) -> String {
         let result = self
             .result

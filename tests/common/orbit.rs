@@ -184,15 +184,7 @@ impl OrbitDev {
         subscription: &SubscriptionId,
     ) -> (String, String) {
         let task = random_hex(16);
-        let spec = super::EventSpec {
-            id: random_hex(16),
-            queue_id: &creds.queue_id,
-            task_id: &task,
-            version: 1,
-            event_type: "task.submitted",
-            state: "PENDING",
-            result: None,
-        };
+        let spec = super::EventSpec::submitted(&creds.queue_id, &task);
         self.inject(subscription, &spec.json()).await;
         (spec.id, task)
     }
