@@ -197,33 +197,61 @@ fn text(row: &sqlx::mysql::MySqlRow, i: usize) -> Result<String, DbError> {
     String::from_utf8(bytes).map_err(|_| DbError::from(sqlx::Error::Decode("not UTF-8".into())))
 }
 
-/// Check 1, page by page in key order. The next page starts after the
-/// last key read, spelled out column by column: MariaDB's optimizer turns
-/// that into a range on the primary key, while a row comparison
-/// `(a, b, c) > (…)` would scan the index from its start on every page.
+/// The key of the last row of a page: receiver name, queue, and the
+/// table's own id.
+type PageKey = (String, String, String);
+
+/// The next page of `table` in primary-key order, after `after`: the key
+/// columns `consumer_name, queue_id, <id>` first, then `columns`. The start
+/// is spelled out column by column: MariaDB's optimizer turns that into a
+/// range on the primary key, while a row comparison `(a, b, c) > (…)` would
+/// scan the index from its start on every page.
+async fn page(
+    conn: &mut MySqlConnection,
+    table: &str,
+    id: &str,
+    columns: &str,
+    after: &Option<PageKey>,
+) -> Result<Vec<sqlx::mysql::MySqlRow>, DbError> {
+    let select = format!("SELECT consumer_name, queue_id, {id}, {columns} FROM {table}");
+    let order = format!("ORDER BY consumer_name, queue_id, {id} LIMIT ?");
+    let rows = match after {
+        None => {
+            sqlx::query(&format!("{select} {order}"))
+                .bind(PAGE_ROWS)
+                .fetch_all(&mut *conn)
+                .await?
+        }
+        Some((consumer, queue, last)) => {
+            sqlx::query(&format!(
+                "{select} WHERE consumer_name > ? OR (consumer_name = ? AND \
+                 (queue_id > ? OR (queue_id = ? AND {id} > ?))) {order}"
+            ))
+            .bind(consumer)
+            .bind(consumer)
+            .bind(queue)
+            .bind(queue)
+            .bind(last)
+            .bind(PAGE_ROWS)
+            .fetch_all(&mut *conn)
+            .await?
+        }
+    };
+    Ok(rows)
+}
+
+/// Check 1, page by page in key order.
 async fn inbox_rows(conn: &mut MySqlConnection, out: &mut Counting<'_>) -> Result<(), DbError> {
-    let mut after: Option<(String, String, String)> = None;
+    let mut after: Option<PageKey> = None;
     loop {
-        let query = match &after {
-            None => sqlx::query(
-                "SELECT consumer_name, queue_id, event_id, event_digest, event_canonical \
-                 FROM receiver_inbox ORDER BY consumer_name, queue_id, event_id LIMIT ?",
-            )
-            .bind(PAGE_ROWS),
-            Some((c, q, e)) => sqlx::query(
-                "SELECT consumer_name, queue_id, event_id, event_digest, event_canonical \
-                 FROM receiver_inbox WHERE consumer_name > ? OR (consumer_name = ? AND \
-                 (queue_id > ? OR (queue_id = ? AND event_id > ?))) \
-                 ORDER BY consumer_name, queue_id, event_id LIMIT ?",
-            )
-            .bind(c.clone())
-            .bind(c.clone())
-            .bind(q.clone())
-            .bind(q.clone())
-            .bind(e.clone())
-            .bind(PAGE_ROWS),
-        };
-        let rows = query.fetch_all(&mut *conn).await?;
+        let rows = page(
+            conn,
+            "receiver_inbox",
+            "event_id",
+            "event_digest, event_canonical",
+            &after,
+        )
+        .await?;
         if rows.is_empty() {
             return Ok(());
         }
@@ -300,28 +328,16 @@ struct StoredEvent {
 /// Check 2, page by page in key order; each page's last events are read by
 /// primary key in one query.
 async fn task_views(conn: &mut MySqlConnection, out: &mut Counting<'_>) -> Result<(), DbError> {
-    let mut after: Option<(String, String, String)> = None;
+    let mut after: Option<PageKey> = None;
     loop {
-        let query = match &after {
-            None => sqlx::query(
-                "SELECT consumer_name, queue_id, task_id, task_version, last_event_id, last_state \
-                 FROM receiver_task_views ORDER BY consumer_name, queue_id, task_id LIMIT ?",
-            )
-            .bind(PAGE_ROWS),
-            Some((c, q, t)) => sqlx::query(
-                "SELECT consumer_name, queue_id, task_id, task_version, last_event_id, last_state \
-                 FROM receiver_task_views WHERE consumer_name > ? OR (consumer_name = ? AND \
-                 (queue_id > ? OR (queue_id = ? AND task_id > ?))) \
-                 ORDER BY consumer_name, queue_id, task_id LIMIT ?",
-            )
-            .bind(c.clone())
-            .bind(c.clone())
-            .bind(q.clone())
-            .bind(q.clone())
-            .bind(t.clone())
-            .bind(PAGE_ROWS),
-        };
-        let rows = query.fetch_all(&mut *conn).await?;
+        let rows = page(
+            conn,
+            "receiver_task_views",
+            "task_id",
+            "task_version, last_event_id, last_state",
+            &after,
+        )
+        .await?;
         if rows.is_empty() {
             return Ok(());
         }
