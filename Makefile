@@ -6,14 +6,14 @@ WITH_MYSQL := scripts/with-mysql.sh
 # features leave it (and its dependencies) out.
 CLI := --features result-inbox/cli
 
-.PHONY: demo test bench build check fmt-check clippy doc deps-check unit integration toolchain fuzz
+.PHONY: demo test bench build check fmt-check clippy doc deps-check unit integration toolchain fuzz nats-server
 
 ## demo: the whole local demo (orbit-dev, a throwaway database unless ORBIT_RECEIVER_DSN is set, init, demo)
 demo: toolchain build
 	scripts/demo.sh
 
-## test: formatting, lints, docs, then every test (integration tests against a throwaway server)
-test: check build
+## test: formatting, lints, docs, then every test (integration tests against a throwaway database server and throwaway nats-servers)
+test: check build nats-server
 	$(WITH_MYSQL) $(CARGO) test --workspace --locked $(CLI)
 
 ## build: the binaries (receiver, orbit-dev); the end-to-end tests run them as processes
@@ -50,8 +50,12 @@ unit:
 	$(CARGO) test --workspace --lib --bins --locked $(CLI)
 
 ## integration: only the integration tests, against a throwaway server
-integration: build
+integration: build nats-server
 	$(WITH_MYSQL) $(CARGO) test --workspace --test '*' --locked $(CLI)
+
+## nats-server: the NATS server the JetStream tests start (installs Debian's package when missing)
+nats-server:
+	@scripts/need-nats.sh
 
 toolchain:
 	@command -v $(CARGO) >/dev/null || { echo "cargo not found: install the Rust toolchain (https://rustup.rs)"; exit 2; }
@@ -59,12 +63,12 @@ toolchain:
 	@$(CARGO) clippy --version >/dev/null 2>&1 || { echo "clippy missing: run 'rustup component add clippy'"; exit 2; }
 
 ## bench: criterion benchmarks of canonical hashing (+ ratio report), then apply throughput, end to end, and receiver verify over 1 000 000 rows against a throwaway server
-bench: toolchain
+bench: toolchain nats-server
 	$(CARGO) bench --locked --bench canonical_hash
 	-$(CARGO) run --locked --release --example bench_report
 	$(WITH_MYSQL) $(CARGO) bench --locked --bench apply
 	$(CARGO) build --locked --release --workspace --bins $(CLI)
-	$(WITH_MYSQL) $(CARGO) bench --locked --bench end_to_end
+	$(WITH_MYSQL) $(CARGO) bench --locked --bench end_to_end $(CLI)
 	$(WITH_MYSQL) $(CARGO) bench --locked --bench verify
 
 ## fuzz: every fuzz target in fuzz/ for FUZZ_SECONDS each (default 60), on stable Rust (no sanitizer); installs cargo-fuzz if missing

@@ -8,8 +8,15 @@
 //! ```text
 //! e2e cpu_s_per_1000_deliveries receiver=… orbit_dev=… mysqld=… wall_s_per_1000=…
 //! e2e deliveries=N consume_deliveries_per_s=… apply_alone_per_s=… ratio=…
+//! e2e nats cpu_s_per_1000_deliveries receiver=… nats_server=… mysqld=… wall_s_per_1000=…
+//! e2e nats deliveries=N nats_deliveries_per_s=… apply_alone_per_s=… ratio=…
 //! e2e large_events=N event_bytes=… consume_peak_rss_kib=…
 //! ```
+//!
+//! The NATS lines (`--features result-inbox/cli`, as `make bench` builds
+//! it) measure nats-server's JetStream → `receiver consume --source nats` →
+//! inbox → `+ACK` confirmed, with the same events, beside the same
+//! apply-alone figure.
 
 #[path = "../tests/common/mod.rs"]
 #[allow(unused_imports)]
@@ -191,6 +198,8 @@ async fn main() {
         "e2e deliveries={DELIVERIES} consume_deliveries_per_s={e2e:.0} apply_alone_per_s={alone:.0} ratio={:.2}",
         e2e / alone
     );
+    #[cfg(feature = "nats")]
+    nats_end_to_end(&creds.queue_id, &events, alone).await;
 
     // Memory with the largest events the receiver accepts.
     let sub = client.create_subscription(&EventType::ALL).await.unwrap();
@@ -205,5 +214,46 @@ async fn main() {
     println!(
         "e2e large_events={LARGE_EVENTS} event_bytes={} consume_peak_rss_kib={rss}",
         large.len()
+    );
+}
+
+/// The same events through a JetStream durable pull consumer.
+#[cfg(feature = "nats")]
+async fn nats_end_to_end(queue: &str, events: &[String], alone: f64) {
+    use common::nats::{JetStreamQueue, NatsServer};
+    let server = NatsServer::start();
+    let js = JetStreamQueue::create(&server, queue, Duration::from_secs(30), 5).await;
+    for e in events {
+        js.publish(e.clone()).await;
+    }
+    let db = TestDb::initialized().await;
+    let mut env = js.env(&server.url());
+    env.push(("ORBIT_RECEIVER_DSN".into(), dsn_for(&db.name)));
+    env.push(("RECEIVER_NAME".into(), "bench".into()));
+    env.push(("RECEIVER_LOG".into(), "warn".into()));
+    let started = Instant::now();
+    let (nats_cpu, mysql_cpu) = (cpu_seconds(server.pid()), cpu_seconds(mysqld_pid()));
+    let mut consume = Consume::with_env(&server.dir, &env);
+    js.wait_all_acked(Duration::from_secs(600)).await;
+    let elapsed = started.elapsed().as_secs_f64();
+    let per_thousand = |seconds: f64| seconds * 1000.0 / events.len() as f64;
+    println!(
+        "e2e nats cpu_s_per_1000_deliveries receiver={:.2} nats_server={:.2} mysqld={:.2} wall_s_per_1000={:.2}",
+        per_thousand(cpu_seconds(consume.child.id())),
+        per_thousand(cpu_seconds(server.pid()) - nats_cpu),
+        per_thousand(cpu_seconds(mysqld_pid()) - mysql_cpu),
+        per_thousand(elapsed),
+    );
+    assert!(consume.terminate().success());
+    let applied: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM receiver_inbox WHERE applied")
+        .fetch_one(&db.pool().await)
+        .await
+        .unwrap();
+    assert_eq!(applied, events.len() as i64);
+    let through = events.len() as f64 / elapsed;
+    println!(
+        "e2e nats deliveries={} nats_deliveries_per_s={through:.0} apply_alone_per_s={alone:.0} ratio={:.2}",
+        events.len(),
+        through / alone
     );
 }

@@ -11,12 +11,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use tokio_util::sync::CancellationToken;
 
 use result_inbox::check::{self, CheckConfig};
-use result_inbox::config::{OrbitSettings, OrbitSource};
-use result_inbox::consume::{self, ConsumeConfig};
+use result_inbox::config::{NatsSource, OrbitSettings, OrbitSource};
+use result_inbox::consume::{self, ConsumeConfig, SourceConfig};
 use result_inbox::consumer::{ConsumerOptions, Health};
 use result_inbox::demo::{self, DemoOptions};
 use result_inbox::digest::{self, MAX_EVENT_BYTES};
@@ -34,6 +34,8 @@ use result_inbox::{stats, verify};
 
 /// Timeout of every single call to Orbit.
 const ORBIT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Timeout of every request to NATS, acknowledgements included.
+const NATS_CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// From a SIGINT/SIGTERM to the end of the process, in every state.
 const SHUTDOWN_LIMIT: Duration = Duration::from_secs(10);
 /// How long `consume` lets pending ACKs finish after the signal; the rest of
@@ -52,6 +54,9 @@ const EXIT_REJECTED: u8 = 3;
 /// and slow-acquire warnings left out (the receiver reports its outcomes
 /// itself, redacted).
 const DEFAULT_LOG_FILTER: &str = "warn,result_inbox=info,receiver=info,sqlx=error";
+
+/// The most the NATS client may log, whatever the filter says.
+const NATS_CLIENT_LOG_CAP: &str = "async_nats=info";
 
 #[derive(Parser)]
 #[command(
@@ -99,13 +104,24 @@ enum Command {
     /// SELECT/INSERT/UPDATE), the token's scopes and the subscription's queue;
     /// a server not reachable yet is waited for, a refusal stops it (exit 2).
     /// While the database is unreachable it takes no deliveries.
+    ///
+    /// With --source nats it consumes a NATS JetStream durable pull consumer
+    /// instead (checked first: stream, consumer, filter subject); Orbit's
+    /// URL, token and subscription are not needed then, only ORBIT_QUEUE_ID.
     Consume {
         #[command(flatten)]
         receiver: Receiver,
+        /// Where the deliveries come from: `orbit` (a subscription's stream)
+        /// or `nats` (a JetStream durable pull consumer, see the NATS_*
+        /// settings).
+        #[arg(long, env = "RECEIVER_SOURCE", value_enum, default_value_t = SourceKind::Orbit)]
+        source: SourceKind,
         /// The subscription to consume (32 lowercase hex characters), created
-        /// with the same credentials.
+        /// with the same credentials. Only for --source orbit.
         #[arg(long, env = "ORBIT_SUBSCRIPTION_ID")]
         subscription_id: Option<String>,
+        #[command(flatten)]
+        nats: NatsArgs,
         /// Serve /metrics (Prometheus text), /healthz and /readyz on this
         /// address, e.g. 127.0.0.1:9464. Off unless set.
         #[arg(long, env = "RECEIVER_METRICS_ADDR")]
@@ -195,6 +211,65 @@ enum InspectWhat {
         #[arg(long)]
         show_canonical: bool,
     },
+}
+
+/// Where `consume` takes its deliveries from.
+#[derive(Clone, Copy, ValueEnum)]
+enum SourceKind {
+    /// An Orbit subscription's WebSocket stream.
+    Orbit,
+    /// A NATS JetStream durable pull consumer.
+    Nats,
+}
+
+/// Where the queue's events are on NATS (only for `--source nats`).
+#[derive(Args)]
+struct NatsArgs {
+    /// The NATS server(s), e.g. nats://127.0.0.1:4222; tls:// requires TLS.
+    /// Never printed with a user or password it may contain.
+    #[arg(long, env = "NATS_URL", hide_env_values = true)]
+    nats_url: Option<String>,
+    /// The JetStream stream that holds the queue's events.
+    #[arg(long, env = "NATS_STREAM")]
+    nats_stream: Option<String>,
+    /// The durable pull consumer of that stream (explicit acks; its filter
+    /// subject must be the queue's subject).
+    #[arg(long, env = "NATS_CONSUMER")]
+    nats_consumer: Option<String>,
+    /// The subject of the queue's events [default: orbit.results.<ORBIT_QUEUE_ID>].
+    #[arg(long, env = "NATS_SUBJECT")]
+    nats_subject: Option<String>,
+    /// A token to log in with. Never printed.
+    #[arg(long, env = "NATS_TOKEN", hide_env_values = true)]
+    nats_token: Option<String>,
+    /// A credentials file (user JWT and NKey seed) to log in with.
+    #[arg(long, env = "NATS_CREDS_FILE")]
+    nats_creds_file: Option<PathBuf>,
+    /// PEM file with the certificate(s) of a private CA that signed the
+    /// server's certificate.
+    #[arg(long, env = "NATS_CA_FILE")]
+    nats_ca_file: Option<PathBuf>,
+    /// Refuse a connection without TLS (implied by a tls:// URL).
+    #[arg(long, env = "NATS_REQUIRE_TLS")]
+    nats_require_tls: bool,
+}
+
+impl NatsArgs {
+    fn resolve(self, queue_id: Option<String>) -> Result<result_inbox::nats::NatsSettings, String> {
+        NatsSource {
+            url: self.nats_url,
+            stream: self.nats_stream,
+            consumer: self.nats_consumer,
+            subject: self.nats_subject,
+            queue_id,
+            token: self.nats_token.map(result_inbox::nats::NatsSecret::new),
+            creds_file: self.nats_creds_file,
+            ca_file: self.nats_ca_file,
+            require_tls: self.nats_require_tls,
+        }
+        .resolve()
+        .map_err(|e| e.to_string())
+    }
 }
 
 /// Where Orbit is and who the receiver is there.
@@ -311,9 +386,11 @@ fn main() -> ExitCode {
         Command::Demo(receiver) => run_demo(receiver),
         Command::Consume {
             receiver,
+            source,
             subscription_id,
+            nats,
             metrics_addr,
-        } => run_consume(receiver, subscription_id, metrics_addr),
+        } => run_consume(receiver, source, subscription_id, nats, metrics_addr),
         Command::Check {
             receiver,
             subscription_id,
@@ -368,7 +445,10 @@ fn init_logging() -> Result<(), String> {
     };
     let filter = EnvFilter::builder()
         .parse(&filter)
-        .map_err(|e| format!("{variable}: invalid log filter: {e}"))?;
+        .map_err(|e| format!("{variable}: invalid log filter: {e}"))?
+        // At debug and below the NATS client prints server addresses with
+        // their passwords and every message's payload (result bodies).
+        .add_directive(NATS_CLIENT_LOG_CAP.parse().expect("a valid directive"));
     let json = match std::env::var("RECEIVER_LOG_FORMAT").as_deref() {
         Err(_) | Ok("text") => false,
         Ok("json") => true,
@@ -511,27 +591,14 @@ fn run_demo(receiver: Receiver) -> ExitCode {
 
 fn run_consume(
     receiver: Receiver,
+    source: SourceKind,
     subscription_id: Option<String>,
+    nats: NatsArgs,
     metrics_addr: Option<String>,
 ) -> ExitCode {
-    let subscription = match required_subscription(subscription_id) {
-        Ok(s) => s,
+    let config = match consume_config(receiver, source, subscription_id, nats) {
+        Ok(config) => config,
         Err(e) => return fail(EXIT_CONFIG, e),
-    };
-    let resolved = match receiver.resolve() {
-        Ok(r) => r,
-        Err(e) => return fail(EXIT_CONFIG, e),
-    };
-    let config = ConsumeConfig {
-        orbit: resolved.orbit,
-        dsn: resolved.dsn,
-        name: resolved.name,
-        subscription,
-        consumer: ConsumerOptions {
-            shutdown_grace: CONSUME_GRACE,
-            ..ConsumerOptions::default()
-        },
-        orbit_call_timeout: ORBIT_CALL_TIMEOUT,
     };
     let runtime = runtime();
     let shutdown = shutdown_on_signal(&runtime);
@@ -551,6 +618,7 @@ fn run_consume(
                     received = report.received,
                     acked = report.acked,
                     failed = report.failed,
+                    terminated = report.terminated,
                     ack_refused = report.ack_refused,
                     abandoned = report.abandoned,
                     "stopped"
@@ -567,6 +635,46 @@ fn run_consume(
     });
     runtime.shutdown_timeout(Duration::from_secs(1));
     code
+}
+
+fn consume_config(
+    receiver: Receiver,
+    source: SourceKind,
+    subscription_id: Option<String>,
+    nats: NatsArgs,
+) -> Result<ConsumeConfig, String> {
+    let consumer = ConsumerOptions {
+        shutdown_grace: CONSUME_GRACE,
+        ..ConsumerOptions::default()
+    };
+    let (source, dsn, name) = match source {
+        SourceKind::Orbit => {
+            let subscription = required_subscription(subscription_id)?;
+            let resolved = receiver.resolve()?;
+            let source = SourceConfig::Orbit {
+                settings: resolved.orbit,
+                subscription,
+                call_timeout: ORBIT_CALL_TIMEOUT,
+            };
+            (source, resolved.dsn, resolved.name)
+        }
+        SourceKind::Nats => {
+            let dsn = required_dsn(receiver.dsn)?;
+            let name = ReceiverName::parse(&receiver.receiver_name)
+                .map_err(|e| format!("RECEIVER_NAME: {e}"))?;
+            let source = SourceConfig::Nats {
+                settings: nats.resolve(receiver.orbit.queue_id)?,
+                call_timeout: NATS_CALL_TIMEOUT,
+            };
+            (source, dsn, name)
+        }
+    };
+    Ok(ConsumeConfig {
+        source,
+        dsn,
+        name,
+        consumer,
+    })
 }
 
 fn run_check(receiver: Receiver, subscription_id: Option<String>, demo: bool) -> ExitCode {

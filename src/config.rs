@@ -73,6 +73,14 @@ pub enum ConfigError {
     /// The credentials file cannot be used.
     #[error("ORBIT_CREDENTIALS_FILE: {0}")]
     Credentials(#[from] CredentialsError),
+    /// A setting without which the chosen source cannot work is absent.
+    #[error("{variable} is not set: {what}")]
+    Unset {
+        /// The variable.
+        variable: &'static str,
+        /// What it is for.
+        what: &'static str,
+    },
 }
 
 impl OrbitSource {
@@ -121,6 +129,129 @@ impl OrbitSource {
             tls,
         })
     }
+}
+
+/// The NATS JetStream settings as given (environment or flags), before
+/// resolution.
+#[cfg(feature = "nats")]
+#[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
+#[derive(Debug, Default, Clone)]
+pub struct NatsSource {
+    /// `NATS_URL`.
+    pub url: Option<String>,
+    /// `NATS_STREAM`.
+    pub stream: Option<String>,
+    /// `NATS_CONSUMER`.
+    pub consumer: Option<String>,
+    /// `NATS_SUBJECT` (default `orbit.results.<queue_id>`).
+    pub subject: Option<String>,
+    /// `ORBIT_QUEUE_ID`.
+    pub queue_id: Option<String>,
+    /// `NATS_TOKEN`.
+    pub token: Option<crate::nats::NatsSecret>,
+    /// `NATS_CREDS_FILE`.
+    pub creds_file: Option<PathBuf>,
+    /// `NATS_CA_FILE`.
+    pub ca_file: Option<PathBuf>,
+    /// `NATS_REQUIRE_TLS`.
+    pub require_tls: bool,
+}
+
+#[cfg(feature = "nats")]
+impl NatsSource {
+    /// Resolves the settings; every error names the variable to fix.
+    pub fn resolve(self) -> Result<crate::nats::NatsSettings, ConfigError> {
+        use crate::nats::{NatsAuth, NatsSettings};
+        let url = self.url.ok_or(ConfigError::Unset {
+            variable: "NATS_URL",
+            what: "the NATS server(s), e.g. nats://127.0.0.1:4222",
+        })?;
+        let stream = name(
+            self.stream,
+            "NATS_STREAM",
+            "the JetStream stream of the queue's events",
+        )?;
+        let consumer = name(
+            self.consumer,
+            "NATS_CONSUMER",
+            "the durable pull consumer of that stream",
+        )?;
+        let queue_id = self.queue_id.ok_or(ConfigError::Unset {
+            variable: "ORBIT_QUEUE_ID",
+            what: "the queue whose events the stream carries (32 hex)",
+        })?;
+        let queue_id = QueueId::parse(&queue_id).ok_or_else(|| ConfigError::Invalid {
+            variable: "ORBIT_QUEUE_ID",
+            problem: "must be 32 lowercase hexadecimal characters".into(),
+        })?;
+        let subject = self
+            .subject
+            .unwrap_or_else(|| NatsSettings::default_subject(&queue_id));
+        if subject.is_empty()
+            || subject
+                .split('.')
+                .any(|token| token.is_empty() || token == "*" || token == ">")
+            || subject.chars().any(char::is_whitespace)
+        {
+            return Err(ConfigError::Invalid {
+                variable: "NATS_SUBJECT",
+                problem: format!(
+                    "{subject:?} is not one concrete subject (no wildcards, no empty tokens)"
+                ),
+            });
+        }
+        let auth = match (self.token, self.creds_file) {
+            (Some(_), Some(_)) => {
+                return Err(ConfigError::Invalid {
+                    variable: "NATS_TOKEN",
+                    problem: "set NATS_TOKEN or NATS_CREDS_FILE, not both".into(),
+                })
+            }
+            (Some(token), None) => NatsAuth::Token(token),
+            (None, Some(file)) => NatsAuth::CredsFile(file),
+            (None, None) => NatsAuth::None,
+        };
+        if let Some(ca) = &self.ca_file {
+            std::fs::metadata(ca).map_err(|e| ConfigError::Invalid {
+                variable: "NATS_CA_FILE",
+                problem: format!("{}: {e}", ca.display()),
+            })?;
+        }
+        Ok(NatsSettings {
+            url,
+            stream,
+            consumer,
+            subject,
+            queue_id,
+            auth,
+            ca_file: self.ca_file,
+            require_tls: self.require_tls,
+        })
+    }
+}
+
+/// A stream or consumer name: JetStream refuses names with `.`, `*`, `>`,
+/// slashes or white space.
+#[cfg(feature = "nats")]
+fn name(
+    value: Option<String>,
+    variable: &'static str,
+    what: &'static str,
+) -> Result<String, ConfigError> {
+    let value = value.ok_or(ConfigError::Unset { variable, what })?;
+    if value.is_empty()
+        || value
+            .chars()
+            .any(|c| c.is_whitespace() || matches!(c, '.' | '*' | '>' | '/' | '\\'))
+    {
+        return Err(ConfigError::Invalid {
+            variable,
+            problem: format!(
+                "{value:?} is not a JetStream name (no '.', '*', '>', slashes or spaces)"
+            ),
+        });
+    }
+    Ok(value)
 }
 
 #[cfg(test)]
@@ -207,5 +338,72 @@ mod tests {
         .resolve()
         .unwrap_err();
         assert!(err.to_string().contains("/nonexistent/creds.json"), "{err}");
+    }
+
+    #[cfg(feature = "nats")]
+    fn nats() -> NatsSource {
+        NatsSource {
+            url: Some("nats://127.0.0.1:4222".into()),
+            stream: Some("ORBIT".into()),
+            consumer: Some("receiver".into()),
+            queue_id: Some(Q.into()),
+            ..Default::default()
+        }
+    }
+
+    #[cfg(feature = "nats")]
+    #[test]
+    fn the_queue_subject_defaults_to_orbit_results_and_the_queue() {
+        let settings = nats().resolve().unwrap();
+        assert_eq!(settings.subject, format!("orbit.results.{Q}"));
+    }
+
+    #[cfg(feature = "nats")]
+    #[test]
+    fn a_wildcard_subject_or_a_dotted_stream_name_is_refused_by_name() {
+        let err = NatsSource {
+            subject: Some("orbit.results.>".into()),
+            ..nats()
+        }
+        .resolve()
+        .unwrap_err();
+        assert!(err.to_string().starts_with("NATS_SUBJECT"), "{err}");
+        let err = NatsSource {
+            stream: Some("a.b".into()),
+            ..nats()
+        }
+        .resolve()
+        .unwrap_err();
+        assert!(err.to_string().starts_with("NATS_STREAM"), "{err}");
+    }
+
+    #[cfg(feature = "nats")]
+    #[test]
+    fn a_missing_nats_setting_is_named_and_no_orbit_credentials_are_needed() {
+        let err = NatsSource {
+            consumer: None,
+            ..nats()
+        }
+        .resolve()
+        .unwrap_err();
+        assert!(
+            err.to_string().starts_with("NATS_CONSUMER is not set"),
+            "{err}"
+        );
+    }
+
+    #[cfg(feature = "nats")]
+    #[test]
+    fn a_token_and_a_creds_file_together_are_refused_without_showing_the_token() {
+        let err = NatsSource {
+            token: Some(crate::nats::NatsSecret::new("sentinel-nats-token")),
+            creds_file: Some("/etc/receiver.creds".into()),
+            ..nats()
+        }
+        .resolve()
+        .unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("not both"), "{text}");
+        assert!(!text.contains("sentinel-nats-token"));
     }
 }

@@ -1,18 +1,22 @@
-//! `receiver consume`: check everything, then consume one subscription into
-//! the task view until shutdown.
+//! `receiver consume`: check everything, then consume one source into the
+//! task view until shutdown.
 //!
 //! Before anything is leased the command checks its database (tables,
-//! columns, grants: [`check::database`]) and Orbit (token and the scopes
-//! `consume` needs: [`check::orbit_access`]; the subscription's queue:
-//! [`Consumer::connect`]). A server that cannot be reached yet — connection
-//! refused or reset, a time-out, a 5xx answer — is waited for with backoff
-//! and one warning per attempt; a permanent answer stops at once. A shutdown
-//! during any of this ends it at once too: nothing was leased.
+//! columns, grants: [`check::database`]) and its source. For Orbit: the
+//! token and the scopes `consume` needs ([`check::orbit_access`]) and the
+//! subscription's queue ([`Consumer::connect`]); for NATS JetStream: the
+//! stream, the durable pull consumer and its filter subject
+//! ([`JetStreamSource::connect`](crate::nats::JetStreamSource::connect)). A
+//! server that cannot be reached yet — connection refused or reset, a
+//! time-out, a 5xx answer — is waited for with backoff and one warning per
+//! attempt; a permanent answer stops at once. A shutdown during any of
+//! this ends it at once too: nothing was leased.
 //!
 //! Then the consumer runs the inbox over the task view, with the store as
 //! the probe of its breaker, until the shutdown token is cancelled.
 
 use std::future::Future;
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use tower::ServiceBuilder;
@@ -20,9 +24,11 @@ use tracing::{info, warn};
 
 use crate::check::{self, Problem};
 use crate::config::OrbitSettings;
-use crate::consumer::{Backoff, Consumer, ConsumerError, ConsumerOptions, ConsumerReport, Health};
+use crate::consumer::{
+    Backoff, Consumer, ConsumerError, ConsumerOptions, ConsumerReport, Health, Source,
+};
 use crate::dsn::Dsn;
-use crate::ids::SubscriptionId;
+use crate::ids::{QueueId, SubscriptionId};
 use crate::inbox::{InboxLayer, InboxStore, StoreOptions};
 use crate::orbit::{OrbitError, Scope};
 use crate::scope::{InboxScope, ReceiverName};
@@ -31,18 +37,50 @@ use crate::task_view::TaskView;
 /// Everything `receiver consume` runs with.
 #[derive(Debug, Clone)]
 pub struct ConsumeConfig {
-    /// Where Orbit is and the token and queue to use there.
-    pub orbit: OrbitSettings,
+    /// Where the deliveries come from.
+    pub source: SourceConfig,
     /// The receiver's own database.
     pub dsn: Dsn,
     /// The receiver's fixed name.
     pub name: ReceiverName,
-    /// The subscription to consume.
-    pub subscription: SubscriptionId,
     /// How the consumer behaves.
     pub consumer: ConsumerOptions,
-    /// Timeout of every single call to Orbit.
-    pub orbit_call_timeout: std::time::Duration,
+}
+
+/// Where `receiver consume` takes its deliveries from.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum SourceConfig {
+    /// An Orbit subscription's WebSocket stream.
+    Orbit {
+        /// Where Orbit is and the token and queue to use there.
+        settings: OrbitSettings,
+        /// The subscription to consume.
+        subscription: SubscriptionId,
+        /// Timeout of every single call to Orbit.
+        call_timeout: Duration,
+    },
+    /// A NATS JetStream durable pull consumer.
+    #[cfg(feature = "nats")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
+    Nats {
+        /// The server, stream, consumer, subject and queue.
+        settings: crate::nats::NatsSettings,
+        /// Timeout of every request to NATS (and of an acknowledgement's
+        /// answer).
+        call_timeout: Duration,
+    },
+}
+
+impl SourceConfig {
+    /// The queue whose events the source carries.
+    pub fn queue_id(&self) -> &QueueId {
+        match self {
+            SourceConfig::Orbit { settings, .. } => &settings.queue_id,
+            #[cfg(feature = "nats")]
+            SourceConfig::Nats { settings, .. } => &settings.queue_id,
+        }
+    }
 }
 
 /// Why `receiver consume` did not start or stopped.
@@ -79,78 +117,125 @@ pub async fn run(
     health: Health,
     shutdown: CancellationToken,
 ) -> Result<Option<ConsumerReport>, ConsumeError> {
-    let started = tokio::select! {
+    let scope = InboxScope::new(config.name.clone(), config.source.queue_id().clone());
+    // No connection yet: the check below makes the first, and waits for a
+    // database that is not up yet.
+    let store = InboxStore::connect_lazy(&config.dsn, scope, StoreOptions::default());
+    let checked = tokio::select! {
         biased;
         _ = shutdown.cancelled() => return Ok(None),
-        started = start(&config, health) => started?,
+        checked = patiently(&config.consumer, "database", Problem::is_transient, || check::database(&store)) => checked,
     };
-    let (consumer, store) = started;
+    checked.map_err(ConsumeError::Check)?;
+    match &config.source {
+        SourceConfig::Orbit {
+            settings,
+            subscription,
+            call_timeout,
+        } => {
+            let started = tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => return Ok(None),
+                started = orbit(settings, subscription, *call_timeout, &config.consumer) => started?,
+            };
+            serve(started, store, health, &config, shutdown).await
+        }
+        #[cfg(feature = "nats")]
+        SourceConfig::Nats {
+            settings,
+            call_timeout,
+        } => {
+            use crate::consumer::SourceError;
+            use crate::nats::{JetStreamSource, NatsError};
+            let connect = patiently(
+                &config.consumer,
+                "NATS",
+                |e: &NatsError| e.is_retryable(),
+                || JetStreamSource::connect(settings, *call_timeout),
+            );
+            let source = tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => return Ok(None),
+                source = connect => source.map_err(|e| ConsumeError::Consumer(e.into()))?,
+            };
+            info!(url = %settings.shown_url(), stream = source.stream(), consumer = source.consumer(), subject = %settings.subject, "stream and durable consumer checked");
+            let consumer = Consumer::new(source, config.consumer.clone());
+            serve(consumer, store, health, &config, shutdown).await
+        }
+    }
+}
+
+/// The inbox over the task view, fed by `consumer` until shutdown.
+async fn serve<Src: Source>(
+    consumer: Consumer<Src>,
+    store: InboxStore,
+    health: Health,
+    config: &ConsumeConfig,
+    shutdown: CancellationToken,
+) -> Result<Option<ConsumerReport>, ConsumeError>
+where
+    ConsumerError: From<Src::Error>,
+{
     let service = ServiceBuilder::new()
-        .layer(InboxLayer::new(store))
+        .layer(InboxLayer::new(store.clone()))
         .service(TaskView::new());
-    info!(receiver = %config.name, queue = %config.orbit.queue_id, "consuming");
+    info!(receiver = %config.name, queue = %config.source.queue_id(), "consuming");
     let report = consumer
+        .with_probe(store)
+        .with_health(health)
         .run(service, shutdown.cancelled_owned())
         .await
         .map_err(ConsumeError::Consumer)?;
     Ok(Some(report))
 }
 
-/// Everything before the first credit: checks, waiting for servers that
-/// are not up yet, the subscription's queue.
-async fn start(
-    config: &ConsumeConfig,
-    health: Health,
-) -> Result<(Consumer, InboxStore), ConsumeError> {
-    let client = config
-        .orbit
-        .client(config.orbit_call_timeout)
+/// Orbit before the first credit: the token's scopes, waiting for an Orbit
+/// that is not up yet, the subscription's queue.
+async fn orbit(
+    settings: &OrbitSettings,
+    subscription: &SubscriptionId,
+    call_timeout: Duration,
+    options: &ConsumerOptions,
+) -> Result<Consumer, ConsumeError> {
+    let client = settings
+        .client(call_timeout)
         .map_err(ConsumeError::Client)?;
-    let scope = InboxScope::new(config.name.clone(), config.orbit.queue_id.clone());
-    // No connection yet: the check below makes the first, and waits for a
-    // database that is not up yet.
-    let store = InboxStore::connect_lazy(&config.dsn, scope, StoreOptions::default());
-
-    patiently(&config.consumer, "database", || check::database(&store))
-        .await
-        .map_err(ConsumeError::Check)?;
-    patiently(&config.consumer, "Orbit", || {
+    patiently(options, "Orbit", Problem::is_transient, || {
         check::orbit_access(&client, &Scope::CONSUME)
     })
     .await
     .map_err(ConsumeError::Check)?;
-    let consumer = Consumer::connect(
+    Consumer::connect(
         client,
-        config.subscription.clone(),
-        &config.orbit.queue_id,
-        config.consumer.clone(),
+        subscription.clone(),
+        &settings.queue_id,
+        options.clone(),
     )
     .await
-    .map_err(ConsumeError::Consumer)?
-    .with_probe(store.clone())
-    .with_health(health);
-    Ok((consumer, store))
+    .map_err(ConsumeError::Consumer)
 }
 
-/// Runs `check` until it passes or fails for good; a transient failure is
-/// logged once per attempt and retried with backoff.
-async fn patiently<F, Fut>(
+/// Runs `attempt` until it succeeds or fails for good; a failure that
+/// `transient` says may pass is logged once per attempt and retried with
+/// backoff.
+async fn patiently<T, E, F, Fut>(
     options: &ConsumerOptions,
     what: &'static str,
-    mut check: F,
-) -> Result<(), Problem>
+    transient: fn(&E) -> bool,
+    mut attempt: F,
+) -> Result<T, E>
 where
+    E: std::fmt::Display,
     F: FnMut() -> Fut,
-    Fut: Future<Output = Result<(), Problem>>,
+    Fut: Future<Output = Result<T, E>>,
 {
     let mut backoff = Backoff::new(options.retry_min, options.retry_max);
     loop {
-        match check().await {
-            Err(problem) if problem.is_transient() => {
+        match attempt().await {
+            Err(e) if transient(&e) => {
                 let wait = backoff.next();
                 warn!(
-                    check = problem.check(),
-                    error = %problem,
+                    error = %e,
                     retry_in_ms = wait.as_millis() as u64,
                     "{what} not reachable yet; nothing is leased until it answers"
                 );

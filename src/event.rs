@@ -177,6 +177,15 @@ pub enum EventError {
     ResultNotAllowed(TaskState),
 }
 
+impl EventError {
+    /// Whether the bytes themselves can never be a valid event. Only
+    /// [`QueueMismatch`](EventError::QueueMismatch) is not: the event may be
+    /// fine and the receiver configured for the wrong queue.
+    pub fn is_malformed(&self) -> bool {
+        !matches!(self, EventError::QueueMismatch { .. })
+    }
+}
+
 /// The task as one event reports it.
 #[derive(Clone, PartialEq, Eq)]
 pub struct TaskSnapshot {

@@ -37,6 +37,9 @@
 //!   operator tools, with sqlx (MySQL, rustls). Without it the crate has no
 //!   database driver: the digest, the event model, the Orbit client and the
 //!   consumer stand alone.
+//! * `nats` — NATS JetStream as a second source of deliveries beside Orbit's
+//!   stream: a durable pull consumer whose messages are Orbit events
+//!   (`docs/nats.md`), with the `async-nats` client.
 //! * `cli` — what only the `receiver` binary needs: clap, the log output,
 //!   the Prometheus exporter and its HTTP endpoint, the progress bar. Not
 //!   needed to embed the crate; `cargo install --path . --features cli`
@@ -53,6 +56,8 @@
 //!   WebSocket delivery stream (`docs/orbit-protocol.md`).
 //! * [`consumer`] — drives any `Service<Delivery<Bytes>>` over one
 //!   subscription with bounded concurrency, and ACKs only what returned `Ok`.
+//! * `nats` (feature `nats`) — a JetStream durable pull consumer as the
+//!   consumer's source.
 //! * [`telemetry`] — the metrics the library records through the `metrics`
 //!   facade (no exporter: the embedding program picks one).
 //! * [`scope`] — the receiver's identity: a validated [`scope::ReceiverName`]
@@ -124,6 +129,10 @@ pub mod verify;
 #[cfg(feature = "cli")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cli")))]
 pub mod health;
+
+#[cfg(feature = "nats")]
+#[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
+pub mod nats;
 
 /// The sqlx this crate was built with, so that the queries of an inner
 /// service use the same version as the connection they run on (add no

@@ -255,6 +255,7 @@ async fn the_consumer_does_not_ack_an_unconfirmed_commit_and_the_redelivery_dedu
             acked: 1,
             ack_refused: 0,
             abandoned: 0,
+            terminated: 0,
         }
     );
 }

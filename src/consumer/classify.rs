@@ -101,6 +101,23 @@ pub fn is_unavailable(e: &BoxError) -> bool {
     false
 }
 
+/// Whether the error says that the delivery's bytes can never become a
+/// valid event, whoever delivers them again: not strict JSON, too large,
+/// a field missing or malformed. An event of another queue is not
+/// malformed (the configuration may be what is wrong), nor is a conflict.
+pub fn is_malformed(e: &BoxError) -> bool {
+    for error in chain(e) {
+        #[cfg(feature = "mysql")]
+        if let Some(inbox) = error.downcast_ref::<crate::inbox::InboxError>() {
+            return matches!(inbox, crate::inbox::InboxError::Rejected(e) if e.is_malformed());
+        }
+        if let Some(event) = error.downcast_ref::<crate::event::EventError>() {
+            return event.is_malformed();
+        }
+    }
+    false
+}
+
 /// `e` and its sources.
 fn chain(e: &BoxError) -> impl Iterator<Item = &(dyn std::error::Error + 'static)> {
     let first: &(dyn std::error::Error + 'static) = e.as_ref();

@@ -45,7 +45,7 @@ use tokio::time::{sleep_until, timeout, timeout_at, Instant};
 use tower::{Service, ServiceExt};
 use tracing::{info, warn};
 
-pub use self::classify::{class, classify, is_unavailable, FailureClass};
+pub use self::classify::{class, classify, is_malformed, is_unavailable, FailureClass};
 pub use self::settle::{settle, Settlement};
 pub use self::source::{AckOutcome, Incoming, LeaseStream, Source, SourceError};
 use crate::delivery::{Delivery, DeliveryId};
@@ -201,6 +201,11 @@ pub enum ConsumerError {
     /// Orbit refused or could not be reached.
     #[error("{0}")]
     Orbit(#[from] OrbitError),
+    /// NATS refused, or the stream or consumer cannot be consumed.
+    #[cfg(feature = "nats")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
+    #[error("{0}")]
+    Nats(#[from] crate::nats::NatsError),
 }
 
 impl ConsumerError {
@@ -213,6 +218,8 @@ impl ConsumerError {
             | ConsumerError::OtherQueue { .. }
             | ConsumerError::UnknownSubscription { .. } => true,
             ConsumerError::Orbit(e) => e.is_refusal(),
+            #[cfg(feature = "nats")]
+            ConsumerError::Nats(e) => e.is_configuration(),
         }
     }
 }
@@ -233,6 +240,10 @@ pub struct ConsumerReport {
     /// ACKs still unanswered when the shutdown grace ran out, and handlers
     /// cancelled by shutdown. Their deliveries come again.
     pub abandoned: u64,
+    /// Deliveries whose bytes can never be a valid event that the source
+    /// dropped for good at the consumer's request (JetStream's `+TERM`);
+    /// never applied, never acknowledged. Included in `failed`.
+    pub terminated: u64,
 }
 
 /// A consumer of one subscription.
@@ -296,6 +307,9 @@ struct Handled<R> {
 enum AckResult {
     Confirmed(DeliveryId, AckOutcome),
     Refused(DeliveryId, BoxError),
+    /// The source dropped the delivery for good (`true`) or cannot
+    /// (`false`).
+    Terminated(DeliveryId, bool),
 }
 
 /// Longest a credit grant may take to send; a stream that cannot take a few
@@ -476,6 +490,10 @@ impl<Src: Source> Consumer<Src> {
                             acks.spawn(ack_until_answered(source, done.id, done.receipt, backoff));
                         }
                         Settlement::Leave => report.failed += 1,
+                        Settlement::Terminate => {
+                            report.failed += 1;
+                            acks.spawn(terminate(self.source.clone(), done.id, done.receipt));
+                        }
                     }
                     if done.unavailable {
                         breaker.trip();
@@ -797,8 +815,29 @@ async fn ack_until_answered<Src: Source>(
     }
 }
 
+/// One try: a lost `+TERM` costs nothing, the delivery comes again and is
+/// rejected again.
+async fn terminate<Src: Source>(
+    source: Arc<Src>,
+    id: DeliveryId,
+    receipt: Src::Receipt,
+) -> AckResult {
+    match source.terminate(&id, &receipt).await {
+        Ok(done) => AckResult::Terminated(id, done),
+        Err(e) => {
+            warn!(delivery = %id, error = %e, "could not ask the source to drop a malformed delivery; it will come again");
+            AckResult::Terminated(id, false)
+        }
+    }
+}
+
 fn record_ack(report: &mut ConsumerReport, acked: AckResult) {
     match acked {
+        AckResult::Terminated(id, true) => {
+            report.terminated += 1;
+            warn!(delivery = %id, "malformed delivery dropped by the source for good (not applied, not acknowledged)");
+        }
+        AckResult::Terminated(_, false) => {}
         AckResult::Confirmed(id, outcome) => {
             report.acked += 1;
             info!(delivery = %id, already = outcome == AckOutcome::AlreadyAcked, "acknowledged");

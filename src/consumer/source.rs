@@ -12,6 +12,11 @@
 //!    ([`Source::ack`]);
 //! 4. what is not acknowledged comes again (a lease runs out).
 //!
+//! A source may also be able to drop a delivery for good without
+//! acknowledging it ([`Source::terminate`]: JetStream's `+TERM`); the
+//! consumer asks for that only for bytes that can never become a valid
+//! event. Orbit cannot, so such a delivery spends its budget there.
+//!
 //! Orbit's WebSocket stream is one such source
 //! ([`OrbitSource`](crate::orbit::OrbitSource)). The breaker, the metrics
 //! and the bounded shutdown live in the consumer, so every source has them.
@@ -74,6 +79,18 @@ pub trait Source: Send + Sync + 'static {
         id: &DeliveryId,
         receipt: &Self::Receipt,
     ) -> impl Future<Output = Result<AckOutcome, Self::Error>> + Send;
+
+    /// Asks the source never to deliver this message again, without
+    /// acknowledging it (it is not applied). `Ok(false)`: the source cannot
+    /// (the default); the delivery is left to spend its budget.
+    fn terminate(
+        &self,
+        id: &DeliveryId,
+        receipt: &Self::Receipt,
+    ) -> impl Future<Output = Result<bool, Self::Error>> + Send {
+        let _ = (id, receipt);
+        async { Ok(false) }
+    }
 }
 
 /// An open stream of a [`Source`].

@@ -1,8 +1,8 @@
 //! A `receiver consume` process, as an operator would run it.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
-use std::process::Child;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
 
 use result_inbox::ids::SubscriptionId;
 
@@ -26,16 +26,30 @@ impl Consume {
         name: &str,
         extra: &[(&str, &str)],
     ) -> Consume {
-        let tag = random_hex(4);
-        let stdout = orbit.dir.join(format!("consume-{tag}.out"));
-        let stderr = orbit.dir.join(format!("consume-{tag}.err"));
-        let child = receiver()
+        let mut command = receiver();
+        command
             .arg("consume")
             .env("ORBIT_CREDENTIALS_FILE", &creds.file)
             .env("ORBIT_SUBSCRIPTION_ID", sub.as_str())
             .env("ORBIT_RECEIVER_DSN", dsn)
             .env("RECEIVER_NAME", name)
-            .envs(extra.iter().copied())
+            .envs(extra.iter().copied());
+        Consume::spawn(command, &orbit.dir)
+    }
+
+    /// `receiver consume` with exactly this environment (besides the
+    /// inherited one), its output in files under `dir`.
+    pub fn with_env(dir: &Path, env: &[(String, String)]) -> Consume {
+        let mut command = receiver();
+        command.arg("consume").envs(env.iter().map(|(k, v)| (k, v)));
+        Consume::spawn(command, dir)
+    }
+
+    fn spawn(mut command: Command, dir: &Path) -> Consume {
+        let tag = random_hex(4);
+        let stdout = dir.join(format!("consume-{tag}.out"));
+        let stderr = dir.join(format!("consume-{tag}.err"));
+        let child = command
             .stdout(std::fs::File::create(&stdout).unwrap())
             .stderr(std::fs::File::create(&stderr).unwrap())
             .spawn()
@@ -45,6 +59,12 @@ impl Consume {
             stdout,
             stderr,
         }
+    }
+
+    /// SIGKILL: the process ends at once, whatever it was doing.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// `receiver consume` with the default receiver name on a test

@@ -10,6 +10,8 @@ pub mod consume;
 pub mod http_proxy;
 pub mod mysql_proxy;
 pub mod mysqld;
+#[cfg(feature = "nats")]
+pub mod nats;
 pub mod orbit;
 pub mod tls;
 

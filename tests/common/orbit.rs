@@ -302,6 +302,15 @@ pub fn receiver() -> Command {
         "ORBIT_QUEUE_ID",
         "ORBIT_CA_FILE",
         "RECEIVER_LOG",
+        "RECEIVER_SOURCE",
+        "NATS_URL",
+        "NATS_STREAM",
+        "NATS_CONSUMER",
+        "NATS_SUBJECT",
+        "NATS_TOKEN",
+        "NATS_CREDS_FILE",
+        "NATS_CA_FILE",
+        "NATS_REQUIRE_TLS",
     ] {
         cmd.env_remove(var);
     }

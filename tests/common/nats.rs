@@ -1,0 +1,330 @@
+//! A throwaway `nats-server` with JetStream, a stream and a durable pull
+//! consumer for one queue, and a proxy that can lose the answer to an
+//! acknowledgement.
+//!
+//! Every server listens on a port of its own choosing (`-p -1`) on loopback
+//! and keeps JetStream's files in a temporary directory removed with it: the
+//! tests never touch a NATS server that happens to run on 4222.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer, stream};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+use super::random_hex;
+
+/// A nats-server process; killed and its directory removed when dropped.
+pub struct NatsServer {
+    child: Child,
+    pub port: u16,
+    pub dir: PathBuf,
+}
+
+impl NatsServer {
+    /// Starts `nats-server -js` on a free loopback port.
+    pub fn start() -> NatsServer {
+        let dir = std::env::temp_dir().join(format!("result-inbox-nats-{}", random_hex(8)));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut child = Command::new("nats-server")
+            .args(["-a", "127.0.0.1", "-p", "-1", "-js", "-sd"])
+            .arg(dir.join("jetstream"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("cannot run nats-server ({e}): `make test` installs it (Debian package nats-server)")
+            });
+        let stderr = child.stderr.take().unwrap();
+        let mut lines = BufReader::new(stderr).lines();
+        let port = loop {
+            let line = lines
+                .next()
+                .expect("nats-server exited before listening")
+                .unwrap();
+            if let Some(addr) = line.split("Listening for client connections on ").nth(1) {
+                break addr.trim().rsplit(':').next().unwrap().parse().unwrap();
+            }
+        };
+        // Keep draining its log so that it never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        NatsServer { child, port, dir }
+    }
+
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub async fn jetstream(&self) -> jetstream::Context {
+        let client = async_nats::connect(self.url()).await.unwrap();
+        jetstream::new(client)
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// One queue's events on JetStream: a stream, its subject, and a durable
+/// pull consumer filtering that subject, as an operator would set them up.
+pub struct JetStreamQueue {
+    pub js: jetstream::Context,
+    pub queue: String,
+    pub stream: String,
+    pub consumer: String,
+    pub subject: String,
+}
+
+impl JetStreamQueue {
+    /// A stream `ORBIT_<hex>` on `orbit.results.<queue>` and a durable pull
+    /// consumer `receiver` with this AckWait (lease) and MaxDeliver (budget).
+    pub async fn create(
+        server: &NatsServer,
+        queue: &str,
+        ack_wait: Duration,
+        max_deliver: i64,
+    ) -> JetStreamQueue {
+        let js = server.jetstream().await;
+        let stream = format!("ORBIT_{}", random_hex(4));
+        let subject = format!("orbit.results.{queue}");
+        let created = js
+            .create_stream(stream::Config {
+                name: stream.clone(),
+                subjects: vec![subject.clone()],
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        created
+            .create_consumer(consumer::pull::Config {
+                durable_name: Some("receiver".into()),
+                filter_subject: subject.clone(),
+                ack_policy: consumer::AckPolicy::Explicit,
+                ack_wait,
+                max_deliver,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        JetStreamQueue {
+            js,
+            queue: queue.to_owned(),
+            stream,
+            consumer: "receiver".into(),
+            subject,
+        }
+    }
+
+    /// Publishes one event's bytes; returns its stream sequence.
+    pub async fn publish(&self, body: impl Into<bytes::Bytes>) -> u64 {
+        self.js
+            .publish(self.subject.clone(), body.into())
+            .await
+            .unwrap()
+            .await
+            .unwrap()
+            .sequence
+    }
+
+    /// The durable consumer's state as the server reports it.
+    pub async fn info(&self) -> consumer::Info {
+        self.js
+            .get_stream(&self.stream)
+            .await
+            .unwrap()
+            .consumer_info(&self.consumer)
+            .await
+            .unwrap()
+    }
+
+    /// Waits until every published message is acknowledged (nothing pending,
+    /// nothing waiting for an ACK), or panics with the state after `limit`.
+    pub async fn wait_all_acked(&self, limit: Duration) -> consumer::Info {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let info = self.info().await;
+            if info.num_pending == 0 && info.num_ack_pending == 0 {
+                return info;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "not all acknowledged: pending {} ack pending {} redelivered {}",
+                info.num_pending,
+                info.num_ack_pending,
+                info.num_redelivered
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The environment of `receiver consume --source nats` for this queue.
+    pub fn env(&self, server_url: &str) -> Vec<(String, String)> {
+        vec![
+            ("RECEIVER_SOURCE".into(), "nats".into()),
+            ("NATS_URL".into(), server_url.to_owned()),
+            ("NATS_STREAM".into(), self.stream.clone()),
+            ("NATS_CONSUMER".into(), self.consumer.clone()),
+            ("ORBIT_QUEUE_ID".into(), self.queue.clone()),
+        ]
+    }
+}
+
+/// What an armed [`AckLosingProxy`] does to the next acknowledgement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AckFault {
+    /// The acknowledgement reaches the server, which acknowledges the
+    /// message; its confirmation is lost with the connection.
+    LoseConfirmation,
+    /// The acknowledgement never reaches the server, and nothing more goes
+    /// up or comes down until the client closes its connection: the
+    /// consumer is as good as dead after its COMMIT.
+    LoseAck,
+}
+
+/// A TCP proxy in front of a nats-server that, once armed, spoils the next
+/// acknowledgement (`PUB $JS.ACK.…`) as its [`AckFault`] says and cuts both
+/// connections.
+pub struct AckLosingProxy {
+    pub port: u16,
+    armed: Arc<Mutex<Option<AckFault>>>,
+    fired: Arc<AtomicU32>,
+    accept: JoinHandle<()>,
+}
+
+impl AckLosingProxy {
+    pub async fn start(server_port: u16) -> AckLosingProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let armed = Arc::new(Mutex::new(None));
+        let fired = Arc::new(AtomicU32::new(0));
+        let (a, f) = (armed.clone(), fired.clone());
+        let accept = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = TcpStream::connect(("127.0.0.1", server_port)).await else {
+                    continue;
+                };
+                tokio::spawn(relay(client, server, a.clone(), f.clone()));
+            }
+        });
+        AckLosingProxy {
+            port,
+            armed,
+            fired,
+            accept,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// Spoils the next acknowledgement.
+    pub fn arm(&self, fault: AckFault) {
+        *self.armed.lock().unwrap() = Some(fault);
+    }
+
+    /// How many confirmations were lost.
+    pub fn fired(&self) -> u32 {
+        self.fired.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for AckLosingProxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+async fn relay(
+    client: TcpStream,
+    server: TcpStream,
+    armed: Arc<Mutex<Option<AckFault>>>,
+    fired: Arc<AtomicU32>,
+) {
+    let (mut client_read, mut client_write) = client.into_split();
+    let (mut server_read, mut server_write) = server.into_split();
+    let cut = Arc::new(tokio::sync::Notify::new());
+    let cut_up = cut.clone();
+    let frozen = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let freeze = frozen.clone();
+    let upstream = async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut tail = Vec::new();
+        loop {
+            let n = match client_read.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            tail.extend_from_slice(&buf[..n]);
+            let seen = tail.windows(12).any(|w| w == b"PUB $JS.ACK.");
+            let keep = tail.len().saturating_sub(11);
+            tail.drain(..keep);
+            let fault = if seen {
+                armed.lock().unwrap().take()
+            } else {
+                None
+            };
+            if fault != Some(AckFault::LoseAck) && server_write.write_all(&buf[..n]).await.is_err()
+            {
+                return;
+            }
+            if fault.is_some() {
+                fired.fetch_add(1, Ordering::SeqCst);
+                if fault == Some(AckFault::LoseAck) {
+                    // Nothing more goes up or comes down until the client's
+                    // connection ends (its process is killed).
+                    freeze.store(true, Ordering::SeqCst);
+                    cut_up.notify_one();
+                    while matches!(client_read.read(&mut buf).await, Ok(n) if n > 0) {}
+                    return;
+                }
+                cut_up.notify_one();
+                return;
+            }
+        }
+    };
+    let downstream = async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            tokio::select! {
+                // From the moment the acknowledgement went up, nothing more
+                // comes down: its confirmation is lost with the connection.
+                _ = cut.notified() => {
+                    if frozen.load(Ordering::SeqCst) {
+                        std::future::pending::<()>().await;
+                    }
+                    return;
+                }
+                read = server_read.read(&mut buf) => {
+                    let n = match read {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => n,
+                    };
+                    if client_write.write_all(&buf[..n]).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    };
+    // Either direction ending ends both: the halves are dropped here.
+    tokio::select! {
+        _ = upstream => {}
+        _ = downstream => {}
+    }
+}

@@ -1,0 +1,430 @@
+//! `receiver consume --source nats`: the same inbox fed by a real
+//! nats-server's JetStream durable pull consumer, with real processes.
+#![cfg(feature = "nats")]
+
+mod common;
+
+use std::time::Duration;
+
+use common::consume::Consume;
+use common::nats::{AckFault, AckLosingProxy, JetStreamQueue, NatsServer};
+use common::{dsn_for, random_hex, EventSpec, TestDb};
+use futures::StreamExt;
+use result_inbox::event::{QueueId, TaskId};
+use result_inbox::scope::{InboxScope, ReceiverName};
+use result_inbox::task_view;
+
+const RECEIVER: &str = "task-result-view";
+
+/// A nats-server, a queue's stream and durable consumer on it, and a fresh
+/// receiver database.
+struct Setup {
+    server: NatsServer,
+    queue: JetStreamQueue,
+    db: TestDb,
+}
+
+impl Setup {
+    async fn new(ack_wait: Duration, max_deliver: i64) -> Setup {
+        let server = NatsServer::start();
+        let queue = JetStreamQueue::create(&server, &random_hex(16), ack_wait, max_deliver).await;
+        let db = TestDb::initialized().await;
+        Setup { server, queue, db }
+    }
+
+    /// The environment of `receiver consume --source nats` against `url`.
+    fn env(&self, url: &str) -> Vec<(String, String)> {
+        let mut env = self.queue.env(url);
+        env.push(("ORBIT_RECEIVER_DSN".into(), dsn_for(&self.db.name)));
+        env.push(("RECEIVER_NAME".into(), RECEIVER.into()));
+        env
+    }
+
+    fn consume(&self) -> Consume {
+        Consume::with_env(&self.server.dir, &self.env(&self.server.url()))
+    }
+
+    fn consume_via(&self, url: &str) -> Consume {
+        Consume::with_env(&self.server.dir, &self.env(url))
+    }
+
+    fn submitted(&self, task: &str) -> String {
+        EventSpec::submitted(&self.queue.queue, task).json()
+    }
+
+    async fn view(&self, task: &str) -> Option<task_view::TaskViewRow> {
+        let scope = InboxScope::new(
+            ReceiverName::parse(RECEIVER).unwrap(),
+            QueueId::parse(&self.queue.queue).unwrap(),
+        );
+        task_view::load(&self.db.pool().await, &scope, &TaskId::parse(task).unwrap())
+            .await
+            .unwrap()
+    }
+
+    /// Inbox rows, rows that advanced a view, and the advances the views
+    /// counted: the last two always agree.
+    async fn totals(&self) -> (i64, i64, i64) {
+        sqlx::query_as(
+            "SELECT (SELECT COUNT(*) FROM receiver_inbox), \
+             (SELECT CAST(COALESCE(SUM(applied), 0) AS SIGNED) FROM receiver_inbox), \
+             (SELECT CAST(COALESCE(SUM(applied_events), 0) AS SIGNED) FROM receiver_task_views)",
+        )
+        .fetch_one(&self.db.pool().await)
+        .await
+        .unwrap()
+    }
+
+    async fn inbox_rows(&self) -> i64 {
+        self.totals().await.0
+    }
+
+    /// Waits until the inbox holds `rows` rows.
+    async fn wait_rows(&self, rows: i64, limit: Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
+        while self.inbox_rows().await < rows {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "fewer than {rows} inbox rows"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// JetStream's advisories of one kind about this consumer
+    /// (`MAX_DELIVERIES`, `MSG_TERMINATED`), as they are published.
+    async fn advisories(&self, kind: &str) -> async_nats::Subscriber {
+        let client = async_nats::connect(self.server.url()).await.unwrap();
+        let subject = format!(
+            "$JS.EVENT.ADVISORY.CONSUMER.{kind}.{}.{}",
+            self.queue.stream, self.queue.consumer
+        );
+        let subscriber = client.subscribe(subject).await.unwrap();
+        client.flush().await.unwrap();
+        // The client lives as long as the subscriber needs it.
+        std::mem::forget(client);
+        subscriber
+    }
+}
+
+/// The `acknowledged` lines of a receiver's log.
+fn acknowledged(log: &str) -> usize {
+    log.lines().filter(|l| l.contains(" acknowledged ")).count()
+}
+
+#[tokio::test]
+async fn applied_duplicate_stale_and_conflict_over_nats_end_as_over_orbit() {
+    let s = Setup::new(Duration::from_secs(1), 3).await;
+    let task = random_hex(16);
+    let spec = |version, event_type, state| EventSpec {
+        id: random_hex(16),
+        queue_id: &s.queue.queue,
+        task_id: &task,
+        version,
+        event_type,
+        state,
+        result: None,
+    };
+    let v2 = spec(2, "task.cancelled", "CANCELLED");
+    let v1 = spec(1, "task.submitted", "PENDING");
+    let mut v2_other = spec(2, "task.cancelled", "CANCELLED");
+    v2_other.id = v2.id.clone();
+    v2_other.event_type = "task.failed";
+    v2_other.state = "FAILED";
+    let mut conflicts = s.advisories("MAX_DELIVERIES").await;
+
+    // One at a time, so that each meets the state the one before left.
+    s.queue.publish(v2.json()).await;
+    let mut consume = s.consume();
+    for copy in [v2.json(), v1.json()] {
+        s.queue.wait_all_acked(Duration::from_secs(20)).await;
+        s.queue.publish(copy).await;
+    }
+    s.queue.wait_all_acked(Duration::from_secs(20)).await;
+    let conflict_seq = s.queue.publish(v2_other.json()).await;
+
+    // The conflict spends its MaxDeliver (3) and is never acknowledged; the
+    // others are acknowledged once each.
+    let advisory = tokio::time::timeout(Duration::from_secs(30), conflicts.next())
+        .await
+        .expect("the conflict reaches MaxDeliver")
+        .unwrap();
+    let advisory: serde_json::Value = serde_json::from_slice(&advisory.payload).unwrap();
+    assert_eq!(advisory["stream_seq"], conflict_seq);
+    assert_eq!(advisory["deliveries"], 3);
+    assert!(consume.terminate().success());
+
+    let view = s.view(&task).await.unwrap();
+    assert_eq!(
+        (
+            view.task_version,
+            view.last_state.as_str(),
+            view.applied_events
+        ),
+        (2, "CANCELLED", 1)
+    );
+    let (rows, advanced, counted) = s.totals().await;
+    assert_eq!((rows, advanced, counted), (2, 1, 1));
+    let out = consume.output();
+    for class in ["applied", "duplicate", "stale"] {
+        assert_eq!(
+            out.matches(&format!(r#"class="{class}""#)).count(),
+            1,
+            "{class}: {out}"
+        );
+    }
+    assert_eq!(out.matches(r#"class="conflict""#).count(), 3, "{out}");
+    assert_eq!(acknowledged(&out), 3, "{out}");
+    assert!(
+        !out.contains("dropped by the source"),
+        "a conflict is never terminated: {out}"
+    );
+}
+
+#[tokio::test]
+async fn bytes_that_can_never_be_an_event_are_terminated_after_one_delivery() {
+    let s = Setup::new(Duration::from_secs(1), 5).await;
+    let mut terminated = s.advisories("MSG_TERMINATED").await;
+    let task = random_hex(16);
+    let event = s.submitted(&task);
+    let duplicate_key = event.replacen('{', r#"{"type":"task.submitted","#, 1);
+    let too_large = format!(r#"{{"pad":"{}",{}"#, "x".repeat(520 * 1024), &event[1..]);
+    let mut sequences = vec![
+        s.queue.publish("{not json").await,
+        s.queue.publish(duplicate_key).await,
+        s.queue.publish(too_large).await,
+    ];
+    s.queue.publish(event).await;
+    let mut consume = s.consume();
+
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let advisory = tokio::time::timeout(Duration::from_secs(20), terminated.next())
+            .await
+            .expect("a malformed message is terminated")
+            .unwrap();
+        let advisory: serde_json::Value = serde_json::from_slice(&advisory.payload).unwrap();
+        seen.push(advisory["stream_seq"].as_u64().unwrap());
+    }
+    let info = s.queue.wait_all_acked(Duration::from_secs(10)).await;
+    assert!(consume.terminate().success());
+    seen.sort();
+    sequences.sort();
+    assert_eq!(seen, sequences);
+    assert_eq!(info.num_ack_pending, 0);
+    assert_eq!(
+        consume.handled(),
+        4,
+        "each was delivered once: {}",
+        consume.output()
+    );
+    assert_eq!(
+        s.totals().await,
+        (1, 1, 1),
+        "only the valid event was written"
+    );
+    let out = consume.output();
+    assert_eq!(
+        out.matches("dropped by the source for good").count(),
+        3,
+        "{out}"
+    );
+    assert_eq!(acknowledged(&out), 1, "{out}");
+}
+
+#[tokio::test]
+async fn a_consumer_killed_after_commit_is_redelivered_after_ack_wait_and_deduplicated() {
+    let s = Setup::new(Duration::from_secs(2), 5).await;
+    let proxy = AckLosingProxy::start(s.server.port).await;
+    let task = random_hex(16);
+    s.queue.publish(s.submitted(&task)).await;
+
+    // The first consumer commits, its ACK never leaves, and it is killed.
+    proxy.arm(AckFault::LoseAck);
+    let mut first = s.consume_via(&proxy.url());
+    s.wait_rows(1, Duration::from_secs(20)).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while proxy.fired() == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "no ACK was sent");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    first.kill();
+    assert_eq!(acknowledged(&first.output()), 0, "{}", first.output());
+    let info = s.queue.info().await;
+    assert_eq!(info.num_ack_pending, 1, "{info:?}\n{}", first.output());
+
+    // After AckWait the message comes again: a duplicate, acknowledged.
+    let mut second = s.consume();
+    let info = s.queue.wait_all_acked(Duration::from_secs(20)).await;
+    assert!(second.terminate().success());
+    assert_eq!(info.num_ack_pending, 0);
+    let out = second.output();
+    assert_eq!(out.matches(r#"class="duplicate""#).count(), 1, "{out}");
+    assert!(out.contains("attempt=2"), "{out}");
+    assert_eq!(acknowledged(&out), 1, "{out}");
+    let view = s.view(&task).await.unwrap();
+    assert_eq!((view.task_version, view.applied_events), (1, 1));
+    assert_eq!(s.totals().await, (1, 1, 1));
+}
+
+#[tokio::test]
+async fn a_lost_confirmation_is_rereported_and_the_message_is_not_delivered_again() {
+    let s = Setup::new(Duration::from_secs(30), 5).await;
+    let proxy = AckLosingProxy::start(s.server.port).await;
+    let task = random_hex(16);
+    s.queue.publish(s.submitted(&task)).await;
+
+    proxy.arm(AckFault::LoseConfirmation);
+    let mut consume = s.consume_via(&proxy.url());
+    // AckWait is 30 s: only a re-reported ACK can settle it this soon.
+    let info = s.queue.wait_all_acked(Duration::from_secs(25)).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while acknowledged(&consume.output()) == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{}",
+            consume.output()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(consume.terminate().success());
+    assert_eq!(proxy.fired(), 1);
+    assert_eq!(info.num_ack_pending, 0);
+    assert_eq!(
+        consume.handled(),
+        1,
+        "not delivered again: {}",
+        consume.output()
+    );
+    let out = consume.output();
+    assert!(out.contains("re-reporting with the same proof"), "{out}");
+    assert_eq!(out.matches(r#"class="applied""#).count(), 1, "{out}");
+    assert_eq!(acknowledged(&out), 1, "{out}");
+    assert_eq!(s.totals().await, (1, 1, 1));
+}
+
+#[tokio::test]
+async fn two_consumer_processes_on_one_durable_consumer_never_advance_a_task_twice() {
+    let s = Setup::new(Duration::from_secs(5), 5).await;
+    let mut tasks = Vec::new();
+    for i in 0..30 {
+        let task = random_hex(16);
+        s.queue.publish(s.submitted(&task)).await;
+        let done = EventSpec {
+            version: 2,
+            event_type: "task.succeeded",
+            state: "SUCCEEDED",
+            result: Some(if i % 2 == 0 {
+                r#"{"ok":true}"#
+            } else {
+                r#"{"ok":false}"#
+            }),
+            ..EventSpec::submitted(&s.queue.queue, &task)
+        };
+        s.queue.publish(done.json()).await;
+        tasks.push(task);
+    }
+    let mut a = s.consume();
+    let mut b = s.consume();
+    s.queue.wait_all_acked(Duration::from_secs(30)).await;
+    assert!(a.terminate().success());
+    assert!(b.terminate().success());
+    assert!(a.handled() > 0 && b.handled() > 0, "both took part");
+    assert_eq!(a.handled() + b.handled(), 60);
+    for task in &tasks {
+        let view = s.view(task).await.unwrap();
+        assert_eq!(view.task_version, 2);
+        assert!(view.applied_events <= 2);
+    }
+    let (rows, advanced, counted) = s.totals().await;
+    assert_eq!(rows, 60);
+    assert_eq!(advanced, counted);
+}
+
+#[tokio::test]
+async fn sigterm_mid_stream_loses_nothing_and_a_restart_finishes_the_work() {
+    const TOTAL: i64 = 300;
+    let s = Setup::new(Duration::from_secs(2), 10).await;
+    for _ in 0..TOTAL {
+        s.queue.publish(s.submitted(&random_hex(16))).await;
+    }
+    let mut first = s.consume();
+    s.wait_rows(1, Duration::from_secs(20)).await;
+    let stopping = std::time::Instant::now();
+    assert!(first.terminate().success(), "{}", first.output());
+    assert!(stopping.elapsed() < Duration::from_secs(10));
+    assert!(
+        s.inbox_rows().await < TOTAL,
+        "the first consumer was stopped mid-stream"
+    );
+
+    let mut second = s.consume();
+    s.queue.wait_all_acked(Duration::from_secs(60)).await;
+    assert!(second.terminate().success(), "{}", second.output());
+    assert_eq!(s.totals().await, (TOTAL, TOTAL, TOTAL));
+}
+
+#[tokio::test]
+async fn a_missing_stream_or_consumer_or_another_subject_stops_before_anything_is_fetched() {
+    let s = Setup::new(Duration::from_secs(1), 3).await;
+    s.queue.publish(s.submitted(&random_hex(16))).await;
+    let cases: [(&str, &str, &[&str]); 3] = [
+        (
+            "NATS_STREAM",
+            "NO_SUCH_STREAM",
+            &["stream NO_SUCH_STREAM does not exist", "consumer receiver"],
+        ),
+        (
+            "NATS_CONSUMER",
+            "nobody",
+            &["consumer nobody does not exist on stream"],
+        ),
+        (
+            "NATS_SUBJECT",
+            "orbit.results.other",
+            &["filters subject", "orbit.results.other"],
+        ),
+    ];
+    for (variable, value, expected) in cases {
+        let mut env = s.env(&s.server.url());
+        env.push((variable.into(), value.into()));
+        let mut consume = Consume::with_env(&s.server.dir, &env);
+        let status = consume.child.wait().unwrap();
+        let out = consume.output();
+        assert_eq!(status.code(), Some(2), "{variable}: {out}");
+        for text in expected {
+            assert!(out.contains(text), "{variable}: {out}");
+        }
+        assert!(
+            out.contains(&s.queue.stream) || variable == "NATS_STREAM",
+            "{out}"
+        );
+    }
+    let info = s.queue.info().await;
+    assert_eq!(info.delivered.stream_sequence, 0, "nothing was fetched");
+    assert_eq!(s.inbox_rows().await, 0);
+}
+
+#[tokio::test]
+async fn no_nats_token_or_url_password_ever_appears_in_the_output() {
+    let s = Setup::new(Duration::from_secs(1), 3).await;
+    let mut env = s.env(&format!(
+        "nats://sentinel-user:sentinel-url-password@127.0.0.1:{}",
+        s.server.port
+    ));
+    env.push(("RECEIVER_LOG".into(), "trace".into()));
+    let mut consume = Consume::with_env(&s.server.dir, &env);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    consume.terminate();
+    let mut env = s.env(&s.server.url());
+    env.push(("NATS_TOKEN".into(), "sentinel-nats-token".into()));
+    env.push(("RECEIVER_LOG".into(), "trace".into()));
+    let mut with_token = Consume::with_env(&s.server.dir, &env);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    with_token.terminate();
+    for out in [consume.output(), with_token.output()] {
+        assert!(!out.is_empty());
+        assert!(!out.contains("sentinel-url-password"), "{out}");
+        assert!(!out.contains("sentinel-nats-token"), "{out}");
+    }
+}
