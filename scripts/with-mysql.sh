@@ -18,6 +18,7 @@
 #
 # No other server on the machine is used or touched.
 set -euo pipefail
+. "$(dirname "$0")/apt-install.sh"
 
 if [ $# -eq 0 ]; then
   echo "usage: $0 COMMAND [ARGS...]" >&2
@@ -35,18 +36,8 @@ find_server() {
 
 server=$(find_server || true)
 if [ -z "$server" ]; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "with-mysql: installing Debian's mariadb-server (no MySQL-compatible server found)" >&2
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >&2
-    # Installing must not start a system-wide server: this script runs its own.
-    policy=/usr/sbin/policy-rc.d
-    created_policy=0
-    if [ ! -e "$policy" ]; then
-      printf '#!/bin/sh\nexit 101\n' >"$policy"; chmod +x "$policy"; created_policy=1
-    fi
-    apt-get install -y -qq mariadb-server mariadb-client >&2 || true
-    [ "$created_policy" = 1 ] && rm -f "$policy"
+  echo "with-mysql: no MySQL-compatible server found; trying Debian's mariadb-server" >&2
+  if apt_install_quietly mariadb-server mariadb-client; then
     server=$(find_server || true)
   fi
   if [ -z "$server" ]; then

@@ -328,15 +328,9 @@ async fn lost_ack_answer_is_re_reported() {
     })
     .await;
     // Wait for the consumer to hear the re-reported ACK's answer.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !consume.output().contains("already=true") {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{}",
-            consume.output()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    consume
+        .wait_for_output(Duration::from_secs(10), |out| out.contains("already=true"))
+        .await;
     assert!(consume.terminate().success());
     assert_eq!(proxy.fired(), 1);
     assert_eq!(d["attempts"], 1, "no redelivery was needed");

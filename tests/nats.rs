@@ -278,15 +278,9 @@ async fn a_lost_confirmation_is_rereported_and_the_message_is_not_delivered_agai
     let mut consume = s.consume_via(&proxy.url());
     // AckWait is 30 s: only a re-reported ACK can settle it this soon.
     let info = s.queue.wait_all_acked(Duration::from_secs(25)).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while acknowledged(&consume.output()) == 0 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{}",
-            consume.output()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    consume
+        .wait_for_output(Duration::from_secs(20), |out| acknowledged(out) > 0)
+        .await;
     assert!(consume.terminate().success());
     assert_eq!(proxy.fired(), 1);
     assert_eq!(info.num_ack_pending, 0);

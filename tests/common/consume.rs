@@ -92,6 +92,16 @@ impl Consume {
             + &std::fs::read_to_string(&self.stderr).unwrap()
     }
 
+    /// Waits until its output satisfies `done`, or panics with the output
+    /// after `limit`.
+    pub async fn wait_for_output(&self, limit: std::time::Duration, done: impl Fn(&str) -> bool) {
+        let deadline = tokio::time::Instant::now() + limit;
+        while !done(&self.output()) {
+            assert!(tokio::time::Instant::now() < deadline, "{}", self.output());
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
     /// Whether it is still running.
     pub fn running(&mut self) -> bool {
         self.child.try_wait().unwrap().is_none()
