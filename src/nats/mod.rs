@@ -433,6 +433,7 @@ impl Source for JetStreamSource {
             ),
             requests: SelectAll::new(),
             open_requests: 0,
+            idle: Vec::new(),
             unplaced: 0,
             retry_at: None,
             disconnects,
@@ -463,10 +464,11 @@ impl Source for JetStreamSource {
 
 /// What one pull request's subscription yields.
 enum Pulled {
-    /// A message; `last` when it was the last of its request's batch.
+    /// A message; with the request's subscription when it was the last of
+    /// its batch (the request is done and the subscription free again).
     Message {
         message: async_nats::Message,
-        last: bool,
+        done: Option<Inbox>,
     },
     /// The request ended with `unfilled` of its batch undelivered.
     Ended {
@@ -479,6 +481,12 @@ enum Pulled {
 
 type Request = futures::stream::BoxStream<'static, Pulled>;
 
+/// A subscription to a unique inbox subject, for one pull request at a time.
+struct Inbox {
+    subject: String,
+    subscriber: Subscriber,
+}
+
 /// An open stream of a [`JetStreamSource`]: the pull requests in flight.
 pub struct PullStream {
     client: Client,
@@ -486,6 +494,8 @@ pub struct PullStream {
     next_subject: String,
     requests: SelectAll<Request>,
     open_requests: usize,
+    /// Subscriptions of requests that were filled, free for the next.
+    idle: Vec<Inbox>,
     /// Credit that a refused request gave back, to be asked for at
     /// `retry_at`.
     unplaced: u32,
@@ -504,12 +514,21 @@ impl fmt::Debug for PullStream {
 
 impl PullStream {
     async fn pull(&mut self, batch: u32) -> Result<(), NatsError> {
-        let inbox = self.client.new_inbox();
-        let subscriber = self
-            .client
-            .subscribe(inbox.clone())
-            .await
-            .map_err(|e| NatsError::JetStream(format!("subscribe: {e}")))?;
+        let inbox = match self.idle.pop() {
+            Some(inbox) => inbox,
+            None => {
+                let subject = self.client.new_inbox();
+                let subscriber = self
+                    .client
+                    .subscribe(subject.clone())
+                    .await
+                    .map_err(|e| NatsError::JetStream(format!("subscribe: {e}")))?;
+                Inbox {
+                    subject,
+                    subscriber,
+                }
+            }
+        };
         let body = serde_json::json!({
             "batch": batch,
             "expires": PULL_EXPIRES.as_nanos() as u64,
@@ -517,23 +536,26 @@ impl PullStream {
         self.client
             .publish_with_reply(
                 self.next_subject.clone(),
-                inbox,
+                inbox.subject.clone(),
                 Bytes::from(body.to_string()),
             )
             .await
             .map_err(|e| NatsError::JetStream(format!("pull request: {e}")))?;
-        self.requests.push(one_request(subscriber, batch));
+        self.requests.push(one_request(inbox, batch));
         self.open_requests += 1;
         Ok(())
     }
 }
 
-/// The messages of one pull request, then how it ended; the subscription is
-/// dropped (unsubscribed) with the stream.
-fn one_request(subscriber: Subscriber, batch: u32) -> Request {
-    futures::stream::unfold(Some((subscriber, batch)), |state| async move {
-        let (mut subscriber, remaining) = state?;
-        let Some(message) = subscriber.next().await else {
+/// The messages of one pull request, then how it ended. A request whose
+/// batch was filled gives its subscription back for the next request (the
+/// server sends nothing more to it); one that ended otherwise drops it
+/// (unsubscribes), so that a late status can never be taken for a newer
+/// request's.
+fn one_request(inbox: Inbox, batch: u32) -> Request {
+    futures::stream::unfold(Some((inbox, batch)), |state| async move {
+        let (mut inbox, remaining) = state?;
+        let Some(message) = inbox.subscriber.next().await else {
             let ended = Pulled::Ended {
                 unfilled: remaining,
                 status: 0,
@@ -544,11 +566,16 @@ fn one_request(subscriber: Subscriber, batch: u32) -> Request {
         match message.status.map(|s| s.as_u16()) {
             None => {
                 let left = remaining.saturating_sub(1);
-                let last = left == 0;
-                let next = (!last).then_some((subscriber, left));
-                Some((Pulled::Message { message, last }, next))
+                if left == 0 {
+                    let done = Pulled::Message {
+                        message,
+                        done: Some(inbox),
+                    };
+                    return Some((done, None));
+                }
+                Some((Pulled::Message { message, done: None }, Some((inbox, left))))
             }
-            Some(100) => Some((Pulled::Heartbeat, Some((subscriber, remaining)))),
+            Some(100) => Some((Pulled::Heartbeat, Some((inbox, remaining)))),
             Some(status) => {
                 let ended = Pulled::Ended {
                     unfilled: remaining,
@@ -596,9 +623,10 @@ impl LeaseStream for PullStream {
                 Some(pulled) = self.requests.next(), if self.open_requests > 0 => {
                     match pulled {
                         Pulled::Heartbeat => return Some(Ok(Incoming::Keepalive)),
-                        Pulled::Message { message, last } => {
-                            if last {
+                        Pulled::Message { message, done } => {
+                            if let Some(inbox) = done {
                                 self.open_requests = self.open_requests.saturating_sub(1);
+                                self.idle.push(inbox);
                             }
                             return Some(self.delivery(message));
                         }
@@ -636,6 +664,7 @@ impl LeaseStream for PullStream {
         // Dropping the subscriptions unsubscribes them; what the server
         // still sends to them comes again after AckWait.
         drop(self.requests);
+        drop(self.idle);
     }
 }
 
