@@ -573,7 +573,13 @@ fn one_request(inbox: Inbox, batch: u32) -> Request {
                     };
                     return Some((done, None));
                 }
-                Some((Pulled::Message { message, done: None }, Some((inbox, left))))
+                Some((
+                    Pulled::Message {
+                        message,
+                        done: None,
+                    },
+                    Some((inbox, left)),
+                ))
             }
             Some(100) => Some((Pulled::Heartbeat, Some((inbox, remaining)))),
             Some(status) => {
