@@ -467,7 +467,7 @@ enum Pulled {
     /// A message; with the request's subscription when it was the last of
     /// its batch (the request is done and the subscription free again).
     Message {
-        message: async_nats::Message,
+        message: Box<async_nats::Message>,
         done: Option<Inbox>,
     },
     /// The request ended with `unfilled` of its batch undelivered.
@@ -568,14 +568,14 @@ fn one_request(inbox: Inbox, batch: u32) -> Request {
                 let left = remaining.saturating_sub(1);
                 if left == 0 {
                     let done = Pulled::Message {
-                        message,
+                        message: Box::new(message),
                         done: Some(inbox),
                     };
                     return Some((done, None));
                 }
                 Some((
                     Pulled::Message {
-                        message,
+                        message: Box::new(message),
                         done: None,
                     },
                     Some((inbox, left)),
@@ -634,7 +634,7 @@ impl LeaseStream for PullStream {
                                 self.open_requests = self.open_requests.saturating_sub(1);
                                 self.idle.push(inbox);
                             }
-                            return Some(self.delivery(message));
+                            return Some(self.delivery(*message));
                         }
                         Pulled::Ended { unfilled, status, description } => {
                             self.open_requests = self.open_requests.saturating_sub(1);
