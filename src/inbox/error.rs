@@ -39,13 +39,26 @@ pub mod mysql_errno {
     /// `ER_CLIENT_INTERACTION_TIMEOUT` (MySQL 8): the server closed an idle
     /// connection.
     pub const CLIENT_INTERACTION_TIMEOUT: u16 = 4031;
+    /// `ER_ERROR_DURING_COMMIT`: the commit failed and was rolled back
+    /// (MySQL Group Replication's certification failure among others).
+    pub const ERROR_DURING_COMMIT: u16 = 1180;
+    /// `ER_TRANSACTION_ROLLBACK_DURING_COMMIT` (MySQL 8): a plugin, such as
+    /// Group Replication, rolled the transaction back at COMMIT.
+    pub const TRANSACTION_ROLLBACK_DURING_COMMIT: u16 = 3101;
+    /// `ER_UNKNOWN_COM_ERROR`, which a Galera node answers with "WSREP has
+    /// not yet prepared node for application use" while it is not part of
+    /// the cluster's primary component (joining, desynced, partitioned).
+    pub const WSREP_NOT_READY: u16 = 1047;
 }
 
 /// The broad kind of a database failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum DbErrorKind {
-    /// The server rolled the transaction back to break a deadlock (1213).
+    /// The server rolled the transaction back to break a deadlock (1213),
+    /// or a multi-primary cluster rolled it back because another node's
+    /// transaction won certification (MariaDB Galera: 1213; MySQL Group
+    /// Replication: 1180, 3101), at COMMIT or before.
     Deadlock,
     /// A row lock was not granted in time (1205).
     LockWaitTimeout,
@@ -55,7 +68,8 @@ pub enum DbErrorKind {
     /// The server answered with another error.
     Server,
     /// The connection could not be made or broke, or the server is
-    /// shutting down (1053) or ended the connection (1927, 4031).
+    /// shutting down (1053), ended the connection (1927, 4031), or is a
+    /// cluster node not ready for application use (1047).
     Connection,
     /// The TLS handshake with the database failed (certificate not trusted,
     /// wrong host name, no common protocol).
@@ -158,32 +172,7 @@ impl From<sqlx::Error> for DbError {
                 let number = db
                     .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
                     .map(|m| m.number());
-                let kind = match number {
-                    Some(
-                        mysql_errno::SERVER_SHUTDOWN
-                        | mysql_errno::CONNECTION_KILLED
-                        | mysql_errno::CLIENT_INTERACTION_TIMEOUT,
-                    ) => DbErrorKind::Connection,
-                    Some(mysql_errno::DEADLOCK) => DbErrorKind::Deadlock,
-                    Some(mysql_errno::LOCK_WAIT_TIMEOUT) => DbErrorKind::LockWaitTimeout,
-                    Some(
-                        mysql_errno::DB_ACCESS_DENIED
-                        | mysql_errno::ACCESS_DENIED
-                        | mysql_errno::TABLE_ACCESS_DENIED
-                        | mysql_errno::COLUMN_ACCESS_DENIED
-                        | mysql_errno::SPECIFIC_ACCESS_DENIED,
-                    ) => DbErrorKind::PermissionDenied,
-                    _ => DbErrorKind::Server,
-                };
-                let detail = match number {
-                    Some(mysql_errno::ACCESS_DENIED) => Some("wrong user or password"),
-                    Some(mysql_errno::BAD_DB) => Some("unknown database"),
-                    Some(mysql_errno::DB_ACCESS_DENIED) => {
-                        Some("the account may not use this database")
-                    }
-                    Some(mysql_errno::SERVER_SHUTDOWN) => Some("the server is shutting down"),
-                    _ => None,
-                };
+                let (kind, detail) = (kind_of(number), detail_of(number));
                 DbError {
                     kind,
                     number,
@@ -213,6 +202,49 @@ impl From<sqlx::Error> for DbError {
             // promises.
             _ => DbError::inconsistent(),
         }
+    }
+}
+
+/// The kind of a server error, by its number alone.
+fn kind_of(number: Option<u16>) -> DbErrorKind {
+    match number {
+        Some(
+            mysql_errno::SERVER_SHUTDOWN
+            | mysql_errno::CONNECTION_KILLED
+            | mysql_errno::CLIENT_INTERACTION_TIMEOUT
+            | mysql_errno::WSREP_NOT_READY,
+        ) => DbErrorKind::Connection,
+        Some(
+            mysql_errno::DEADLOCK
+            | mysql_errno::ERROR_DURING_COMMIT
+            | mysql_errno::TRANSACTION_ROLLBACK_DURING_COMMIT,
+        ) => DbErrorKind::Deadlock,
+        Some(mysql_errno::LOCK_WAIT_TIMEOUT) => DbErrorKind::LockWaitTimeout,
+        Some(
+            mysql_errno::DB_ACCESS_DENIED
+            | mysql_errno::ACCESS_DENIED
+            | mysql_errno::TABLE_ACCESS_DENIED
+            | mysql_errno::COLUMN_ACCESS_DENIED
+            | mysql_errno::SPECIFIC_ACCESS_DENIED,
+        ) => DbErrorKind::PermissionDenied,
+        _ => DbErrorKind::Server,
+    }
+}
+
+/// What an operator can act on for a server error, by its number alone.
+fn detail_of(number: Option<u16>) -> Option<&'static str> {
+    match number {
+        Some(mysql_errno::ACCESS_DENIED) => Some("wrong user or password"),
+        Some(mysql_errno::BAD_DB) => Some("unknown database"),
+        Some(mysql_errno::DB_ACCESS_DENIED) => Some("the account may not use this database"),
+        Some(mysql_errno::SERVER_SHUTDOWN) => Some("the server is shutting down"),
+        Some(mysql_errno::WSREP_NOT_READY) => {
+            Some("the cluster node is not ready for application use (not in the primary component)")
+        }
+        Some(
+            mysql_errno::ERROR_DURING_COMMIT | mysql_errno::TRANSACTION_ROLLBACK_DURING_COMMIT,
+        ) => Some("transaction rolled back at commit (certification failed)"),
+        _ => None,
     }
 }
 
@@ -498,6 +530,56 @@ mod tests {
         ] {
             assert!(!about_one_delivery.is_unavailable(), "{about_one_delivery}");
         }
+    }
+
+    #[test]
+    fn certification_failures_of_galera_and_group_replication_are_deadlocks_and_retried() {
+        for number in [
+            mysql_errno::DEADLOCK,
+            mysql_errno::ERROR_DURING_COMMIT,
+            mysql_errno::TRANSACTION_ROLLBACK_DURING_COMMIT,
+        ] {
+            assert_eq!(kind_of(Some(number)), DbErrorKind::Deadlock, "{number}");
+            assert!(super::super::is_rolled_back(&DbError {
+                number: Some(number),
+                ..DbError::of(kind_of(Some(number)))
+            }));
+        }
+    }
+
+    #[test]
+    fn a_cluster_node_that_is_not_ready_is_unavailable_and_retried() {
+        let e = DbError {
+            number: Some(mysql_errno::WSREP_NOT_READY),
+            sqlstate: Some("08S01".into()),
+            detail: detail_of(Some(mysql_errno::WSREP_NOT_READY)),
+            ..DbError::of(kind_of(Some(mysql_errno::WSREP_NOT_READY)))
+        };
+        assert!(e.is_unavailable());
+        assert!(super::super::is_rolled_back(&e));
+        assert!(e.to_string().contains("not ready"), "{e}");
+        assert!(e.to_string().contains("1047"), "{e}");
+    }
+
+    #[test]
+    fn a_duplicate_key_or_another_server_error_is_never_retried() {
+        for number in [mysql_errno::DUPLICATE_KEY, mysql_errno::NO_SUCH_TABLE, 1364] {
+            let e = DbError {
+                number: Some(number),
+                ..DbError::of(kind_of(Some(number)))
+            };
+            assert!(!super::super::is_rolled_back(&e), "{number}");
+        }
+    }
+
+    #[test]
+    fn an_error_answer_to_commit_is_a_known_rollback_and_a_lost_answer_is_unconfirmed() {
+        let lost = commit_error(sqlx::Error::Io(std::io::Error::from(
+            std::io::ErrorKind::ConnectionReset,
+        )));
+        assert!(matches!(lost, InboxError::CommitUnconfirmed));
+        let closed = commit_error(sqlx::Error::PoolClosed);
+        assert!(matches!(closed, InboxError::CommitUnconfirmed));
     }
 
     #[test]

@@ -377,14 +377,17 @@ where
     let event = Arc::new(event);
 
     let deadline = Instant::now() + store.transaction_timeout();
-    // A deadlock victim, a lock-wait timeout and a connection that broke
-    // before COMMIT were all rolled back, so running the whole transaction
-    // again is safe; it is retried while the time budget lasts. The first
-    // attempt uses the service that was polled ready; retries wait for a
-    // clone to become ready.
+    // A deadlock victim, a lock-wait timeout, a connection that broke
+    // before COMMIT, and a COMMIT the server answered with such an error (a
+    // cluster's certification failure) were all rolled back, so running the
+    // whole transaction again is safe; it is retried while the time budget
+    // lasts, and on a cluster the retry meets the winner's row as 1062. Only
+    // a COMMIT without an answer is unconfirmed. The first attempt uses the
+    // service that was polled ready; retries wait for a clone to become
+    // ready.
     let spare = inner.clone();
     let mut ready = Some(inner);
-    let phase = loop {
+    loop {
         // Waiting for a connection is told apart from waiting inside the
         // transaction: only the first says the database cannot be reached.
         let tx = match timeout_at(deadline, InboxTx::acquire(store.pool())).await {
@@ -398,24 +401,32 @@ where
                 .map_err(|_| InboxError::Timeout)?
                 .map_err(|e| InboxError::from_inner(e.into()))?,
         };
-        match timeout_at(
+        let attempt = match timeout_at(
             deadline,
             prepare(&store, tx, service, delivery.clone(), event.clone()),
         )
         .await
         {
             Err(_elapsed) => return Err(InboxError::Timeout),
-            Ok(Err(InboxError::Database(e))) if is_rolled_back(&e) => {
+            Ok(Ok(phase)) => settle_phase(phase, deadline).await,
+            Ok(Err(e)) => Err(e),
+        };
+        match attempt {
+            Err(InboxError::Database(e)) if is_rolled_back(&e) => {
                 store.record_retry(e.kind());
-                tracing::info!(event = %event.id(), cause = %e, "transaction rolled back before COMMIT; retrying");
+                tracing::info!(event = %event.id(), cause = %e, "transaction rolled back; retrying");
                 timeout_at(deadline, tokio::time::sleep(RETRY_PAUSE))
                     .await
                     .map_err(|_| InboxError::Database(e.clone()))?;
             }
-            Ok(other) => break other?,
+            other => return other,
         }
-    };
+    }
+}
 
+/// A duplicate's digest comparison, or the COMMIT of an applied or stale
+/// event.
+async fn settle_phase(phase: Phase, deadline: Instant) -> Result<Receipt, InboxError> {
     match phase {
         Phase::Duplicate {
             event,
@@ -437,6 +448,7 @@ where
             let Applying { event, tx, .. } = applying;
             match timeout_at(deadline, tx.commit()).await {
                 Err(_elapsed) => Err(InboxError::CommitUnconfirmed),
+                // An error packet: the server did not commit.
                 Ok(Err(e)) => Err(error::commit_error(e)),
                 Ok(Ok(())) => {
                     let outcome = if advanced {
@@ -455,11 +467,13 @@ where
 /// transaction that won the lock can finish.
 const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
 
-/// Whether a failure before COMMIT left nothing behind that could have
-/// committed, so the whole transaction may run again: the server chose it
-/// as deadlock victim or timed out its lock wait, or its connection broke
-/// (a pooled connection the server had dropped; the server rolls back
-/// whatever a lost connection had open).
+/// Whether a failure left nothing behind that could have committed, so the
+/// whole transaction may run again: the server chose it as deadlock victim
+/// (on a cluster also: it lost certification, at COMMIT or before), timed
+/// out its lock wait, or its connection broke before COMMIT (a pooled
+/// connection the server had dropped; the server rolls back whatever a
+/// lost connection had open), or the cluster node was not ready. A COMMIT
+/// whose answer was lost never gets here: it is `CommitUnconfirmed`.
 fn is_rolled_back(e: &DbError) -> bool {
     matches!(
         e.kind(),
