@@ -2,19 +2,20 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 WITH_MYSQL := scripts/with-mysql.sh
+WITH_GALERA := scripts/with-galera.sh
 # The `receiver` binary needs the `cli` feature; a library user's default
 # features leave it (and its dependencies) out.
 CLI := --features result-inbox/cli
 
-.PHONY: demo test bench build check fmt-check clippy doc deps-check unit integration toolchain fuzz nats-server
+.PHONY: demo test bench build check fmt-check clippy doc deps-check unit integration cluster-test toolchain fuzz nats-server
 
 ## demo: the whole local demo (orbit-dev, a throwaway database unless ORBIT_RECEIVER_DSN is set, init, demo)
 demo: toolchain build
 	scripts/demo.sh
 
-## test: formatting, lints, docs, then every test (integration tests against a throwaway database server and throwaway nats-servers)
+## test: formatting, lints, docs, then every test (against a throwaway database server, a throwaway three-node Galera cluster and throwaway nats-servers)
 test: check build nats-server
-	$(WITH_MYSQL) $(CARGO) test --workspace --locked $(CLI)
+	$(WITH_MYSQL) $(WITH_GALERA) $(CARGO) test --workspace --locked $(CLI)
 
 ## build: the binaries (receiver, orbit-dev); the end-to-end tests run them as processes
 build:
@@ -51,7 +52,11 @@ unit:
 
 ## integration: only the integration tests, against a throwaway server
 integration: build nats-server
-	$(WITH_MYSQL) $(CARGO) test --workspace --test '*' --locked $(CLI)
+	$(WITH_MYSQL) $(WITH_GALERA) $(CARGO) test --workspace --test '*' --locked $(CLI)
+
+## cluster-test: only the tests on a throwaway three-node MariaDB Galera cluster
+cluster-test: build
+	$(WITH_GALERA) $(CARGO) test --locked $(CLI) --test cluster --test cluster_node_loss
 
 ## nats-server: the NATS server the JetStream tests start (installs Debian's package when missing)
 nats-server:

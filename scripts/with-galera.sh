@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# Runs COMMAND with a throwaway three-node MariaDB Galera cluster on loopback.
+#
+#   scripts/with-galera.sh cargo test --test cluster
+#
+# Every node has its own data directory, tmpdir and ports (client, group
+# communication, incremental and full state transfer) under one temporary
+# directory, removed afterwards. Node 1 bootstraps the cluster; nodes 2 and 3
+# join it by a full state transfer (mariadb-backup over socat). For COMMAND:
+#
+#   RESULT_INBOX_GALERA_DSNS   the three root DSNs, comma-separated
+#   RESULT_INBOX_GALERA_DIR    the directory; node<N>/start starts node N
+#                              again (after it was killed), node<N>/pid is
+#                              its process id
+#
+# Needs Debian's mariadb-server, galera-4, mariadb-backup and socat
+# (installed when missing and run as root). No other server on the machine is used or touched.
+set -euo pipefail
+. "$(dirname "$0")/apt-install.sh"
+
+if [ $# -eq 0 ]; then
+  echo "usage: $0 COMMAND [ARGS...]" >&2
+  exit 2
+fi
+
+provider=""
+find_provider() {
+  for p in /usr/lib/galera/libgalera_smm.so /usr/lib/libgalera_smm.so /usr/lib/galera-4/libgalera_smm.so; do
+    if [ -e "$p" ]; then echo "$p"; return 0; fi
+  done
+  return 1
+}
+server=$(command -v mariadbd || true)
+[ -z "$server" ] && [ -x /usr/sbin/mariadbd ] && server=/usr/sbin/mariadbd
+provider=$(find_provider || true)
+have_all() {
+  [ -n "$server" ] && [ -n "$provider" ] && command -v mariadb-backup >/dev/null 2>&1 \
+    && command -v socat >/dev/null 2>&1
+}
+if ! have_all; then
+  echo "with-galera: installing Debian's mariadb-server, galera-4, mariadb-backup and socat" >&2
+  apt_install_quietly mariadb-server mariadb-client galera-4 mariadb-backup socat || true
+  server=$(command -v mariadbd || true)
+  [ -z "$server" ] && [ -x /usr/sbin/mariadbd ] && server=/usr/sbin/mariadbd
+  provider=$(find_provider || true)
+fi
+if ! have_all; then
+  echo "with-galera: a Galera cluster needs the Debian packages 'mariadb-server', 'galera-4', 'mariadb-backup' and 'socat' (apt-get install mariadb-server galera-4 mariadb-backup socat)" >&2
+  exit 2
+fi
+install_db=$(command -v mariadb-install-db || command -v mysql_install_db)
+client=$(command -v mariadb || command -v mysql)
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/result-inbox-galera.XXXXXX")
+cleanup() {
+  local status=$?
+  trap - EXIT INT TERM
+  for n in 1 2 3; do
+    if [ -f "$tmp/node$n/pid" ]; then
+      pid=$(cat "$tmp/node$n/pid")
+      kill -9 "$pid" 2>/dev/null || true
+    fi
+  done
+  sleep 0.2
+  if [ "$status" != 0 ] && [ -n "${RESULT_INBOX_GALERA_KEEP:-}" ]; then
+    echo "with-galera: kept $tmp" >&2
+  else
+    rm -rf "$tmp"
+  fi
+  exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+user_args=""
+if [ "$(id -u)" = 0 ]; then user_args="--user=root"; fi
+
+port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+declare -A used=()
+free_port() {
+  while :; do
+    local p=$(( 20000 + RANDOM % 40000 ))
+    if [ -z "${used[$p]:-}" ] && ! port_in_use "$p"; then used[$p]=1; echo "$p"; return; fi
+  done
+}
+
+declare -a client_port gcomm_port
+for n in 1 2 3; do
+  client_port[$n]=$(free_port); gcomm_port[$n]=$(free_port)
+done
+cluster="gcomm://127.0.0.1:${gcomm_port[1]},127.0.0.1:${gcomm_port[2]},127.0.0.1:${gcomm_port[3]}"
+
+for n in 1 2 3; do
+  dir="$tmp/node$n"
+  mkdir -p "$dir/tmp"
+  ist=$(free_port); sst=$(free_port)
+  # The start command of the node, kept so that a test can start a killed
+  # node again; "$@" takes --wsrep-new-cluster for the first start of node 1.
+  cat >"$dir/start" <<EOF
+#!/usr/bin/env bash
+cd "$dir"
+"$server" --no-defaults --datadir="$dir/data" --tmpdir="$dir/tmp" --socket="$dir/mysql.sock" \\
+  --pid-file="$dir/mysqld.pid" --log-error="$dir/error.log" \\
+  --bind-address=127.0.0.1 --port=${client_port[$n]} --skip-name-resolve $user_args \\
+  --innodb-log-file-size=48M --max-connections=300 \\
+  --binlog-format=ROW --default-storage-engine=InnoDB --innodb-autoinc-lock-mode=2 \\
+  --wsrep-on=ON --wsrep-provider="$provider" --wsrep-cluster-name=result-inbox-test \\
+  --wsrep-cluster-address="$cluster" --wsrep-node-name=node$n \\
+  --wsrep-node-address=127.0.0.1:${gcomm_port[$n]} \\
+  --wsrep-provider-options="gmcast.listen_addr=tcp://127.0.0.1:${gcomm_port[$n]};ist.recv_addr=127.0.0.1:$ist;gcache.size=64M" \\
+  --wsrep-sst-method=mariabackup --wsrep-sst-auth=root: --wsrep-sst-receive-address=127.0.0.1:$sst \\
+  "\$@" >/dev/null 2>&1 &
+echo \$! >"$dir/pid"
+EOF
+  chmod +x "$dir/start"
+  "$install_db" --no-defaults --datadir="$dir/data" --tmpdir="$dir/tmp" --auth-root-authentication-method=normal \
+    --skip-test-db $user_args >"$dir/install.log" 2>&1 || {
+    echo "with-galera: initializing node $n failed:" >&2; cat "$dir/install.log" >&2; exit 1; }
+done
+
+# Synced: the node is in the primary component and has the cluster's state.
+wait_synced() {
+  local n=$1
+  for _ in $(seq 1 600); do
+    state=$("$client" --no-defaults -uroot --socket="$tmp/node$n/mysql.sock" -N -e \
+      "SHOW GLOBAL STATUS LIKE 'wsrep_local_state_comment'" 2>/dev/null | cut -f2 || true)
+    [ "$state" = "Synced" ] && return 0
+    kill -0 "$(cat "$tmp/node$n/pid")" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "with-galera: node $n did not reach Synced; its log:" >&2
+  tail -n 40 "$tmp/node$n/error.log" >&2 || true
+  exit 1
+}
+
+"$tmp/node1/start" --wsrep-new-cluster
+wait_synced 1
+for n in 2 3; do
+  "$tmp/node$n/start"
+  wait_synced "$n"
+done
+
+size=$("$client" --no-defaults -uroot --socket="$tmp/node1/mysql.sock" -N -e \
+  "SHOW GLOBAL STATUS LIKE 'wsrep_cluster_size'" | cut -f2)
+if [ "$size" != 3 ]; then
+  echo "with-galera: the cluster has $size nodes, not 3" >&2
+  exit 1
+fi
+
+export RESULT_INBOX_GALERA_DSNS="mysql://root@127.0.0.1:${client_port[1]}/mysql,mysql://root@127.0.0.1:${client_port[2]}/mysql,mysql://root@127.0.0.1:${client_port[3]}/mysql"
+export RESULT_INBOX_GALERA_DIR="$tmp"
+echo "with-galera: three-node cluster on 127.0.0.1:${client_port[1]},${client_port[2]},${client_port[3]}" >&2
+
+"$@"

@@ -1,0 +1,97 @@
+//! A Galera node is killed under a running stream: `receiver consume`
+//! processes on every node of the cluster of `scripts/with-galera.sh`, fed by
+//! one orbit-dev subscription. Its own test binary, because it takes a node
+//! away from everything else running beside it.
+
+mod common;
+
+use std::time::Duration;
+
+use common::consume::Consume;
+use common::galera::{kill_node, restart_node, ClusterDb};
+use common::orbit::OrbitDev;
+use common::{random_hex, EventSpec};
+
+const TASKS: u64 = 200;
+
+#[tokio::test]
+async fn a_node_killed_mid_stream_loses_nothing_and_every_node_ends_with_the_same_tables() {
+    let db = ClusterDb::initialized().await;
+    let (orbit, creds, sub) = OrbitDev::subscribed(2_000, 30, "inbox-cluster").await;
+    // Each task's first event and a second version of it.
+    for _ in 0..TASKS {
+        let task = random_hex(16);
+        let first = EventSpec::submitted(&creds.queue_id, &task);
+        let second = EventSpec {
+            version: 2,
+            event_type: "task.cancelled",
+            state: "CANCELLED",
+            ..EventSpec::submitted(&creds.queue_id, &task)
+        };
+        orbit.inject(&sub, &first.json()).await;
+        orbit.inject(&sub, &second.json()).await;
+    }
+    let total = 2 * TASKS;
+
+    let mut consumers: Vec<Consume> = (0..3)
+        .map(|node| Consume::start(&orbit, &creds, &db.dsn(node), &sub, "task-result-view", &[]))
+        .collect();
+    orbit
+        .wait_for_counts(&creds, &sub, Duration::from_secs(60), |c| {
+            c["acked"].as_u64().unwrap_or(0) >= 20
+        })
+        .await;
+
+    // Node 3 goes away; the consumers of nodes 1 and 2 carry on.
+    kill_node(2);
+    let at_kill = orbit
+        .wait_for_counts(&creds, &sub, Duration::from_secs(1), |_| true)
+        .await["acked"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        at_kill + 40 <= total,
+        "killed mid-stream: {at_kill} of {total} acknowledged"
+    );
+    orbit
+        .wait_for_counts(&creds, &sub, Duration::from_secs(60), |c| {
+            c["acked"].as_u64().unwrap_or(0) >= (at_kill + 40).min(total)
+        })
+        .await;
+    consumers[2]
+        .wait_for_output(Duration::from_secs(30), |out| {
+            out.contains("database unreachable: taking no new deliveries")
+        })
+        .await;
+    assert!(consumers[2].running(), "{}", consumers[2].output());
+
+    // It comes back, rejoins by a state transfer, and everything ends
+    // applied once.
+    restart_node(2).await;
+    let counts = orbit
+        .wait_for_counts(&creds, &sub, Duration::from_secs(120), |c| {
+            c["acked"].as_u64() == Some(total)
+        })
+        .await;
+    assert_eq!(counts["expired"], 0, "{counts}");
+    for consumer in &mut consumers {
+        assert!(consumer.terminate().success(), "{}", consumer.output());
+    }
+    let agreed = db.assert_nodes_agree().await;
+    let total = total as i64;
+    assert_eq!(agreed[0], total, "one inbox row per event");
+    assert_eq!(agreed[1], agreed[2], "applied rows == the views' advances");
+    assert!(
+        agreed[1] >= TASKS as i64,
+        "every task advanced at least once"
+    );
+    db.assert_verified_on_every_node().await;
+    for node in 0..3 {
+        let versions: Vec<u64> = sqlx::query_scalar("SELECT task_version FROM receiver_task_views")
+            .fetch_all(&db.pool(node).await)
+            .await
+            .unwrap();
+        assert_eq!(versions.len() as u64, TASKS);
+        assert!(versions.iter().all(|v| *v == 2), "node {}", node + 1);
+    }
+}
