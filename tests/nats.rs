@@ -7,7 +7,8 @@ mod common;
 use std::time::Duration;
 
 use common::consume::Consume;
-use common::nats::{AckFault, AckLosingProxy, JetStreamQueue, NatsServer};
+use common::nats::{AckFault, AckLosingProxy, JetStreamQueue, NatsServer, NatsServerOptions};
+use common::tls::TestPki;
 use common::{dsn_for, random_hex, EventSpec, TestDb};
 use futures::StreamExt;
 use result_inbox::event::{QueueId, TaskId};
@@ -26,7 +27,10 @@ struct Setup {
 
 impl Setup {
     async fn new(ack_wait: Duration, max_deliver: i64) -> Setup {
-        let server = NatsServer::start();
+        Setup::on(NatsServer::start(), ack_wait, max_deliver).await
+    }
+
+    async fn on(server: NatsServer, ack_wait: Duration, max_deliver: i64) -> Setup {
         let queue = JetStreamQueue::create(&server, &random_hex(16), ack_wait, max_deliver).await;
         let db = TestDb::initialized().await;
         Setup { server, queue, db }
@@ -94,7 +98,7 @@ impl Setup {
     /// JetStream's advisories of one kind about this consumer
     /// (`MAX_DELIVERIES`, `MSG_TERMINATED`), as they are published.
     async fn advisories(&self, kind: &str) -> async_nats::Subscriber {
-        let client = async_nats::connect(self.server.url()).await.unwrap();
+        let client = self.server.client().await;
         let subject = format!(
             "$JS.EVENT.ADVISORY.CONSUMER.{kind}.{}.{}",
             self.queue.stream, self.queue.consumer
@@ -383,7 +387,7 @@ async fn a_missing_stream_or_consumer_or_another_subject_stops_before_anything_i
         let mut env = s.env(&s.server.url());
         env.push((variable.into(), value.into()));
         let mut consume = Consume::with_env(&s.server.dir, &env);
-        let status = consume.child.wait().unwrap();
+        let status = consume.wait_exit(Duration::from_secs(20));
         let out = consume.output();
         assert_eq!(status.code(), Some(2), "{variable}: {out}");
         for text in expected {
@@ -421,4 +425,62 @@ async fn no_nats_token_or_url_password_ever_appears_in_the_output() {
         assert!(!out.contains("sentinel-url-password"), "{out}");
         assert!(!out.contains("sentinel-nats-token"), "{out}");
     }
+}
+
+#[tokio::test]
+async fn a_server_that_wants_a_token_refuses_a_receiver_without_it_and_serves_one_with_it() {
+    let server = NatsServer::start_with(NatsServerOptions {
+        token: Some("sentinel-nats-token"),
+        ..Default::default()
+    });
+    let s = Setup::on(server, Duration::from_secs(5), 3).await;
+    s.queue.publish(s.submitted(&random_hex(16))).await;
+
+    let mut refused = s.consume();
+    let status = refused.wait_exit(Duration::from_secs(20));
+    assert_eq!(status.code(), Some(2), "{}", refused.output());
+    assert!(
+        refused.output().contains("refused the connection"),
+        "{}",
+        refused.output()
+    );
+
+    let mut env = s.env(&s.server.url());
+    env.push(("NATS_TOKEN".into(), "sentinel-nats-token".into()));
+    let mut consume = Consume::with_env(&s.server.dir, &env);
+    s.queue.wait_all_acked(Duration::from_secs(20)).await;
+    assert!(consume.terminate().success());
+    assert_eq!(s.totals().await, (1, 1, 1));
+    for out in [refused.output(), consume.output()] {
+        assert!(!out.contains("sentinel-nats-token"), "{out}");
+    }
+}
+
+#[tokio::test]
+async fn over_tls_a_private_ca_is_trusted_by_nats_ca_file_and_an_unknown_one_is_refused() {
+    let pki = TestPki::loopback();
+    let server = NatsServer::start_with(NatsServerOptions {
+        tls: Some(&pki),
+        ..Default::default()
+    });
+    let s = Setup::on(server, Duration::from_secs(5), 3).await;
+    s.queue.publish(s.submitted(&random_hex(16))).await;
+
+    // Mozilla's roots do not know the test CA.
+    let mut untrusted = s.consume();
+    let status = untrusted.wait_exit(Duration::from_secs(20));
+    assert_eq!(status.code(), Some(2), "{}", untrusted.output());
+    assert!(
+        untrusted.output().contains("refused the connection: TLS"),
+        "{}",
+        untrusted.output()
+    );
+    assert_eq!(s.inbox_rows().await, 0);
+
+    let mut env = s.env(&s.server.url());
+    env.push(("NATS_CA_FILE".into(), pki.ca.display().to_string()));
+    let mut consume = Consume::with_env(&s.server.dir, &env);
+    s.queue.wait_all_acked(Duration::from_secs(20)).await;
+    assert!(consume.terminate().success(), "{}", consume.output());
+    assert_eq!(s.totals().await, (1, 1, 1));
 }

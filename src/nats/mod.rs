@@ -396,6 +396,12 @@ async fn connect_client(
         .connect(settings.url.as_str())
         .await
         .map_err(|e| match e.kind() {
+            // A certificate the client does not trust arrives as an I/O
+            // error around rustls' own: waiting would not mend it.
+            _ if is_tls_refusal(&e) => NatsError::Refused {
+                url,
+                reason: format!("TLS: {}", chain_text(&e)),
+            },
             ConnectErrorKind::Io | ConnectErrorKind::TimedOut | ConnectErrorKind::Dns => {
                 NatsError::Unreachable {
                     url,
@@ -408,6 +414,40 @@ async fn connect_client(
             },
         })?;
     Ok((client, disconnects))
+}
+
+/// Whether `e` or one of its sources is a TLS failure of rustls (a
+/// certificate not trusted, a name that does not match, no common
+/// protocol).
+fn is_tls_refusal(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(error) = next {
+        if error.is::<rustls::Error>() {
+            return true;
+        }
+        if let Some(io) = error.downcast_ref::<std::io::Error>() {
+            if io
+                .get_ref()
+                .is_some_and(|inner| inner.is::<rustls::Error>())
+            {
+                return true;
+            }
+        }
+        next = error.source();
+    }
+    false
+}
+
+/// `e` and its sources, as one line.
+fn chain_text(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut next = e.source();
+    while let Some(error) = next {
+        text.push_str(": ");
+        text.push_str(&error.to_string());
+        next = error.source();
+    }
+    text
 }
 
 impl Source for JetStreamSource {

@@ -102,6 +102,23 @@ impl Consume {
         }
     }
 
+    /// Waits for it to exit on its own, or panics with its output after
+    /// `limit`.
+    pub fn wait_exit(&mut self, limit: std::time::Duration) -> std::process::ExitStatus {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "still running: {}",
+                self.output()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
     /// Whether it is still running.
     pub fn running(&mut self) -> bool {
         self.child.try_wait().unwrap().is_none()

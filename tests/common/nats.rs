@@ -26,16 +26,51 @@ pub struct NatsServer {
     child: Child,
     pub port: u16,
     pub dir: PathBuf,
+    /// How the test's own client logs in and which CA it trusts.
+    token: Option<String>,
+    ca: Option<PathBuf>,
+    scheme: &'static str,
+}
+
+/// How a test server is set up beyond JetStream.
+#[derive(Default)]
+pub struct NatsServerOptions<'a> {
+    /// Clients must log in with this token (`--auth`).
+    pub token: Option<&'a str>,
+    /// The server speaks TLS only, with this certificate and key; clients
+    /// trust this CA.
+    pub tls: Option<&'a super::tls::TestPki>,
 }
 
 impl NatsServer {
     /// Starts `nats-server -js` on a free loopback port.
     pub fn start() -> NatsServer {
+        NatsServer::start_with(NatsServerOptions::default())
+    }
+
+    /// Starts `nats-server -js` on a free loopback port, with a token or
+    /// TLS.
+    pub fn start_with(options: NatsServerOptions<'_>) -> NatsServer {
         let dir = std::env::temp_dir().join(format!("result-inbox-nats-{}", random_hex(8)));
         std::fs::create_dir_all(&dir).unwrap();
-        let mut child = Command::new("nats-server")
+        let mut command = Command::new("nats-server");
+        command
             .args(["-a", "127.0.0.1", "-p", "-1", "-js", "-sd"])
-            .arg(dir.join("jetstream"))
+            .arg(dir.join("jetstream"));
+        if let Some(token) = options.token {
+            command.args(["--auth", token]);
+        }
+        let mut scheme = "nats";
+        if let Some(pki) = options.tls {
+            command
+                .arg("--tls")
+                .arg("--tlscert")
+                .arg(&pki.cert)
+                .arg("--tlskey")
+                .arg(&pki.key);
+            scheme = "tls";
+        }
+        let mut child = command
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -55,20 +90,38 @@ impl NatsServer {
         };
         // Keep draining its log so that it never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
-        NatsServer { child, port, dir }
+        NatsServer {
+            child,
+            port,
+            dir,
+            token: options.token.map(str::to_owned),
+            ca: options.tls.map(|pki| pki.ca.clone()),
+            scheme,
+        }
     }
 
     pub fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
+        format!("{}://127.0.0.1:{}", self.scheme, self.port)
     }
 
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
 
+    /// The test's own client, logged in as the server requires.
+    pub async fn client(&self) -> async_nats::Client {
+        let mut options = match &self.token {
+            Some(token) => async_nats::ConnectOptions::with_token(token.clone()),
+            None => async_nats::ConnectOptions::new(),
+        };
+        if let Some(ca) = &self.ca {
+            options = options.require_tls(true).add_root_certificates(ca.clone());
+        }
+        options.connect(self.url()).await.unwrap()
+    }
+
     pub async fn jetstream(&self) -> jetstream::Context {
-        let client = async_nats::connect(self.url()).await.unwrap();
-        jetstream::new(client)
+        jetstream::new(self.client().await)
     }
 }
 
