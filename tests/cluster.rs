@@ -8,30 +8,18 @@
 
 mod common;
 
-use bytes::Bytes;
 use common::galera::ClusterDb;
 use common::{random_hex, scope, EventSpec};
-use result_inbox::delivery::{Delivery, DeliveryId};
 use result_inbox::event::TaskId;
-use result_inbox::inbox::{Conflict, InboxError, InboxLayer, InboxStore, Outcome, Receipt};
+use result_inbox::inbox::{Conflict, InboxError, InboxStore, Outcome, Receipt};
 use result_inbox::scope::InboxScope;
-use result_inbox::task_view::{self, TaskView};
-use tower::{ServiceBuilder, ServiceExt};
+use result_inbox::task_view;
 
 const NODES: usize = 3;
+/// Rounds of eight racing copies.
+const ROUNDS: usize = 10;
 
-async fn apply(store: &InboxStore, json: &str) -> Result<Receipt, InboxError> {
-    let delivery = Delivery::new(
-        DeliveryId::new(random_hex(16)),
-        Bytes::from(json.to_owned()),
-    )
-    .with_attempt(1);
-    ServiceBuilder::new()
-        .layer(InboxLayer::new(store.clone()))
-        .service(TaskView::new())
-        .oneshot(delivery)
-        .await
-}
+use common::apply_once as apply;
 
 /// A receiver database on the cluster and a store of one scope on each node.
 struct Cluster {
@@ -49,6 +37,19 @@ impl Cluster {
             stores.push(db.store(node, scope.clone()).await);
         }
         Cluster { db, scope, stores }
+    }
+
+    /// An event of `task` at version 2, and another with its id but other
+    /// content.
+    fn same_id_other_content<'a>(&'a self, task: &'a str) -> (EventSpec<'a>, EventSpec<'a>) {
+        let first = self.event(task, 2);
+        let other = EventSpec {
+            id: first.id.clone(),
+            state: "CANCELLED",
+            event_type: "task.cancelled",
+            ..self.event(task, 2)
+        };
+        (first, other)
     }
 
     fn event<'a>(&'a self, task: &'a str, version: u64) -> EventSpec<'a> {
@@ -108,7 +109,7 @@ async fn eight_copies_of_one_event_over_three_nodes_apply_once_and_the_rest_are_
     let mut rounds_with_certification = 0;
     // Several rounds, so that copies really meet on different nodes before
     // either commits at least once.
-    for _ in 0..5 {
+    for _ in 0..ROUNDS {
         let task = random_hex(16);
         let json = c.event(&task, 2).json();
         let before = c.certification_retries();
@@ -138,7 +139,7 @@ async fn eight_copies_of_one_event_over_three_nodes_apply_once_and_the_rest_are_
         "no copy ever lost certification: the race did not happen across nodes"
     );
     let agreed = c.db.assert_nodes_agree().await;
-    assert_eq!(agreed, vec![5, 5, 5]);
+    assert_eq!(agreed, vec![ROUNDS as i64; 3]);
     c.db.assert_verified_on_every_node().await;
 }
 
@@ -176,11 +177,7 @@ async fn a_content_conflict_across_nodes_is_still_a_conflict_whichever_commits_f
     let c = Cluster::new().await;
     // One after the other: the second node meets the first's row.
     let task = random_hex(16);
-    let first = c.event(&task, 2);
-    let mut other = c.event(&task, 2);
-    other.id = first.id.clone();
-    other.state = "CANCELLED";
-    other.event_type = "task.cancelled";
+    let (first, other) = c.same_id_other_content(&task);
     assert_eq!(
         apply(&c.stores[0], &first.json()).await.unwrap().outcome,
         Outcome::Applied
@@ -195,11 +192,7 @@ async fn a_content_conflict_across_nodes_is_still_a_conflict_whichever_commits_f
     // duplicate.
     for _ in 0..5 {
         let task = random_hex(16);
-        let a = c.event(&task, 2);
-        let mut b = c.event(&task, 2);
-        b.id = a.id.clone();
-        b.state = "CANCELLED";
-        b.event_type = "task.cancelled";
+        let (a, b) = c.same_id_other_content(&task);
         let answers = c.race(vec![(0, a.json()), (2, b.json())]).await;
         let applied = answers
             .iter()

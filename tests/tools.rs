@@ -6,14 +6,10 @@ mod common;
 
 use std::process::Output;
 
-use bytes::Bytes;
 use common::orbit::{receiver, OrbitDev};
 use common::{random_hex, scope, EventSpec, TestDb};
-use result_inbox::delivery::{Delivery, DeliveryId};
-use result_inbox::inbox::{InboxLayer, InboxStore};
+use result_inbox::inbox::InboxStore;
 use result_inbox::scope::InboxScope;
-use result_inbox::task_view::TaskView;
-use tower::{ServiceBuilder, ServiceExt};
 
 /// A result no tool may print unless asked to.
 const SECRET_RESULT: &str = r#"{"secret":"sentinel-result-4f1c"}"#;
@@ -26,17 +22,7 @@ fn out(o: &Output) -> (String, String) {
 }
 
 async fn apply(store: &InboxStore, json: &str) {
-    let delivery = Delivery::new(
-        DeliveryId::new(random_hex(16)),
-        Bytes::from(json.to_owned()),
-    )
-    .with_attempt(1);
-    ServiceBuilder::new()
-        .layer(InboxLayer::new(store.clone()))
-        .service(TaskView::new())
-        .oneshot(delivery)
-        .await
-        .unwrap();
+    common::apply_once(store, json).await.unwrap();
 }
 
 /// A database with three tasks: each submitted (v1) then succeeded (v2),

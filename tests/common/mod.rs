@@ -160,6 +160,25 @@ impl TestDb {
 }
 
 /// A scope with a new random queue and the given receiver name.
+/// One delivery of `json` through `InboxLayer` over `TaskView` on `store`,
+/// as the consumer would run it.
+pub async fn apply_once(
+    store: &InboxStore,
+    json: &str,
+) -> Result<result_inbox::inbox::Receipt, result_inbox::inbox::InboxError> {
+    use tower::ServiceExt;
+    let delivery = result_inbox::delivery::Delivery::new(
+        result_inbox::delivery::DeliveryId::new(random_hex(16)),
+        bytes::Bytes::from(json.to_owned()),
+    )
+    .with_attempt(1);
+    tower::ServiceBuilder::new()
+        .layer(result_inbox::inbox::InboxLayer::new(store.clone()))
+        .service(result_inbox::task_view::TaskView::new())
+        .oneshot(delivery)
+        .await
+}
+
 pub fn scope(name: &str) -> InboxScope {
     InboxScope::new(
         ReceiverName::parse(name).unwrap(),
