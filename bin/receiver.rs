@@ -131,9 +131,19 @@ enum Command {
     /// and Orbit (reachable, token, scopes, subscription bound to the queue)
     /// without changing anything. One line per check; exit 0 only if all pass,
     /// 1 if one fails.
+    ///
+    /// With --source nats it checks the database and NATS instead: the
+    /// server (reachable, login, TLS) and the stream's durable pull consumer
+    /// (explicit acks, filter subject = the queue's subject), as consume
+    /// does before fetching anything.
     Check {
         #[command(flatten)]
         receiver: Receiver,
+        /// What `consume` would consume: `orbit` or `nats`.
+        #[arg(long, env = "RECEIVER_SOURCE", value_enum, default_value_t = SourceKind::Orbit)]
+        source: SourceKind,
+        #[command(flatten)]
+        nats: NatsArgs,
         /// The subscription `consume` would consume (required without --demo,
         /// checked when given with it).
         #[arg(long, env = "ORBIT_SUBSCRIPTION_ID")]
@@ -393,8 +403,15 @@ fn main() -> ExitCode {
         } => run_consume(receiver, source, subscription_id, nats, metrics_addr),
         Command::Check {
             receiver,
+            source: SourceKind::Nats,
+            nats,
+            ..
+        } => run_check_nats(receiver, nats),
+        Command::Check {
+            receiver,
             subscription_id,
             demo,
+            ..
         } => run_check(receiver, subscription_id, demo),
         Command::Subscribe { orbit, events } => run_subscribe(orbit, events),
         Command::Verify { database } => run_verify(database),
@@ -699,11 +716,29 @@ fn run_check(receiver: Receiver, subscription_id: Option<String>, demo: bool) ->
         demo,
         orbit_call_timeout: ORBIT_CALL_TIMEOUT,
     };
-    let findings = match runtime().block_on(check::run(config)) {
-        Ok(findings) => findings,
-        Err(e) => return fail(EXIT_CONFIG, format!("ORBIT_URL: {e}")),
+    match runtime().block_on(check::run(config)) {
+        Ok(findings) => print_findings(&findings),
+        Err(e) => fail(EXIT_CONFIG, format!("ORBIT_URL: {e}")),
+    }
+}
+
+fn run_check_nats(receiver: Receiver, nats: NatsArgs) -> ExitCode {
+    let resolved = required_dsn(receiver.dsn).and_then(|dsn| {
+        let name = ReceiverName::parse(&receiver.receiver_name)
+            .map_err(|e| format!("RECEIVER_NAME: {e}"))?;
+        Ok((dsn, name, nats.resolve(receiver.orbit.queue_id)?))
+    });
+    let (dsn, name, settings) = match resolved {
+        Ok(r) => r,
+        Err(e) => return fail(EXIT_CONFIG, e),
     };
-    for finding in &findings {
+    let findings = runtime().block_on(check::run_nats(&dsn, name, &settings, NATS_CALL_TIMEOUT));
+    print_findings(&findings)
+}
+
+/// One line per check; exit 0 only if all passed.
+fn print_findings(findings: &[check::Finding]) -> ExitCode {
+    for finding in findings {
         println!("{finding}");
     }
     if findings.iter().all(|f| f.ok()) {

@@ -72,6 +72,33 @@ pub async fn run(config: CheckConfig) -> Result<Vec<Finding>, OrbitError> {
     Ok(all)
 }
 
+/// The NATS checks of `receiver check --source nats`, in order: `nats`
+/// (reachable, login, TLS), `consumer` (the stream and its durable pull
+/// consumer exist, explicit acks, filter subject = the queue's subject).
+#[cfg(feature = "nats")]
+pub const NATS_CHECKS: [&str; 2] = ["nats", "consumer"];
+
+/// Runs the database checks and the NATS checks once, waiting for nothing,
+/// as `receiver consume --source nats` runs them before fetching anything.
+#[cfg(feature = "nats")]
+#[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
+pub async fn run_nats(
+    dsn: &Dsn,
+    name: ReceiverName,
+    settings: &crate::nats::NatsSettings,
+    timeout: std::time::Duration,
+) -> Vec<Finding> {
+    let scope = InboxScope::new(name, settings.queue_id.clone());
+    let store = InboxStore::connect_lazy(dsn, scope, StoreOptions::default());
+    let mut all = findings(&DATABASE_CHECKS, &database(&store).await);
+    let outcome = crate::nats::JetStreamSource::connect(settings, timeout)
+        .await
+        .map(drop)
+        .map_err(Problem::Nats);
+    all.extend(findings(&NATS_CHECKS, &outcome));
+    all
+}
+
 /// One named check and what it found: printed as `check=<name> ok` or
 /// `check=<name> FAIL <reason>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -150,15 +177,23 @@ pub enum Problem {
     /// Orbit answered something else than the protocol describes.
     #[error("{0}")]
     Orbit(OrbitError),
+    /// NATS cannot be reached or refused the login, or the stream or its
+    /// durable consumer cannot be consumed for the queue.
+    #[cfg(feature = "nats")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
+    #[error("{0}")]
+    Nats(crate::nats::NatsError),
 }
 
 impl Problem {
     /// Whether waiting may mend it: a server that cannot be reached yet.
     pub fn is_transient(&self) -> bool {
-        matches!(
-            self,
-            Problem::DatabaseUnreachable(_) | Problem::OrbitUnreachable(_)
-        )
+        match self {
+            Problem::DatabaseUnreachable(_) | Problem::OrbitUnreachable(_) => true,
+            #[cfg(feature = "nats")]
+            Problem::Nats(e) => !e.is_configuration(),
+            _ => false,
+        }
     }
 
     /// The check it belongs to.
@@ -173,6 +208,13 @@ impl Problem {
             Problem::Token(_) => "token",
             Problem::MissingScopes(_) => "scopes",
             Problem::Subscription(_) => "subscription",
+            #[cfg(feature = "nats")]
+            Problem::Nats(e) => match e {
+                crate::nats::NatsError::Unreachable { .. }
+                | crate::nats::NatsError::Refused { .. }
+                | crate::nats::NatsError::CredsFile { .. } => "nats",
+                _ => "consumer",
+            },
         }
     }
 
@@ -181,13 +223,15 @@ impl Problem {
     /// a missing table, column, privilege or scope, a refused token, a
     /// subscription of another queue.
     pub fn is_configuration(&self) -> bool {
-        !matches!(
-            self,
+        match self {
             Problem::DatabaseUnreachable(_)
-                | Problem::Database(_)
-                | Problem::OrbitUnreachable(_)
-                | Problem::Orbit(_)
-        )
+            | Problem::Database(_)
+            | Problem::OrbitUnreachable(_)
+            | Problem::Orbit(_) => false,
+            #[cfg(feature = "nats")]
+            Problem::Nats(e) => e.is_configuration(),
+            _ => true,
+        }
     }
 }
 

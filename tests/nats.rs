@@ -484,3 +484,37 @@ async fn over_tls_a_private_ca_is_trusted_by_nats_ca_file_and_an_unknown_one_is_
     assert!(consume.terminate().success(), "{}", consume.output());
     assert_eq!(s.totals().await, (1, 1, 1));
 }
+
+#[tokio::test]
+async fn receiver_check_with_source_nats_checks_the_database_the_server_and_the_consumer() {
+    let s = Setup::new(Duration::from_secs(1), 3).await;
+    s.queue.publish(s.submitted(&random_hex(16))).await;
+    let check = |extra: &[(&str, &str)]| {
+        let mut command = common::orbit::receiver();
+        command
+            .arg("check")
+            .envs(s.env(&s.server.url()))
+            .envs(extra.iter().copied());
+        command.output().unwrap()
+    };
+    let ok = check(&[]);
+    assert_eq!(
+        String::from_utf8_lossy(&ok.stdout),
+        "check=database ok\ncheck=schema ok\ncheck=privileges ok\ncheck=nats ok\ncheck=consumer ok\n"
+    );
+    assert!(ok.status.success());
+
+    let wrong = check(&[("NATS_CONSUMER", "nobody")]);
+    let out = String::from_utf8_lossy(&wrong.stdout);
+    assert!(out.contains("check=nats ok\n"), "{out}");
+    assert!(
+        out.contains("check=consumer FAIL consumer nobody does not exist on stream"),
+        "{out}"
+    );
+    assert_eq!(wrong.status.code(), Some(1), "{out}");
+    assert_eq!(
+        s.queue.info().await.delivered.stream_sequence,
+        0,
+        "nothing was fetched"
+    );
+}

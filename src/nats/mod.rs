@@ -130,7 +130,7 @@ fn shown_url(url: &str) -> String {
 }
 
 /// What went wrong with NATS or the configured stream and consumer.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum NatsError {
     /// The server could not be reached (yet).
