@@ -77,24 +77,32 @@ user_args=""
 if [ "$(id -u)" = 0 ]; then user_args="--user=root"; fi
 
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# Ports below the kernel's ephemeral range, so that no outgoing connection
+# holds one of them as its local port; each taken once (the table lives in
+# this shell, so free_port sets a variable instead of printing).
+ephemeral_low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
 declare -A used=()
+port=""
 free_port() {
   while :; do
-    local p=$(( 20000 + RANDOM % 40000 ))
-    if [ -z "${used[$p]:-}" ] && ! port_in_use "$p"; then used[$p]=1; echo "$p"; return; fi
+    local p=$(( 10000 + RANDOM % (ephemeral_low - 10000) ))
+    if [ -z "${used[$p]:-}" ] && ! port_in_use "$p"; then used[$p]=1; port=$p; return; fi
   done
 }
 
-declare -a client_port gcomm_port
+declare -a client_port gcomm_port ist_port sst_port
 for n in 1 2 3; do
-  client_port[$n]=$(free_port); gcomm_port[$n]=$(free_port)
+  free_port; client_port[$n]=$port
+  free_port; gcomm_port[$n]=$port
+  free_port; ist_port[$n]=$port
+  free_port; sst_port[$n]=$port
 done
 cluster="gcomm://127.0.0.1:${gcomm_port[1]},127.0.0.1:${gcomm_port[2]},127.0.0.1:${gcomm_port[3]}"
 
 for n in 1 2 3; do
   dir="$tmp/node$n"
   mkdir -p "$dir/tmp"
-  ist=$(free_port); sst=$(free_port)
+  ist=${ist_port[$n]}; sst=${sst_port[$n]}
   # The start command of the node, kept so that a test can start a killed
   # node again; "$@" takes --wsrep-new-cluster for the first start of node 1.
   cat >"$dir/start" <<EOF
