@@ -15,17 +15,16 @@
 //! Then the consumer runs the inbox over the task view, with the store as
 //! the probe of its breaker, until the shutdown token is cancelled.
 
-use std::future::Future;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use tower::ServiceBuilder;
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::check::{self, Problem};
 use crate::config::OrbitSettings;
 use crate::consumer::{
-    Backoff, Consumer, ConsumerError, ConsumerOptions, ConsumerReport, Health, Source,
+    until_answered, Consumer, ConsumerError, ConsumerOptions, ConsumerReport, Health, Source,
 };
 use crate::dsn::Dsn;
 use crate::ids::{QueueId, SubscriptionId};
@@ -124,7 +123,7 @@ pub async fn run(
     let checked = tokio::select! {
         biased;
         _ = shutdown.cancelled() => return Ok(None),
-        checked = patiently(&config.consumer, "database", Problem::is_transient, || check::database(&store)) => checked,
+        checked = until_answered(&config.consumer, "database", Problem::is_transient, || check::database(&store)) => checked,
     };
     checked.map_err(ConsumeError::Check)?;
     match &config.source {
@@ -147,7 +146,7 @@ pub async fn run(
         } => {
             use crate::consumer::SourceError;
             use crate::nats::{JetStreamSource, NatsError};
-            let connect = patiently(
+            let connect = until_answered(
                 &config.consumer,
                 "NATS",
                 |e: &NatsError| e.is_retryable(),
@@ -200,7 +199,7 @@ async fn orbit(
     let client = settings
         .client(call_timeout)
         .map_err(ConsumeError::Client)?;
-    patiently(options, "Orbit", Problem::is_transient, || {
+    until_answered(options, "Orbit", Problem::is_transient, || {
         check::orbit_access(&client, &Scope::CONSUME)
     })
     .await
@@ -213,35 +212,4 @@ async fn orbit(
     )
     .await
     .map_err(ConsumeError::Consumer)
-}
-
-/// Runs `attempt` until it succeeds or fails for good; a failure that
-/// `transient` says may pass is logged once per attempt and retried with
-/// backoff.
-async fn patiently<T, E, F, Fut>(
-    options: &ConsumerOptions,
-    what: &'static str,
-    transient: fn(&E) -> bool,
-    mut attempt: F,
-) -> Result<T, E>
-where
-    E: std::fmt::Display,
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, E>>,
-{
-    let mut backoff = Backoff::new(options.retry_min, options.retry_max);
-    loop {
-        match attempt().await {
-            Err(e) if transient(&e) => {
-                let wait = backoff.next();
-                warn!(
-                    error = %e,
-                    retry_in_ms = wait.as_millis() as u64,
-                    "{what} not reachable yet; nothing is leased until it answers"
-                );
-                tokio::time::sleep(wait).await;
-            }
-            other => return other,
-        }
-    }
 }

@@ -45,6 +45,8 @@ use tokio::time::{sleep_until, timeout, timeout_at, Instant};
 use tower::{Service, ServiceExt};
 use tracing::{info, warn};
 
+#[cfg(feature = "nats")]
+pub(crate) use self::classify::chain;
 pub use self::classify::{class, classify, is_malformed, is_unavailable, FailureClass};
 pub use self::settle::{settle, Settlement};
 pub use self::source::{AckOutcome, Incoming, LeaseStream, Source, SourceError};
@@ -332,17 +334,13 @@ impl Consumer<OrbitSource> {
         expected_queue: &QueueId,
         options: ConsumerOptions,
     ) -> Result<Consumer, ConsumerError> {
-        let mut backoff = Backoff::new(options.retry_min, options.retry_max);
-        loop {
-            match check_subscription(&client, &subscription, expected_queue).await {
-                Err(ConsumerError::Orbit(e)) if e.is_retryable() => {
-                    let wait = backoff.next();
-                    warn!(error = %e, retry_in_ms = wait.as_millis() as u64, "Orbit not reachable yet; waiting before leasing anything");
-                    tokio::time::sleep(wait).await;
-                }
-                other => break other?,
-            }
-        }
+        until_answered(
+            &options,
+            "Orbit",
+            |e| matches!(e, ConsumerError::Orbit(e) if e.is_retryable()),
+            || check_subscription(&client, &subscription, expected_queue),
+        )
+        .await?;
         Ok(Consumer::new(
             OrbitSource::new(client, subscription),
             options,
@@ -845,6 +843,38 @@ fn record_ack(report: &mut ConsumerReport, acked: AckResult) {
         AckResult::Refused(id, e) => {
             report.ack_refused += 1;
             warn!(delivery = %id, error = %e, "ACK refused; the event will come again and be deduplicated");
+        }
+    }
+}
+
+/// Runs `attempt` until it succeeds or fails for good; a failure that
+/// `transient` says may pass (a server not reachable yet) is logged once
+/// per attempt and retried with the options' backoff. Nothing is leased
+/// meanwhile: every caller runs it before its stream opens.
+pub(crate) async fn until_answered<T, E, F, Fut>(
+    options: &ConsumerOptions,
+    what: &'static str,
+    transient: fn(&E) -> bool,
+    mut attempt: F,
+) -> Result<T, E>
+where
+    E: std::fmt::Display,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    let mut backoff = Backoff::new(options.retry_min, options.retry_max);
+    loop {
+        match attempt().await {
+            Err(e) if transient(&e) => {
+                let wait = backoff.next();
+                warn!(
+                    error = %e,
+                    retry_in_ms = wait.as_millis() as u64,
+                    "{what} not reachable yet; nothing is leased until it answers"
+                );
+                tokio::time::sleep(wait).await;
+            }
+            other => return other,
         }
     }
 }
