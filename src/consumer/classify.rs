@@ -66,7 +66,7 @@ impl fmt::Display for FailureClass {
 /// `InboxError` is found in the box or its sources, `timeout` for tower's
 /// `Elapsed`, `overloaded` for tower's `Overloaded`, `error` otherwise.
 pub fn classify(e: &BoxError) -> FailureClass {
-    for error in chain(e) {
+    for error in chain(e.as_ref()) {
         #[cfg(feature = "mysql")]
         if let Some(inbox) = error.downcast_ref::<crate::inbox::InboxError>() {
             return inbox.failure_class();
@@ -92,7 +92,7 @@ pub fn class(e: &BoxError) -> &'static str {
 /// the consumer's breaker; deadlocks, conflicts and rejections do not.
 pub fn is_unavailable(e: &BoxError) -> bool {
     #[cfg(feature = "mysql")]
-    for error in chain(e) {
+    for error in chain(e.as_ref()) {
         if let Some(inbox) = error.downcast_ref::<crate::inbox::InboxError>() {
             return inbox.is_unavailable();
         }
@@ -106,7 +106,7 @@ pub fn is_unavailable(e: &BoxError) -> bool {
 /// a field missing or malformed. An event of another queue is not
 /// malformed (the configuration may be what is wrong), nor is a conflict.
 pub fn is_malformed(e: &BoxError) -> bool {
-    for error in chain(e) {
+    for error in chain(e.as_ref()) {
         #[cfg(feature = "mysql")]
         if let Some(inbox) = error.downcast_ref::<crate::inbox::InboxError>() {
             return matches!(inbox, crate::inbox::InboxError::Rejected(e) if e.is_malformed());
@@ -119,9 +119,10 @@ pub fn is_malformed(e: &BoxError) -> bool {
 }
 
 /// `e` and its sources.
-fn chain(e: &BoxError) -> impl Iterator<Item = &(dyn std::error::Error + 'static)> {
-    let first: &(dyn std::error::Error + 'static) = e.as_ref();
-    std::iter::successors(Some(first), |error| error.source())
+pub(crate) fn chain<'a>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(e), |error| error.source())
 }
 
 #[cfg(test)]

@@ -37,7 +37,7 @@ use futures::stream::{SelectAll, StreamExt};
 use tokio::sync::watch;
 use tokio::time::{sleep_until, Instant};
 
-use crate::consumer::{AckOutcome, Incoming, LeaseStream, Source, SourceError};
+use crate::consumer::{chain, AckOutcome, Incoming, LeaseStream, Source, SourceError};
 use crate::delivery::{Delivery, DeliveryId};
 use crate::ids::QueueId;
 
@@ -420,34 +420,21 @@ async fn connect_client(
 /// certificate not trusted, a name that does not match, no common
 /// protocol).
 fn is_tls_refusal(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut next = Some(e);
-    while let Some(error) = next {
-        if error.is::<rustls::Error>() {
-            return true;
-        }
-        if let Some(io) = error.downcast_ref::<std::io::Error>() {
-            if io
-                .get_ref()
+    chain(e).any(|error| {
+        error.is::<rustls::Error>()
+            || error
+                .downcast_ref::<std::io::Error>()
+                .and_then(std::io::Error::get_ref)
                 .is_some_and(|inner| inner.is::<rustls::Error>())
-            {
-                return true;
-            }
-        }
-        next = error.source();
-    }
-    false
+    })
 }
 
 /// `e` and its sources, as one line.
 fn chain_text(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut next = e.source();
-    while let Some(error) = next {
-        text.push_str(": ");
-        text.push_str(&error.to_string());
-        next = error.source();
-    }
-    text
+    chain(e)
+        .map(|error| error.to_string())
+        .collect::<Vec<_>>()
+        .join(": ")
 }
 
 impl Source for JetStreamSource {
