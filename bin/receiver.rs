@@ -374,11 +374,26 @@ fn required_subscription(id: Option<String>) -> Result<SubscriptionId, String> {
 
 impl Receiver {
     fn resolve(self) -> Result<Resolved, String> {
-        let dsn = required_dsn(self.dsn)?;
-        let name =
-            ReceiverName::parse(&self.receiver_name).map_err(|e| format!("RECEIVER_NAME: {e}"))?;
+        let (dsn, name) = self.database_and_name()?;
         let orbit = self.orbit.resolve()?;
         Ok(Resolved { orbit, dsn, name })
+    }
+
+    /// For `--source nats`: the database, the name and NATS; of Orbit's
+    /// settings only the queue.
+    fn resolve_for_nats(
+        self,
+        nats: NatsArgs,
+    ) -> Result<(Dsn, ReceiverName, result_inbox::nats::NatsSettings), String> {
+        let (dsn, name) = self.database_and_name()?;
+        Ok((dsn, name, nats.resolve(self.orbit.queue_id)?))
+    }
+
+    fn database_and_name(&self) -> Result<(Dsn, ReceiverName), String> {
+        let dsn = required_dsn(self.dsn.clone())?;
+        let name =
+            ReceiverName::parse(&self.receiver_name).map_err(|e| format!("RECEIVER_NAME: {e}"))?;
+        Ok((dsn, name))
     }
 }
 
@@ -676,11 +691,9 @@ fn consume_config(
             (source, resolved.dsn, resolved.name)
         }
         SourceKind::Nats => {
-            let dsn = required_dsn(receiver.dsn)?;
-            let name = ReceiverName::parse(&receiver.receiver_name)
-                .map_err(|e| format!("RECEIVER_NAME: {e}"))?;
+            let (dsn, name, settings) = receiver.resolve_for_nats(nats)?;
             let source = SourceConfig::Nats {
-                settings: nats.resolve(receiver.orbit.queue_id)?,
+                settings,
                 call_timeout: NATS_CALL_TIMEOUT,
             };
             (source, dsn, name)
@@ -723,12 +736,7 @@ fn run_check(receiver: Receiver, subscription_id: Option<String>, demo: bool) ->
 }
 
 fn run_check_nats(receiver: Receiver, nats: NatsArgs) -> ExitCode {
-    let resolved = required_dsn(receiver.dsn).and_then(|dsn| {
-        let name = ReceiverName::parse(&receiver.receiver_name)
-            .map_err(|e| format!("RECEIVER_NAME: {e}"))?;
-        Ok((dsn, name, nats.resolve(receiver.orbit.queue_id)?))
-    });
-    let (dsn, name, settings) = match resolved {
+    let (dsn, name, settings) = match receiver.resolve_for_nats(nats) {
         Ok(r) => r,
         Err(e) => return fail(EXIT_CONFIG, e),
     };
