@@ -25,6 +25,9 @@ pub const APPLY_DURATION: &str = "receiver_apply_duration_seconds";
 pub const ACKS: &str = "receiver_acks_total";
 /// Deliveries whose service call is running.
 pub const IN_FLIGHT: &str = "receiver_deliveries_in_flight";
+/// Leased deliveries waiting for a free handler slot (at most the
+/// consumer's `prefetch`).
+pub const HELD: &str = "receiver_deliveries_held";
 /// Transactions run again inside their budget, by `cause`: `deadlock`
 /// (1213), `lock_wait` (1205), `connection` (a pooled connection that the
 /// server had dropped, before COMMIT).
@@ -54,6 +57,7 @@ pub fn describe() {
     );
     describe_counter!(ACKS, "ACK reports, by result.");
     describe_gauge!(IN_FLIGHT, "Deliveries whose service call is running.");
+    describe_gauge!(HELD, "Leased deliveries waiting for a free handler slot.");
     describe_counter!(
         TRANSACTION_RETRIES,
         "Transactions run again inside their time budget, by cause."

@@ -143,6 +143,7 @@ fn help_lists_every_variable() {
         "RECEIVER_NAME",
         "ORBIT_SUBSCRIPTION_ID",
         "RECEIVER_METRICS_ADDR",
+        "RECEIVER_PREFETCH",
     ] {
         assert!(help.contains(var), "{var} missing from --help");
     }
@@ -192,6 +193,8 @@ fn each_configuration_error_exits_2_with_one_line_naming_the_variable() {
         ),
         (("ORBIT_QUEUE_ID", "inbox-demo"), "ORBIT_QUEUE_ID"),
         (("ORBIT_URL", "ftp://orbit.example"), "ORBIT_URL"),
+        (("RECEIVER_PREFETCH", "65"), "--prefetch"),
+        (("RECEIVER_PREFETCH", "-1"), "--prefetch"),
     ] {
         let out = consume_with(broken);
         let err = text(&out.stderr);

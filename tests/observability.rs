@@ -147,6 +147,7 @@ async fn metrics_count_each_kind_of_delivery_and_ack_as_it_happened() {
         value(&metrics, "receiver_deliveries_in_flight", &[]),
         Some(0.0)
     );
+    assert_eq!(value(&metrics, "receiver_deliveries_held", &[]), Some(0.0));
     assert_eq!(value(&metrics, "receiver_stream_open", &[]), Some(1.0));
     assert_eq!(
         value(&metrics, "receiver_database_reachable", &[]),

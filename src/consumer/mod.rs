@@ -7,10 +7,11 @@
 //! Orbit; for another source, "credit", "lease proof" and "ACK" are its
 //! own equivalents.
 //!
-//! The consumer opens the subscription's WebSocket stream, grants as much
-//! credit as it has free handler slots (so at most `concurrency` deliveries
-//! are in its hands at once), and runs each delivery through a clone of the
-//! service. When the service answers, [`settle`] decides: `Ok` is ACKed with
+//! The consumer opens the subscription's WebSocket stream, grants credit
+//! for its free handler slots plus a small `prefetch` (so at most
+//! `concurrency + prefetch` deliveries are in its hands at once, and a slot
+//! freed by a commit does not wait for a round trip to Orbit), and runs each
+//! delivery through a clone of the service. When the service answers, [`settle`] decides: `Ok` is ACKed with
 //! the attempt's lease proof over HTTP, `Err` is left for redelivery.
 //!
 //! An ACK whose answer is lost (connection cut, time-out, server error) is
@@ -19,12 +20,16 @@
 //! backoff while handlers and ACKs carry on.
 //!
 //! With a [`Probe`] of its database the consumer also has a breaker: while
-//! the database cannot be reached it grants no credit, so nothing more is
-//! leased to it and no delivery's retry budget burns during an outage; it
-//! probes with backoff and takes deliveries again once the database answers.
+//! the database cannot be reached it grants no credit and starts none of
+//! the deliveries it holds, so nothing more is leased to it and no
+//! delivery's retry budget burns during an outage; it probes with backoff
+//! and takes deliveries again once the database answers. A held delivery
+//! whose lease outlived the outage costs one attempt, as one in a handler
+//! does.
 //!
 //! On shutdown the consumer stops taking deliveries (closes the stream),
-//! cancels in-flight handlers — dropping an inbox transaction rolls it back,
+//! drops the held ones unstarted (their leases run out), cancels in-flight
+//! handlers — dropping an inbox transaction rolls it back,
 //! and an interrupted COMMIT is simply not ACKed — then gives pending ACKs
 //! the rest of the grace period. It never pauses the subscription: other
 //! consumers of it carry on.
@@ -33,6 +38,7 @@ mod classify;
 mod settle;
 mod source;
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -61,6 +67,13 @@ use crate::BoxError;
 pub struct ConsumerOptions {
     /// Most deliveries handled at once. Default 4.
     pub concurrency: u32,
+    /// Deliveries leased ahead of a free handler slot, so that a slot freed
+    /// by a commit finds its next delivery already here instead of waiting
+    /// for the source's round trip. Held deliveries are not started while
+    /// the breaker is open, and are dropped unstarted at shutdown (their
+    /// leases run out and they come again). `0` leases only for free
+    /// slots. Default 4.
+    pub prefetch: u32,
     /// First wait before reopening a broken stream, re-reporting an ACK or
     /// probing an unreachable database again; doubles up to `retry_max`.
     /// Default 200 ms.
@@ -86,6 +99,7 @@ impl Default for ConsumerOptions {
     fn default() -> Self {
         Self {
             concurrency: 4,
+            prefetch: 4,
             retry_min: Duration::from_millis(200),
             retry_max: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(8),
@@ -239,8 +253,9 @@ pub struct ConsumerReport {
     pub acked: u64,
     /// ACKs Orbit refused (e.g. the lease had passed to a newer attempt).
     pub ack_refused: u64,
-    /// ACKs still unanswered when the shutdown grace ran out, and handlers
-    /// cancelled by shutdown. Their deliveries come again.
+    /// ACKs still unanswered when the shutdown grace ran out, handlers
+    /// cancelled by shutdown and held deliveries it dropped unstarted.
+    /// Their deliveries come again.
     pub abandoned: u64,
     /// Deliveries whose bytes can never be a valid event that the source
     /// dropped for good at the consumer's request (JetStream's `+TERM`);
@@ -428,8 +443,11 @@ impl<Src: Source> Consumer<Src> {
         ConsumerError: From<Src::Error>,
     {
         let concurrency = self.options.concurrency.max(1);
+        let leased_at_most = concurrency.saturating_add(self.options.prefetch);
         let mut report = ConsumerReport::default();
         let mut handlers: JoinSet<Handled<Src::Receipt>> = JoinSet::new();
+        // Leased deliveries waiting for a free slot (at most `prefetch`).
+        let mut held: VecDeque<(Delivery<Bytes>, Src::Receipt)> = VecDeque::new();
         let mut acks: JoinSet<AckResult> = JoinSet::new();
         let mut link: Link<Src::Stream> = Link::new(&self.options, self.health.clone());
         let mut breaker = Breaker::new(self.probe.clone(), &self.options, self.health.clone());
@@ -438,7 +456,7 @@ impl<Src: Source> Consumer<Src> {
         // Series that exist from the start read 0, not "absent", on a
         // dashboard.
         metrics::counter!(telemetry::STREAM_RECONNECTS).increment(0);
-        metrics::gauge!(telemetry::IN_FLIGHT).set(0.0);
+        set_in_hand(0, 0);
         tokio::pin!(shutdown);
 
         loop {
@@ -464,21 +482,41 @@ impl<Src: Source> Consumer<Src> {
                 }
             }
 
-            // Credit: one per free handler slot, none while the breaker is
-            // open, so Orbit never leases what could not be worked on now.
+            // A held delivery starts as soon as a slot is free, unless the
+            // database is known to be away: then it waits for the probe
+            // that closes the breaker, not for a failure of its own.
+            while handlers.len() < concurrency as usize && !breaker.is_open() {
+                let Some((delivery, receipt)) = held.pop_front() else {
+                    break;
+                };
+                handlers.spawn(handle(service.clone(), delivery, receipt));
+                set_in_hand(handlers.len(), held.len());
+            }
+
+            // Credit: up to `concurrency + prefetch` deliveries in hand,
+            // none while the breaker is open, so the source never leases
+            // much more than could be worked on now.
             let wanted = if breaker.is_open() {
                 0
             } else {
-                concurrency.saturating_sub(handlers.len() as u32)
+                leased_at_most.saturating_sub((handlers.len() + held.len()) as u32)
             };
-            link.top_up(wanted).await;
+            // While deliveries are held a slot has its next one here, so
+            // credit can wait until half the prefetch is due: half as many
+            // pull requests, the same deliveries.
+            let step = if held.is_empty() {
+                1
+            } else {
+                (self.options.prefetch / 2).max(1)
+            };
+            link.top_up(wanted, step).await;
             let probe_at = breaker.next_at;
 
             tokio::select! {
                 biased;
                 _ = &mut shutdown => break,
                 Some(done) = handlers.join_next(), if !handlers.is_empty() => {
-                    metrics::gauge!(telemetry::IN_FLIGHT).set(handlers.len() as f64);
+                    set_in_hand(handlers.len(), held.len());
                     let Ok(done) = done else { continue };
                     match done.settlement {
                         Settlement::Ack => {
@@ -509,8 +547,12 @@ impl<Src: Source> Consumer<Src> {
                     Some(Ok(Incoming::Delivery(delivery, receipt))) => {
                         report.received += 1;
                         link.outstanding = link.outstanding.saturating_sub(1);
-                        handlers.spawn(handle(service.clone(), delivery, receipt));
-                        metrics::gauge!(telemetry::IN_FLIGHT).set(handlers.len() as f64);
+                        if handlers.len() < concurrency as usize && held.is_empty() {
+                            handlers.spawn(handle(service.clone(), delivery, receipt));
+                        } else {
+                            held.push_back((delivery, receipt));
+                        }
+                        set_in_hand(handlers.len(), held.len());
                     }
                     Some(Ok(Incoming::Notice(code))) => {
                         warn!(%code, "the source reported a stream error");
@@ -539,10 +581,11 @@ impl<Src: Source> Consumer<Src> {
         }
         self.health.set_stream_open(false);
         breaker.stop();
-        report.abandoned += handlers.len() as u64;
+        report.abandoned += (handlers.len() + held.len()) as u64;
+        held.clear();
         handlers.abort_all();
         while let Ok(Some(_)) = timeout_at(deadline, handlers.join_next()).await {}
-        metrics::gauge!(telemetry::IN_FLIGHT).set(0.0);
+        set_in_hand(0, 0);
         loop {
             tokio::select! {
                 acked = acks.join_next() => match acked {
@@ -562,6 +605,11 @@ impl<Src: Source> Consumer<Src> {
             None => Ok(report),
         }
     }
+}
+
+fn set_in_hand(running: usize, held: usize) {
+    metrics::gauge!(telemetry::IN_FLIGHT).set(running as f64);
+    metrics::gauge!(telemetry::HELD).set(held as f64);
 }
 
 /// The delivery stream and its credit: how much of it was granted and not
@@ -615,13 +663,14 @@ where
     }
 
     /// Grants credit until `wanted` deliveries are granted but not yet
-    /// received, on top of those in the handlers' hands.
-    async fn top_up(&mut self, wanted: u32) {
+    /// received, on top of those in the consumer's hands, once at least
+    /// `step` are missing.
+    async fn top_up(&mut self, wanted: u32, step: u32) {
         let Some(stream) = self.stream.as_mut() else {
             return;
         };
         let more = wanted.saturating_sub(self.outstanding);
-        if more == 0 {
+        if more == 0 || more < step {
             return;
         }
         match timeout(GRANT_TIMEOUT, stream.grant(more)).await {
