@@ -1,22 +1,29 @@
 //! End-to-end throughput: orbit-dev → `receiver consume` → InboxLayer → ACK,
-//! against the inbox alone, and the consumer's peak memory with 512 KiB
-//! events. Real processes, real sockets, a throwaway server.
+//! and NATS JetStream → `receiver consume --source nats` → inbox → `+ACK`
+//! confirmed, each against the inbox alone, and the consumer's peak memory
+//! with 512 KiB events. Real processes, real sockets, a throwaway server.
 //!
-//! `make bench` runs it (it needs the release binaries and a server).
-//! Prints:
+//! `make bench` runs it (it needs the release binaries and a server). The
+//! three are measured in alternating rounds, each on a fresh database with
+//! the same events, so that a machine that speeds up or slows down during
+//! the run does not favour one of them. Prints, per round:
 //!
 //! ```text
-//! e2e cpu_s_per_1000_deliveries receiver=… orbit_dev=… mysqld=… wall_s_per_1000=…
-//! e2e deliveries=N consume_deliveries_per_s=… apply_alone_per_s=… ratio=…
-//! e2e nats cpu_s_per_1000_deliveries receiver=… nats_server=… mysqld=… wall_s_per_1000=…
-//! e2e nats deliveries=N nats_deliveries_per_s=… apply_alone_per_s=… ratio=…
+//! e2e round=R cpu_s_per_1000_deliveries receiver=… orbit_dev=… mysqld=… wall_s_per_1000=…
+//! e2e round=R apply_alone cpu_s_per_1000_deliveries inbox=… mysqld=… wall_s_per_1000=…
+//! e2e round=R nats cpu_s_per_1000_deliveries receiver=… nats_server=… mysqld=… wall_s_per_1000=…
+//! e2e round=R deliveries=N apply_alone_per_s=… consume_deliveries_per_s=… ratio=… nats_deliveries_per_s=… ratio=…
+//! ```
+//!
+//! then over all rounds (deliveries over summed wall time):
+//!
+//! ```text
+//! e2e rounds=R deliveries=N apply_alone_per_s=… consume_deliveries_per_s=… ratio=… nats_deliveries_per_s=… ratio=…
 //! e2e large_events=N event_bytes=… consume_peak_rss_kib=…
 //! ```
 //!
-//! The NATS lines (`--features result-inbox/cli`, as `make bench` builds
-//! it) measure nats-server's JetStream → `receiver consume --source nats` →
-//! inbox → `+ACK` confirmed, with the same events, beside the same
-//! apply-alone figure.
+//! The NATS figures need `--features result-inbox/cli`, as `make bench`
+//! builds it.
 
 #[path = "../tests/common/mod.rs"]
 #[allow(unused_imports)]
@@ -38,7 +45,10 @@ use result_inbox::scope::{InboxScope, ReceiverName};
 use result_inbox::task_view::TaskView;
 use tower::{ServiceBuilder, ServiceExt};
 
-const DELIVERIES: usize = 2000;
+/// Deliveries per path and round: enough that the receiver's start (its
+/// checks, its connections) is a small part of each measurement.
+const DELIVERIES: usize = 10_000;
+const ROUNDS: usize = 3;
 const LARGE_EVENTS: usize = 40;
 
 fn small_event(queue: &str) -> String {
@@ -125,45 +135,124 @@ async fn main() {
         .await
         .unwrap();
 
-    // Through the whole system.
     let orbit = OrbitDev::start(30_000, 5);
     let creds = orbit.bootstrap("bench-e2e", None).await;
     let client = orbit.client(&creds);
-    let sub = client.create_subscription(&EventType::ALL).await.unwrap();
     let events: Vec<String> = (0..DELIVERIES)
         .map(|_| small_event(&creds.queue_id))
         .collect();
-    for e in &events {
+
+    // Wall seconds per path, summed over the rounds.
+    let (mut alone_s, mut orbit_s, mut nats_s) = (0.0, 0.0, 0.0);
+    for round in 1..=ROUNDS {
+        let through_orbit = orbit_end_to_end(round, &orbit, &creds, &events).await;
+        let alone = apply_alone(round, &creds, &events).await;
+        let through_nats = nats_end_to_end(round, &creds.queue_id, &events).await;
+        alone_s += alone;
+        orbit_s += through_orbit;
+        nats_s += through_nats.unwrap_or(f64::NAN);
+        println!(
+            "e2e round={round} {}",
+            rates(DELIVERIES, alone, through_orbit, through_nats)
+        );
+    }
+    println!(
+        "e2e rounds={ROUNDS} {}",
+        rates(
+            DELIVERIES * ROUNDS,
+            alone_s,
+            orbit_s,
+            cfg!(feature = "nats").then_some(nats_s)
+        )
+    );
+
+    // Memory with the largest events the receiver accepts.
+    let sub = client.create_subscription(&EventType::ALL).await.unwrap();
+    let large = large_event(&creds.queue_id);
+    for _ in 0..LARGE_EVENTS {
+        orbit.inject(&sub.id, &large_event(&creds.queue_id)).await;
+    }
+    let db3 = TestDb::initialized().await;
+    let mut consume = consume_until_acked(&orbit, &creds, &sub.id, &db3, LARGE_EVENTS).await;
+    let rss = peak_rss_kib(consume.child.id());
+    assert!(consume.terminate().success());
+    println!(
+        "e2e large_events={LARGE_EVENTS} event_bytes={} consume_peak_rss_kib={rss}",
+        large.len()
+    );
+}
+
+/// `deliveries` per second of each path, and each end-to-end path against
+/// the inbox alone, from the wall seconds each took.
+fn rates(deliveries: usize, alone: f64, orbit: f64, nats: Option<f64>) -> String {
+    let per_s = |seconds: f64| deliveries as f64 / seconds;
+    let mut line = format!(
+        "deliveries={deliveries} apply_alone_per_s={:.0} consume_deliveries_per_s={:.0} ratio={:.2}",
+        per_s(alone),
+        per_s(orbit),
+        alone / orbit
+    );
+    if let Some(nats) = nats {
+        line += &format!(
+            " nats_deliveries_per_s={:.0} ratio={:.2}",
+            per_s(nats),
+            alone / nats
+        );
+    }
+    line
+}
+
+/// CPU seconds per 1000 deliveries.
+fn per_thousand(seconds: f64) -> f64 {
+    seconds * 1000.0 / DELIVERIES as f64
+}
+
+/// orbit-dev → `receiver consume` → inbox → ACK, on a fresh subscription
+/// and database; the wall seconds until Orbit counts every delivery ACKed.
+async fn orbit_end_to_end(
+    round: usize,
+    orbit: &OrbitDev,
+    creds: &QueueCredentials,
+    events: &[String],
+) -> f64 {
+    let sub = orbit
+        .client(creds)
+        .create_subscription(&EventType::ALL)
+        .await
+        .unwrap();
+    for e in events {
         orbit.inject(&sub.id, e).await;
     }
     let db = TestDb::initialized().await;
     let started = Instant::now();
     let (orbit_cpu, mysql_cpu) = (cpu_seconds(orbit.pid()), cpu_seconds(mysqld_pid()));
-    let mut consume = consume_until_acked(&orbit, &creds, &sub.id, &db, DELIVERIES).await;
+    let mut consume = consume_until_acked(orbit, creds, &sub.id, &db, events.len()).await;
     let elapsed = started.elapsed().as_secs_f64();
-    let e2e = DELIVERIES as f64 / elapsed;
     // Where the time goes: CPU of each process per 1000 deliveries, beside
     // the wall time (2 cores are shared by all three).
-    let per_thousand = |seconds: f64| seconds * 1000.0 / DELIVERIES as f64;
     println!(
-        "e2e cpu_s_per_1000_deliveries receiver={:.2} orbit_dev={:.2} mysqld={:.2} wall_s_per_1000={:.2}",
+        "e2e round={round} cpu_s_per_1000_deliveries receiver={:.2} orbit_dev={:.2} mysqld={:.2} wall_s_per_1000={:.2}",
         per_thousand(cpu_seconds(consume.child.id())),
         per_thousand(cpu_seconds(orbit.pid()) - orbit_cpu),
         per_thousand(cpu_seconds(mysqld_pid()) - mysql_cpu),
         per_thousand(elapsed),
     );
     assert!(consume.terminate().success());
+    elapsed
+}
 
-    // The inbox alone, same events, same concurrency (4), fresh database.
-    let db2 = TestDb::initialized().await;
+/// The inbox alone, same events, same concurrency (4), fresh database; its
+/// wall seconds.
+async fn apply_alone(round: usize, creds: &QueueCredentials, events: &[String]) -> f64 {
+    let db = TestDb::initialized().await;
     let scope = InboxScope::new(ReceiverName::parse("bench").unwrap(), creds.queue());
-    let store = InboxStore::connect(&db2.dsn, scope, StoreOptions::default())
+    let store = InboxStore::connect(&db.dsn, scope, StoreOptions::default())
         .await
         .unwrap();
     let service = ServiceBuilder::new()
         .layer(InboxLayer::new(store))
         .service(TaskView::new());
-    let events = Arc::new(events);
+    let events = Arc::new(events.to_vec());
     let next = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let (own_cpu, mysql_cpu) = (cpu_seconds(std::process::id()), cpu_seconds(mysqld_pid()));
@@ -187,39 +276,25 @@ async fn main() {
         w.await.unwrap();
     }
     let elapsed = started.elapsed().as_secs_f64();
-    let alone = DELIVERIES as f64 / elapsed;
     println!(
-        "e2e apply_alone cpu_s_per_1000_deliveries inbox={:.2} mysqld={:.2} wall_s_per_1000={:.2}",
+        "e2e round={round} apply_alone cpu_s_per_1000_deliveries inbox={:.2} mysqld={:.2} wall_s_per_1000={:.2}",
         per_thousand(cpu_seconds(std::process::id()) - own_cpu),
         per_thousand(cpu_seconds(mysqld_pid()) - mysql_cpu),
         per_thousand(elapsed),
     );
-    println!(
-        "e2e deliveries={DELIVERIES} consume_deliveries_per_s={e2e:.0} apply_alone_per_s={alone:.0} ratio={:.2}",
-        e2e / alone
-    );
-    #[cfg(feature = "nats")]
-    nats_end_to_end(&creds.queue_id, &events, alone).await;
-
-    // Memory with the largest events the receiver accepts.
-    let sub = client.create_subscription(&EventType::ALL).await.unwrap();
-    let large = large_event(&creds.queue_id);
-    for _ in 0..LARGE_EVENTS {
-        orbit.inject(&sub.id, &large_event(&creds.queue_id)).await;
-    }
-    let db3 = TestDb::initialized().await;
-    let mut consume = consume_until_acked(&orbit, &creds, &sub.id, &db3, LARGE_EVENTS).await;
-    let rss = peak_rss_kib(consume.child.id());
-    assert!(consume.terminate().success());
-    println!(
-        "e2e large_events={LARGE_EVENTS} event_bytes={} consume_peak_rss_kib={rss}",
-        large.len()
-    );
+    elapsed
 }
 
-/// The same events through a JetStream durable pull consumer.
+#[cfg(not(feature = "nats"))]
+async fn nats_end_to_end(_: usize, _: &str, _: &[String]) -> Option<f64> {
+    None
+}
+
+/// The same events through a JetStream durable pull consumer of a fresh
+/// nats-server, into a fresh database; the wall seconds until the consumer
+/// reports nothing pending and nothing waiting for an ACK.
 #[cfg(feature = "nats")]
-async fn nats_end_to_end(queue: &str, events: &[String], alone: f64) {
+async fn nats_end_to_end(round: usize, queue: &str, events: &[String]) -> Option<f64> {
     use common::nats::{JetStreamQueue, NatsServer};
     let server = NatsServer::start();
     let js = JetStreamQueue::create(&server, queue, Duration::from_secs(30), 5).await;
@@ -236,9 +311,8 @@ async fn nats_end_to_end(queue: &str, events: &[String], alone: f64) {
     let mut consume = Consume::with_env(&server.dir, &env);
     js.wait_all_acked(Duration::from_secs(600)).await;
     let elapsed = started.elapsed().as_secs_f64();
-    let per_thousand = |seconds: f64| seconds * 1000.0 / events.len() as f64;
     println!(
-        "e2e nats cpu_s_per_1000_deliveries receiver={:.2} nats_server={:.2} mysqld={:.2} wall_s_per_1000={:.2}",
+        "e2e round={round} nats cpu_s_per_1000_deliveries receiver={:.2} nats_server={:.2} mysqld={:.2} wall_s_per_1000={:.2}",
         per_thousand(cpu_seconds(consume.child.id())),
         per_thousand(cpu_seconds(server.pid()) - nats_cpu),
         per_thousand(cpu_seconds(mysqld_pid()) - mysql_cpu),
@@ -250,10 +324,5 @@ async fn nats_end_to_end(queue: &str, events: &[String], alone: f64) {
         .await
         .unwrap();
     assert_eq!(applied, events.len() as i64);
-    let through = events.len() as f64 / elapsed;
-    println!(
-        "e2e nats deliveries={} nats_deliveries_per_s={through:.0} apply_alone_per_s={alone:.0} ratio={:.2}",
-        events.len(),
-        through / alone
-    );
+    Some(elapsed)
 }
