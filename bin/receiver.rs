@@ -97,7 +97,7 @@ enum Command {
     /// failure everything it created is kept for inspection.
     Demo(Receiver),
     /// Consume an existing subscription until SIGINT/SIGTERM (concurrency 4,
-    /// shutdown within 10 s). Needs only events:read and events:consume on the
+    /// --prefetch more leased ahead, shutdown within 10 s). Needs only events:read and events:consume on the
     /// subscription's queue. Never pauses the subscription.
     ///
     /// Before anything is leased it checks the database (tables, columns,
@@ -108,32 +108,7 @@ enum Command {
     /// With --source nats it consumes a NATS JetStream durable pull consumer
     /// instead (checked first: stream, consumer, filter subject); Orbit's
     /// URL, token and subscription are not needed then, only ORBIT_QUEUE_ID.
-    Consume {
-        #[command(flatten)]
-        receiver: Receiver,
-        /// Where the deliveries come from: `orbit` (a subscription's stream)
-        /// or `nats` (a JetStream durable pull consumer, see the NATS_*
-        /// settings).
-        #[arg(long, env = "RECEIVER_SOURCE", value_enum, default_value_t = SourceKind::Orbit)]
-        source: SourceKind,
-        /// The subscription to consume (32 lowercase hex characters), created
-        /// with the same credentials. Only for --source orbit.
-        #[arg(long, env = "ORBIT_SUBSCRIPTION_ID")]
-        subscription_id: Option<String>,
-        #[command(flatten)]
-        nats: NatsArgs,
-        /// Serve /metrics (Prometheus text), /healthz and /readyz on this
-        /// address, e.g. 127.0.0.1:9464. Off unless set.
-        #[arg(long, env = "RECEIVER_METRICS_ADDR")]
-        metrics_addr: Option<String>,
-        /// Deliveries leased ahead of the 4 handler slots, so that a slot
-        /// freed by a commit finds its next delivery waiting (0 to 64). Each
-        /// spends a lease while it waits, and one attempt if an outage
-        /// outlasts its lease: 0 leases only for free slots.
-        #[arg(long, env = "RECEIVER_PREFETCH", default_value_t = ConsumerOptions::default().prefetch,
-              value_parser = clap::value_parser!(u32).range(0..=64))]
-        prefetch: u32,
-    },
+    Consume(ConsumeArgs),
     /// Check the database (reachable, tables and columns, SELECT/INSERT/UPDATE)
     /// and Orbit (reachable, token, scopes, subscription bound to the queue)
     /// without changing anything. One line per check; exit 0 only if all pass,
@@ -416,21 +391,7 @@ fn main() -> ExitCode {
         Command::Init { dsn, keep_existing } => run_init(dsn, keep_existing),
         Command::Digest { file } => run_digest(file),
         Command::Demo(receiver) => run_demo(receiver),
-        Command::Consume {
-            receiver,
-            source,
-            subscription_id,
-            nats,
-            metrics_addr,
-            prefetch,
-        } => run_consume(
-            receiver,
-            source,
-            subscription_id,
-            nats,
-            metrics_addr,
-            prefetch,
-        ),
+        Command::Consume(args) => run_consume(args),
         Command::Check {
             receiver,
             source: SourceKind::Nats,
@@ -639,15 +600,38 @@ fn run_demo(receiver: Receiver) -> ExitCode {
     code
 }
 
-fn run_consume(
+/// What `consume` is given.
+#[derive(Args)]
+struct ConsumeArgs {
+    #[command(flatten)]
     receiver: Receiver,
+    /// Where the deliveries come from: `orbit` (a subscription's stream)
+    /// or `nats` (a JetStream durable pull consumer, see the NATS_*
+    /// settings).
+    #[arg(long, env = "RECEIVER_SOURCE", value_enum, default_value_t = SourceKind::Orbit)]
     source: SourceKind,
+    /// The subscription to consume (32 lowercase hex characters), created
+    /// with the same credentials. Only for --source orbit.
+    #[arg(long, env = "ORBIT_SUBSCRIPTION_ID")]
     subscription_id: Option<String>,
+    #[command(flatten)]
     nats: NatsArgs,
+    /// Serve /metrics (Prometheus text), /healthz and /readyz on this
+    /// address, e.g. 127.0.0.1:9464. Off unless set.
+    #[arg(long, env = "RECEIVER_METRICS_ADDR")]
     metrics_addr: Option<String>,
+    /// Deliveries leased ahead of the 4 handler slots, so that a slot
+    /// freed by a commit finds its next delivery waiting (0 to 64). Each
+    /// spends a lease while it waits, and one attempt if an outage
+    /// outlasts its lease: 0 leases only for free slots.
+    #[arg(long, env = "RECEIVER_PREFETCH", default_value_t = ConsumerOptions::default().prefetch,
+          value_parser = clap::value_parser!(u32).range(0..=64))]
     prefetch: u32,
-) -> ExitCode {
-    let config = match consume_config(receiver, source, subscription_id, nats, prefetch) {
+}
+
+fn run_consume(args: ConsumeArgs) -> ExitCode {
+    let metrics_addr = args.metrics_addr.clone();
+    let config = match consume_config(args) {
         Ok(config) => config,
         Err(e) => return fail(EXIT_CONFIG, e),
     };
@@ -688,13 +672,15 @@ fn run_consume(
     code
 }
 
-fn consume_config(
-    receiver: Receiver,
-    source: SourceKind,
-    subscription_id: Option<String>,
-    nats: NatsArgs,
-    prefetch: u32,
-) -> Result<ConsumeConfig, String> {
+fn consume_config(args: ConsumeArgs) -> Result<ConsumeConfig, String> {
+    let ConsumeArgs {
+        receiver,
+        source,
+        subscription_id,
+        nats,
+        prefetch,
+        ..
+    } = args;
     let consumer = ConsumerOptions {
         shutdown_grace: CONSUME_GRACE,
         prefetch,
