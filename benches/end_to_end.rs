@@ -207,6 +207,26 @@ fn per_thousand(seconds: f64) -> f64 {
     seconds * 1000.0 / DELIVERIES as f64
 }
 
+/// Where the time goes: the CPU seconds per 1000 deliveries of the
+/// receiver, of the source's server (`name`, `pid`, its CPU seconds before)
+/// and of mysqld since `mysql_before`, beside the wall time (2 cores are
+/// shared by all of them).
+fn print_cpu(
+    what: &str,
+    consume: &Consume,
+    (name, pid, before): (&str, u32, f64),
+    mysql_before: f64,
+    elapsed: f64,
+) {
+    println!(
+        "e2e {what} cpu_s_per_1000_deliveries receiver={:.2} {name}={:.2} mysqld={:.2} wall_s_per_1000={:.2}",
+        per_thousand(cpu_seconds(consume.child.id())),
+        per_thousand(cpu_seconds(pid) - before),
+        per_thousand(cpu_seconds(mysqld_pid()) - mysql_before),
+        per_thousand(elapsed),
+    );
+}
+
 /// orbit-dev → `receiver consume` → inbox → ACK, on a fresh subscription
 /// and database; the wall seconds until Orbit counts every delivery ACKed.
 async fn orbit_end_to_end(
@@ -228,14 +248,12 @@ async fn orbit_end_to_end(
     let (orbit_cpu, mysql_cpu) = (cpu_seconds(orbit.pid()), cpu_seconds(mysqld_pid()));
     let mut consume = consume_until_acked(orbit, creds, &sub.id, &db, events.len()).await;
     let elapsed = started.elapsed().as_secs_f64();
-    // Where the time goes: CPU of each process per 1000 deliveries, beside
-    // the wall time (2 cores are shared by all three).
-    println!(
-        "e2e round={round} cpu_s_per_1000_deliveries receiver={:.2} orbit_dev={:.2} mysqld={:.2} wall_s_per_1000={:.2}",
-        per_thousand(cpu_seconds(consume.child.id())),
-        per_thousand(cpu_seconds(orbit.pid()) - orbit_cpu),
-        per_thousand(cpu_seconds(mysqld_pid()) - mysql_cpu),
-        per_thousand(elapsed),
+    print_cpu(
+        &format!("round={round}"),
+        &consume,
+        ("orbit_dev", orbit.pid(), orbit_cpu),
+        mysql_cpu,
+        elapsed,
     );
     assert!(consume.terminate().success());
     elapsed
@@ -311,12 +329,12 @@ async fn nats_end_to_end(round: usize, queue: &str, events: &[String]) -> Option
     let mut consume = Consume::with_env(&server.dir, &env);
     js.wait_all_acked(Duration::from_secs(600)).await;
     let elapsed = started.elapsed().as_secs_f64();
-    println!(
-        "e2e round={round} nats cpu_s_per_1000_deliveries receiver={:.2} nats_server={:.2} mysqld={:.2} wall_s_per_1000={:.2}",
-        per_thousand(cpu_seconds(consume.child.id())),
-        per_thousand(cpu_seconds(server.pid()) - nats_cpu),
-        per_thousand(cpu_seconds(mysqld_pid()) - mysql_cpu),
-        per_thousand(elapsed),
+    print_cpu(
+        &format!("round={round} nats"),
+        &consume,
+        ("nats_server", server.pid(), nats_cpu),
+        mysql_cpu,
+        elapsed,
     );
     assert!(consume.terminate().success());
     let applied: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM receiver_inbox WHERE applied")

@@ -97,8 +97,9 @@ enum Command {
     /// failure everything it created is kept for inspection.
     Demo(Receiver),
     /// Consume an existing subscription until SIGINT/SIGTERM (concurrency 4,
-    /// --prefetch more leased ahead, shutdown within 10 s). Needs only events:read and events:consume on the
-    /// subscription's queue. Never pauses the subscription.
+    /// --prefetch more leased ahead, shutdown within 10 s). Needs only
+    /// events:read and events:consume on the subscription's queue. Never
+    /// pauses the subscription.
     ///
     /// Before anything is leased it checks the database (tables, columns,
     /// SELECT/INSERT/UPDATE), the token's scopes and the subscription's queue;

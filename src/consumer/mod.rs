@@ -11,8 +11,9 @@
 //! for its free handler slots plus a small `prefetch` (so at most
 //! `concurrency + prefetch` deliveries are in its hands at once, and a slot
 //! freed by a commit does not wait for a round trip to Orbit), and runs each
-//! delivery through a clone of the service. When the service answers, [`settle`] decides: `Ok` is ACKed with
-//! the attempt's lease proof over HTTP, `Err` is left for redelivery.
+//! delivery through a clone of the service. When the service answers,
+//! [`settle`] decides: `Ok` is ACKed with the attempt's lease proof over
+//! HTTP, `Err` is left for redelivery.
 //!
 //! An ACK whose answer is lost (connection cut, time-out, server error) is
 //! re-reported with the *same* proof until Orbit answers; that is safe because
@@ -29,9 +30,9 @@
 //!
 //! On shutdown the consumer stops taking deliveries (closes the stream),
 //! drops the held ones unstarted (their leases run out), cancels in-flight
-//! handlers — dropping an inbox transaction rolls it back,
-//! and an interrupted COMMIT is simply not ACKed — then gives pending ACKs
-//! the rest of the grace period. It never pauses the subscription: other
+//! handlers — dropping an inbox transaction rolls it back, and an
+//! interrupted COMMIT is simply not ACKed — then gives pending ACKs the
+//! rest of the grace period. It never pauses the subscription: other
 //! consumers of it carry on.
 
 mod classify;
@@ -547,6 +548,10 @@ impl<Src: Source> Consumer<Src> {
                     Some(Ok(Incoming::Delivery(delivery, receipt))) => {
                         report.received += 1;
                         link.outstanding = link.outstanding.saturating_sub(1);
+                        // Into a free slot at once, even with the breaker
+                        // open (credit granted before it opened), as
+                        // before there was a prefetch; behind the held
+                        // ones otherwise, in the order they came.
                         if handlers.len() < concurrency as usize && held.is_empty() {
                             handlers.spawn(handle(service.clone(), delivery, receipt));
                         } else {
