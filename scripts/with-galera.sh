@@ -62,6 +62,17 @@ cleanup() {
     fi
   done
   sleep 0.2
+  if [ "$status" != 0 ]; then
+    # What the cluster went through, for a failure seen only in CI's log:
+    # each node's last warnings and errors (state changes, evictions,
+    # stalled appliers).
+    for n in 1 2 3; do
+      if [ -f "$tmp/node$n/error.log" ]; then
+        echo "with-galera: node $n, last warnings and errors:" >&2
+        grep -E '\[(Warning|ERROR)\]' "$tmp/node$n/error.log" | tail -n 15 >&2 || true
+      fi
+    done
+  fi
   if [ "$status" != 0 ] && [ -n "${RESULT_INBOX_GALERA_KEEP:-}" ]; then
     echo "with-galera: kept $tmp" >&2
   else

@@ -64,6 +64,12 @@ pub struct ClusterDb {
 impl ClusterDb {
     pub async fn initialized() -> ClusterDb {
         let roots = node_dsns();
+        // A node that fell out of the cluster while the machine was busy
+        // (the tests are compiled after the cluster started) rejoins by
+        // itself; a test begins only once all three are back.
+        for node in 0..roots.len() {
+            wait_until_synced(node, Duration::from_secs(120)).await;
+        }
         let name = format!("receiver_cluster_{}", random_hex(4));
         let first = synced_pool(&roots[0]).await;
         first
@@ -75,19 +81,20 @@ impl ClusterDb {
             .map(|root| Dsn::parse(&with_database(root, &name)).unwrap())
             .collect();
         result_inbox::schema::init(&nodes[0]).await.unwrap();
-        let db = ClusterDb { name, nodes };
-        // DDL replicates in total order; wait until every node has it.
-        for node in 0..db.nodes.len() {
+        // DDL replicates in total order; wait until every node has it. Asked
+        // without the database in the DSN: a node may not have the database
+        // yet when the question is put, and the synced read waits for it.
+        for (node, root) in roots.iter().enumerate() {
             let tables: i64 = sqlx::query_scalar(
                 "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = ?",
             )
-            .bind(&db.name)
-            .fetch_one(&db.pool(node).await)
+            .bind(&name)
+            .fetch_one(&synced_pool(root).await)
             .await
             .unwrap();
             assert_eq!(tables, 2, "the schema reached node {}", node + 1);
         }
-        db
+        ClusterDb { name, nodes }
     }
 
     /// The database's DSN on node `node` (from 0), as text.
@@ -185,7 +192,15 @@ pub async fn restart_node(node: usize) {
         .join("start");
     let status = std::process::Command::new(start).status().unwrap();
     assert!(status.success());
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    wait_until_synced(node, Duration::from_secs(120)).await;
+}
+
+/// Waits until node `node` answers and is `Synced`: in the primary
+/// component, with the cluster's whole state. Panics with its last state
+/// after `within`.
+async fn wait_until_synced(node: usize, within: Duration) {
+    let deadline = tokio::time::Instant::now() + within;
+    let mut last = String::from("not answering");
     loop {
         if let Ok(pool) = MySqlPoolOptions::new()
             .max_connections(1)
@@ -199,13 +214,15 @@ pub async fn restart_node(node: usize) {
                     .await
                     .ok()
                     .flatten();
-            if state.is_some_and(|(_, s)| s == "Synced") {
-                return;
+            match state {
+                Some((_, s)) if s == "Synced" => return,
+                Some((_, s)) => last = s,
+                None => {}
             }
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "node {} did not rejoin",
+            "node {} is not synced with the cluster after {within:?}: {last}",
             node + 1
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
