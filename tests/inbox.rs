@@ -827,3 +827,116 @@ fn nothing_in_the_inbox_layer_knows_the_task_view() {
         );
     }
 }
+
+/// The server's own count of admin commands (`COM_PING` among them) on the
+/// connection of `session`, and that connection's id.
+async fn pings_and_id(session: &mut result_inbox::inbox::Session) -> (u64, u64) {
+    let (_, pings): (String, String) =
+        sqlx::query_as("SHOW SESSION STATUS LIKE 'Com_admin_commands'")
+            .fetch_one(session.connection())
+            .await
+            .unwrap();
+    let id: u64 = sqlx::query_scalar("SELECT CONNECTION_ID()")
+        .fetch_one(session.connection())
+        .await
+        .unwrap();
+    (pings.parse().unwrap(), id)
+}
+
+#[tokio::test]
+async fn a_connection_goes_from_one_delivery_to_the_next_without_a_ping() {
+    let f = Fixture::new().await;
+    let store = f.one_connection_store().await;
+    let mut session = store.session().await.unwrap();
+    let (pings_before, id_before) = pings_and_id(&mut session).await;
+    session.rollback().await.unwrap();
+
+    for version in 1..=20 {
+        let json = f.event(version, "task.submitted", "PENDING").json();
+        assert_eq!(
+            apply(&store, &json).await.unwrap().outcome,
+            Outcome::Applied
+        );
+    }
+
+    let mut session = store.session().await.unwrap();
+    let (pings_after, id_after) = pings_and_id(&mut session).await;
+    session.rollback().await.unwrap();
+    assert_eq!(
+        id_after, id_before,
+        "the same connection served every apply"
+    );
+    assert_eq!(
+        pings_after, pings_before,
+        "a connection whose COMMIT was answered needs no ping before the next apply"
+    );
+}
+
+#[tokio::test]
+async fn transactions_waiting_for_the_only_connection_get_it_in_turn() {
+    let f = Fixture::new().await;
+    let store = f.one_connection_store().await;
+    // Four at once on one connection: three wait for the pool while the
+    // first one's connection goes back on the shelf, not into the pool.
+    let applies = (0..4).map(|_| {
+        let task = random_hex(16);
+        let json = EventSpec {
+            task_id: &task,
+            ..f.event(1, "task.submitted", "PENDING")
+        }
+        .json();
+        let store = store.clone();
+        async move { apply(&store, &json).await }
+    });
+    let started = std::time::Instant::now();
+    for answer in futures::future::join_all(applies).await {
+        assert_eq!(answer.unwrap().outcome, Outcome::Applied);
+    }
+    assert!(
+        started.elapsed() < store.transaction_timeout(),
+        "a waiting transaction sat out the time budget"
+    );
+}
+
+#[tokio::test]
+async fn a_kept_connection_that_the_server_closed_is_replaced_before_the_insert_counts() {
+    let f = Fixture::new().await;
+    let store = f.one_connection_store().await;
+    let json = f.event(1, "task.submitted", "PENDING").json();
+    apply(&store, &json).await.unwrap();
+    let mut session = store.session().await.unwrap();
+    let (_, id) = pings_and_id(&mut session).await;
+    session.rollback().await.unwrap();
+
+    sqlx::query(&format!("KILL CONNECTION {id}"))
+        .execute(&f.pool)
+        .await
+        .unwrap();
+    let json = f.event(2, "task.succeeded", "SUCCEEDED").json();
+    assert_eq!(
+        apply(&store, &json).await.unwrap().outcome,
+        Outcome::Applied
+    );
+    assert_eq!(store.stats().connection_retries, 1);
+    assert_eq!(f.view().await.unwrap().task_version, 2);
+}
+
+#[tokio::test]
+async fn a_connection_that_rested_goes_back_through_the_pool_and_its_ping() {
+    let f = Fixture::new().await;
+    let store = f.one_connection_store().await;
+    apply(&store, &f.event(1, "task.submitted", "PENDING").json())
+        .await
+        .unwrap();
+    let mut session = store.session().await.unwrap();
+    let (pings_before, id) = pings_and_id(&mut session).await;
+    session.rollback().await.unwrap();
+
+    // Longer than a connection rests between transactions (2 s).
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    let mut session = store.session().await.unwrap();
+    let (pings_after, id_after) = pings_and_id(&mut session).await;
+    session.rollback().await.unwrap();
+    assert_eq!(id_after, id, "the pool kept the connection it pinged");
+    assert_eq!(pings_after, pings_before + 1);
+}

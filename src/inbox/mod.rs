@@ -86,6 +86,7 @@
 mod error;
 pub mod future;
 mod layer;
+mod shelf;
 mod store;
 mod tx;
 
@@ -390,7 +391,7 @@ where
     loop {
         // Waiting for a connection is told apart from waiting inside the
         // transaction: only the first says the database cannot be reached.
-        let tx = match timeout_at(deadline, InboxTx::acquire(store.pool())).await {
+        let tx = match timeout_at(deadline, InboxTx::acquire(store.shelf())).await {
             Err(_elapsed) => return Err(InboxError::Database(DbError::pool_timeout())),
             Ok(tx) => tx?,
         };

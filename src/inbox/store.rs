@@ -8,6 +8,7 @@ use sqlx::mysql::{MySqlConnection, MySqlPool, MySqlPoolOptions};
 use sqlx::Executor;
 
 use super::error::{DbError, DbErrorKind};
+use super::shelf::Shelf;
 use super::tx::InboxTx;
 use crate::dsn::Dsn;
 use crate::event::Event;
@@ -58,7 +59,7 @@ impl Default for StoreOptions {
 /// ```
 #[derive(Debug, Clone)]
 pub struct InboxStore {
-    pool: MySqlPool,
+    shelf: Arc<Shelf>,
     scope: InboxScope,
     transaction_timeout: Duration,
     stats: Arc<Counters>,
@@ -112,7 +113,7 @@ impl InboxStore {
 
     fn with_pool(pool: MySqlPool, scope: InboxScope, options: &StoreOptions) -> Self {
         Self {
-            pool,
+            shelf: Arc::new(Shelf::new(pool)),
             scope,
             transaction_timeout: options.transaction_timeout,
             stats: Arc::default(),
@@ -136,6 +137,9 @@ impl InboxStore {
         };
         counter.fetch_add(1, Ordering::Relaxed);
         telemetry::transaction_retry(cause);
+        if kind == DbErrorKind::Connection {
+            self.shelf.clear();
+        }
     }
 
     /// Asks the database whether it answers: takes a connection and runs
@@ -143,10 +147,10 @@ impl InboxStore {
     /// connection that the server dropped is closed and the next one tried,
     /// so the answer is about the server, not about a stale connection.
     pub async fn ping(&self) -> Result<(), DbError> {
-        let mut tries = self.pool.options().get_max_connections() + 1;
+        let mut tries = self.pool().options().get_max_connections() + 1;
         loop {
             tries -= 1;
-            let mut tx = InboxTx::acquire(&self.pool).await?;
+            let mut tx = InboxTx::acquire(&self.shelf).await?;
             let answered = sqlx::query_scalar::<_, i32>("SELECT 1")
                 .fetch_one(tx.connection())
                 .await;
@@ -159,6 +163,7 @@ impl InboxStore {
                     if e.kind() != DbErrorKind::Connection || tries == 0 {
                         return Err(e);
                     }
+                    self.shelf.clear();
                 }
             }
         }
@@ -170,7 +175,7 @@ impl InboxStore {
     /// connection came in time.
     pub async fn try_connect(&self) -> Result<(), DbError> {
         use sqlx::{ConnectOptions, Connection};
-        let options = self.pool.connect_options();
+        let options = self.pool().connect_options();
         let conn = tokio::time::timeout(self.transaction_timeout, options.connect())
             .await
             .map_err(|_| DbError::connect_timeout())??;
@@ -183,7 +188,12 @@ impl InboxStore {
     /// through [`InboxTx`], which ends the transaction or closes the
     /// connection.
     pub(crate) fn pool(&self) -> &MySqlPool {
-        &self.pool
+        self.shelf.pool()
+    }
+
+    /// Where the inbox's transactions take their connections.
+    pub(crate) fn shelf(&self) -> &Arc<Shelf> {
+        &self.shelf
     }
 
     /// The scope rows are written under.
@@ -218,14 +228,14 @@ impl InboxStore {
     /// ```
     pub async fn session(&self) -> Result<Session, DbError> {
         Ok(Session {
-            tx: InboxTx::acquire(&self.pool).await?,
+            tx: InboxTx::acquire(&self.shelf).await?,
         })
     }
 
     /// The session settings of the store's connections, as the server
     /// reports them: for checking a deployment (and this crate's tests).
     pub async fn session_settings(&self) -> Result<SessionSettings, DbError> {
-        let mut tx = InboxTx::acquire(&self.pool).await?;
+        let mut tx = InboxTx::acquire(&self.shelf).await?;
         let conn = tx.connection();
         // MySQL 8 names the variable transaction_isolation; MariaDB 10 only
         // knows tx_isolation.

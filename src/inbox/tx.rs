@@ -13,19 +13,24 @@
 //! what it had.
 
 use std::fmt;
+use std::sync::Arc;
 
-use sqlx::mysql::{MySql, MySqlConnection, MySqlPool};
+use sqlx::mysql::{MySql, MySqlConnection};
 use sqlx::pool::PoolConnection;
 use sqlx::Executor;
 
 use super::error::{self, DbError, InboxError};
+use super::shelf::{Lent, Shelf};
 use crate::digest::Digest;
 use crate::event::Event;
 use crate::scope::InboxScope;
 
 /// An open transaction on a pooled connection.
 pub(crate) struct InboxTx {
-    conn: PoolConnection<MySql>,
+    /// Always there until the transaction is dropped.
+    conn: Option<PoolConnection<MySql>>,
+    lent: Lent,
+    shelf: Arc<Shelf>,
     /// Whether the transaction may still be open on the server.
     open: bool,
 }
@@ -62,15 +67,25 @@ fn inconsistent() -> InboxError {
 }
 
 impl InboxTx {
-    /// A connection from `pool` whose next statement starts a transaction.
+    /// A connection from `shelf` whose next statement starts a transaction.
     /// Whatever runs on it must end with [`commit`](Self::commit) or
-    /// [`rollback`](Self::rollback), or the connection is closed.
-    pub(crate) async fn acquire(pool: &MySqlPool) -> Result<InboxTx, sqlx::Error> {
+    /// [`rollback`](Self::rollback), or the connection is closed; after
+    /// either, it goes back on the shelf.
+    pub(crate) async fn acquire(shelf: &Arc<Shelf>) -> Result<InboxTx, sqlx::Error> {
+        let (conn, lent) = shelf.acquire().await?;
         Ok(InboxTx {
-            conn: pool.acquire().await?,
+            conn: Some(conn),
+            lent,
+            shelf: shelf.clone(),
             // From here on, assume the worst until the server says otherwise.
             open: true,
         })
+    }
+
+    fn conn(&mut self) -> &mut MySqlConnection {
+        self.conn
+            .as_mut()
+            .expect("a transaction has its connection until it is dropped")
     }
 
     /// Opens the transaction with the plain `INSERT` of `event`'s inbox row.
@@ -94,7 +109,7 @@ impl InboxTx {
             .bind(event.id().as_str())
             .bind(canonical.digest().to_hex())
             .bind(canonical.as_str())
-            .execute(&mut *self.conn)
+            .execute(self.conn())
             .await;
         match inserted {
             Ok(_) => Ok(Begun::Inserted(self)),
@@ -103,7 +118,7 @@ impl InboxTx {
                     .bind(scope.receiver.as_str())
                     .bind(scope.queue_id.as_str())
                     .bind(event.id().as_str())
-                    .fetch_optional(&mut *self.conn)
+                    .fetch_optional(self.conn())
                     .await?;
                 self.rollback().await?;
                 // The digest column holds 64 hex digits.
@@ -125,20 +140,20 @@ impl InboxTx {
 
     /// The connection, as an executor for the statements of the transaction.
     pub(crate) fn connection(&mut self) -> &mut MySqlConnection {
-        &mut self.conn
+        self.conn()
     }
 
     /// `COMMIT`. An error leaves the outcome to the caller's judgement (see
     /// `error::commit_error`); the connection is then closed, not reused.
     pub(crate) async fn commit(mut self) -> Result<(), sqlx::Error> {
-        self.conn.execute("COMMIT").await?;
+        self.conn().execute("COMMIT").await?;
         self.open = false;
         Ok(())
     }
 
     /// `ROLLBACK`.
     pub(crate) async fn rollback(mut self) -> Result<(), sqlx::Error> {
-        self.conn.execute("ROLLBACK").await?;
+        self.conn().execute("ROLLBACK").await?;
         self.open = false;
         Ok(())
     }
@@ -146,10 +161,15 @@ impl InboxTx {
 
 impl Drop for InboxTx {
     fn drop(&mut self) {
+        let Some(mut conn) = self.conn.take() else {
+            return;
+        };
         if self.open {
             // Closing the connection makes the server roll back; returning it
             // could hand an open transaction (and its locks) to the next user.
-            self.conn.close_on_drop();
+            conn.close_on_drop();
+        } else {
+            self.shelf.put(conn, self.lent);
         }
     }
 }
