@@ -7,7 +7,9 @@
 //! * `raw` — `INSERT` one row with the event text, `COMMIT`: the least a
 //!   durable record of an event can cost (2 round trips). Its sessions run
 //!   like the inbox's, `READ COMMITTED` with `autocommit` off, so that the
-//!   `INSERT` opens the transaction without a `BEGIN`;
+//!   `INSERT` opens the transaction without a `BEGIN`, and each connection
+//!   goes from one transaction to the next without a ping, as the inbox's
+//!   do;
 //! * `inbox` — fresh deliveries through `InboxLayer` over `TaskView` (each a
 //!   new task, so each creates its view row);
 //! * `duplicate` — the same deliveries again: every one finds its inbox row.
@@ -17,15 +19,17 @@
 //! both. It prints one line per concurrency: the rates and their ratio, the
 //! statements the server counted per fresh apply (`Questions`: the inbox
 //! `INSERT`, which opens the transaction, the view statement, `COMMIT` — one
-//! round trip each) and per raw transaction, and the CPU microseconds the server and this process
-//! spent per transaction of each case.
+//! round trip each) and per raw transaction, the pings per each (the round
+//! trips `Questions` does not count: `Com_admin_commands`), and the CPU
+//! microseconds the server and this process spent per transaction of each
+//! case.
 
 #[path = "../tests/common/mod.rs"]
 #[allow(unused_imports)]
 mod common;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -36,7 +40,7 @@ use result_inbox::event::QueueId;
 use result_inbox::inbox::{Inbox, InboxLayer, InboxStore, Outcome, StoreOptions};
 use result_inbox::scope::{InboxScope, ReceiverName};
 use result_inbox::task_view::TaskView;
-use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
+use sqlx::mysql::{MySqlConnection, MySqlPool, MySqlPoolOptions};
 use sqlx::Executor;
 use tower::{ServiceBuilder, ServiceExt};
 
@@ -124,12 +128,23 @@ async fn round<F, Fut>(
     into.client_cpu += cpu_seconds(client) - client_cpu;
 }
 
-async fn questions(pool: &MySqlPool) -> u64 {
-    let (_, v): (String, String) = sqlx::query_as("SHOW GLOBAL STATUS LIKE 'Questions'")
-        .fetch_one(pool)
-        .await
-        .unwrap();
-    v.parse().unwrap()
+/// The server's counts of statements (`Questions`) and of admin commands
+/// such as `COM_PING` (`Com_admin_commands`): together, its round trips.
+async fn counted(pool: &MySqlPool) -> (u64, u64) {
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Com_admin_commands')",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    let value = |name: &str| -> u64 {
+        let (_, v) = rows
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .unwrap();
+        v.parse().unwrap()
+    };
+    (value("Questions"), value("Com_admin_commands"))
 }
 
 #[tokio::main]
@@ -177,20 +192,27 @@ async fn main() {
     let (rounds, time) = (ROUNDS, measure_for() / ROUNDS);
     let mut offset = 0u64;
     for concurrency in CONCURRENCY {
-        // The floor: one durable row per event.
+        // The floor: one durable row per event, on connections kept between
+        // transactions (a pooled one would be pinged each time it goes back).
         let raw_work = {
             let pool = raw_pool.clone();
+            let kept: Arc<Mutex<Vec<MySqlConnection>>> = Arc::default();
             Arc::new(move |n: u64| {
-                let pool = pool.clone();
+                let (pool, kept) = (pool.clone(), kept.clone());
                 async move {
-                    let mut conn = pool.acquire().await.unwrap();
+                    let taken = kept.lock().unwrap().pop();
+                    let mut conn = match taken {
+                        Some(conn) => conn,
+                        None => pool.acquire().await.unwrap().detach(),
+                    };
                     sqlx::query("INSERT INTO raw_events (id, body) VALUES (?, ?)")
                         .bind(n)
                         .bind(event(n))
-                        .execute(&mut *conn)
+                        .execute(&mut conn)
                         .await
                         .unwrap();
                     conn.execute("COMMIT").await.unwrap();
+                    kept.lock().unwrap().push(conn);
                 }
             })
         };
@@ -228,26 +250,29 @@ async fn main() {
         // Raw and inbox take turns, so that whatever else the machine does
         // weighs on both alike; the order flips every round.
         let (mut raw, mut inbox) = (Measured::default(), Measured::default());
-        let (mut statements, mut raw_statements) = (0, 0);
+        let (mut statements, mut raw_statements) = ((0, 0), (0, 0));
         for r in 0..rounds {
             for inbox_turn in [r % 2 == 0, r % 2 == 1] {
-                let before = questions(&admin_pool).await;
+                let before = counted(&admin_pool).await;
                 if inbox_turn {
                     round(concurrency, time, &inbox_next, &inbox_work, &mut inbox).await;
                 } else {
                     round(concurrency, time, &raw_next, &raw_work, &mut raw).await;
                 }
-                // One more: the SHOW STATUS that read `before`.
-                let counted = questions(&admin_pool).await - before - 1;
-                if inbox_turn {
-                    statements += counted;
+                let after = counted(&admin_pool).await;
+                // One more statement: the SHOW STATUS that read `before`.
+                let into = if inbox_turn {
+                    &mut statements
                 } else {
-                    raw_statements += counted;
-                }
+                    &mut raw_statements
+                };
+                into.0 += after.0 - before.0 - 1;
+                into.1 += after.1 - before.1;
             }
         }
-        let statements = statements as f64 / inbox.transactions as f64;
-        let raw_statements = raw_statements as f64 / raw.transactions as f64;
+        let per = |count: u64, of: &Measured| count as f64 / of.transactions as f64;
+        let (pings, raw_pings) = (per(statements.1, &inbox), per(raw_statements.1, &raw));
+        let (statements, raw_statements) = (per(statements.0, &inbox), per(raw_statements.0, &raw));
 
         let applied = inbox_next.load(Ordering::Relaxed) - first_inbox;
         let duplicate_work = {
@@ -279,7 +304,7 @@ async fn main() {
         let (cpu_raw, cpu_inbox, cpu_dup) = (raw.cpu_us(), inbox.cpu_us(), duplicate.cpu_us());
         println!(
             "apply concurrency={concurrency} raw_tx_per_s={:.0} inbox_tx_per_s={:.0} duplicate_tx_per_s={:.0} ratio={:.2} \
-             statements_per_apply={statements:.1} statements_per_raw={raw_statements:.1} cpu_us_per_tx_server/client raw={:.0}/{:.0} inbox={:.0}/{:.0} duplicate={:.0}/{:.0}",
+             statements_per_apply={statements:.1} statements_per_raw={raw_statements:.1} pings_per_apply={pings:.1} pings_per_raw={raw_pings:.1} cpu_us_per_tx_server/client raw={:.0}/{:.0} inbox={:.0}/{:.0} duplicate={:.0}/{:.0}",
             raw.tx_per_s(),
             inbox.tx_per_s(),
             duplicate.tx_per_s(),
