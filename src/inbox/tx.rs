@@ -82,12 +82,6 @@ impl InboxTx {
         })
     }
 
-    fn conn(&mut self) -> &mut MySqlConnection {
-        self.conn
-            .as_mut()
-            .expect("a transaction has its connection until it is dropped")
-    }
-
     /// Opens the transaction with the plain `INSERT` of `event`'s inbox row.
     ///
     /// Only error 1062 becomes [`Begun::Duplicate`]: the row that caused it
@@ -109,7 +103,7 @@ impl InboxTx {
             .bind(event.id().as_str())
             .bind(canonical.digest().to_hex())
             .bind(canonical.as_str())
-            .execute(self.conn())
+            .execute(self.connection())
             .await;
         match inserted {
             Ok(_) => Ok(Begun::Inserted(self)),
@@ -118,7 +112,7 @@ impl InboxTx {
                     .bind(scope.receiver.as_str())
                     .bind(scope.queue_id.as_str())
                     .bind(event.id().as_str())
-                    .fetch_optional(self.conn())
+                    .fetch_optional(self.connection())
                     .await?;
                 self.rollback().await?;
                 // The digest column holds 64 hex digits.
@@ -140,20 +134,22 @@ impl InboxTx {
 
     /// The connection, as an executor for the statements of the transaction.
     pub(crate) fn connection(&mut self) -> &mut MySqlConnection {
-        self.conn()
+        self.conn
+            .as_mut()
+            .expect("a transaction has its connection until it is dropped")
     }
 
     /// `COMMIT`. An error leaves the outcome to the caller's judgement (see
     /// `error::commit_error`); the connection is then closed, not reused.
     pub(crate) async fn commit(mut self) -> Result<(), sqlx::Error> {
-        self.conn().execute("COMMIT").await?;
+        self.connection().execute("COMMIT").await?;
         self.open = false;
         Ok(())
     }
 
     /// `ROLLBACK`.
     pub(crate) async fn rollback(mut self) -> Result<(), sqlx::Error> {
-        self.conn().execute("ROLLBACK").await?;
+        self.connection().execute("ROLLBACK").await?;
         self.open = false;
         Ok(())
     }
