@@ -427,31 +427,45 @@ async fn no_nats_token_or_url_password_ever_appears_in_the_output() {
     }
 }
 
-#[tokio::test]
-async fn a_server_that_wants_a_token_refuses_a_receiver_without_it_and_serves_one_with_it() {
-    let server = NatsServer::start_with(NatsServerOptions {
-        token: Some("sentinel-nats-token"),
-        ..Default::default()
-    });
+/// On `server`, with one event queued: a receiver without `setting` exits 2
+/// saying `refusal` and applies nothing; one with it applies the event and
+/// has it acknowledged. The outputs of both, refused first.
+async fn refused_without_and_served_with(
+    server: NatsServer,
+    refusal: &str,
+    setting: (&str, String),
+) -> [String; 2] {
     let s = Setup::on(server, Duration::from_secs(5), 3).await;
     s.queue.publish(s.submitted(&random_hex(16))).await;
 
     let mut refused = s.consume();
     let status = refused.wait_exit(Duration::from_secs(20));
     assert_eq!(status.code(), Some(2), "{}", refused.output());
-    assert!(
-        refused.output().contains("refused the connection"),
-        "{}",
-        refused.output()
-    );
+    assert!(refused.output().contains(refusal), "{}", refused.output());
+    assert_eq!(s.inbox_rows().await, 0);
 
     let mut env = s.env(&s.server.url());
-    env.push(("NATS_TOKEN".into(), "sentinel-nats-token".into()));
+    env.push((setting.0.into(), setting.1));
     let mut consume = Consume::with_env(&s.server.dir, &env);
     s.queue.wait_all_acked(Duration::from_secs(20)).await;
-    assert!(consume.terminate().success());
+    assert!(consume.terminate().success(), "{}", consume.output());
     assert_eq!(s.totals().await, (1, 1, 1));
-    for out in [refused.output(), consume.output()] {
+    [refused.output(), consume.output()]
+}
+
+#[tokio::test]
+async fn a_server_that_wants_a_token_refuses_a_receiver_without_it_and_serves_one_with_it() {
+    let server = NatsServer::start_with(NatsServerOptions {
+        token: Some("sentinel-nats-token"),
+        ..Default::default()
+    });
+    let outputs = refused_without_and_served_with(
+        server,
+        "refused the connection",
+        ("NATS_TOKEN", "sentinel-nats-token".into()),
+    )
+    .await;
+    for out in outputs {
         assert!(!out.contains("sentinel-nats-token"), "{out}");
     }
 }
@@ -463,26 +477,13 @@ async fn over_tls_a_private_ca_is_trusted_by_nats_ca_file_and_an_unknown_one_is_
         tls: Some(&pki),
         ..Default::default()
     });
-    let s = Setup::on(server, Duration::from_secs(5), 3).await;
-    s.queue.publish(s.submitted(&random_hex(16))).await;
-
     // Mozilla's roots do not know the test CA.
-    let mut untrusted = s.consume();
-    let status = untrusted.wait_exit(Duration::from_secs(20));
-    assert_eq!(status.code(), Some(2), "{}", untrusted.output());
-    assert!(
-        untrusted.output().contains("refused the connection: TLS"),
-        "{}",
-        untrusted.output()
-    );
-    assert_eq!(s.inbox_rows().await, 0);
-
-    let mut env = s.env(&s.server.url());
-    env.push(("NATS_CA_FILE".into(), pki.ca.display().to_string()));
-    let mut consume = Consume::with_env(&s.server.dir, &env);
-    s.queue.wait_all_acked(Duration::from_secs(20)).await;
-    assert!(consume.terminate().success(), "{}", consume.output());
-    assert_eq!(s.totals().await, (1, 1, 1));
+    refused_without_and_served_with(
+        server,
+        "refused the connection: TLS",
+        ("NATS_CA_FILE", pki.ca.display().to_string()),
+    )
+    .await;
 }
 
 #[tokio::test]
