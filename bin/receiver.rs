@@ -445,12 +445,12 @@ fn usage_error(e: clap::Error) -> ExitCode {
 /// never a silent fall-back to the default.
 fn init_logging() -> Result<(), String> {
     use tracing_subscriber::EnvFilter;
-    let (variable, filter) = match std::env::var("RECEIVER_LOG") {
-        Ok(f) => ("RECEIVER_LOG", f),
-        Err(_) => match std::env::var("RUST_LOG") {
-            Ok(f) => ("RUST_LOG", f),
-            Err(_) => ("", DEFAULT_LOG_FILTER.to_owned()),
-        },
+    // An empty variable is taken as unset, as env_logger does.
+    let set = |name| std::env::var(name).ok().filter(|f| !f.trim().is_empty());
+    let (variable, filter) = match (set("RECEIVER_LOG"), set("RUST_LOG")) {
+        (Some(f), _) => ("RECEIVER_LOG", f),
+        (None, Some(f)) => ("RUST_LOG", f),
+        (None, None) => ("", DEFAULT_LOG_FILTER.to_owned()),
     };
     let filter = EnvFilter::builder()
         .parse(&filter)

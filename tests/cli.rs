@@ -265,6 +265,20 @@ fn an_invalid_log_filter_or_format_is_a_configuration_error_not_a_silent_default
 }
 
 #[test]
+fn an_empty_receiver_log_counts_as_unset_so_rust_log_applies() {
+    let out = Command::new(receiver_bin())
+        .args(["digest", "-"])
+        .env("RECEIVER_LOG", "")
+        .env("RUST_LOG", "result_inbox=loud")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.starts_with("receiver: RUST_LOG: "), "{err}");
+}
+
+#[test]
 fn a_bad_metrics_address_is_a_configuration_error() {
     let out = consume_with(("RECEIVER_METRICS_ADDR", "not-an-address"));
     let err = text(&out.stderr);
