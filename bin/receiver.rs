@@ -139,14 +139,27 @@ enum Command {
     /// Create a subscription on the configured queue for the given event
     /// types and print `subscription=<32 hex>`, the ORBIT_SUBSCRIPTION_ID of
     /// `consume`. Needs events:manage.
+    ///
+    /// With --source nats it makes sure NATS_CONSUMER exists on NATS_STREAM
+    /// as `consume --source nats` needs it: a missing one is created (durable,
+    /// pull, explicit acks, the queue's subject, --ack-wait, --max-deliver),
+    /// an existing one is only checked, never changed. Prints
+    /// `consumer=<name> stream=<stream> created|existing ack_wait_s=… max_deliver=…`.
     Subscribe {
         #[command(flatten)]
         orbit: OrbitArgs,
         /// Comma-separated event types, e.g. task.cancelled,task.succeeded.
         /// Default: all five (task.submitted, task.succeeded, task.failed,
-        /// task.cancelled, task.needs_review).
+        /// task.cancelled, task.needs_review). Only for --source orbit.
         #[arg(long)]
         events: Option<String>,
+        /// Where `consume` takes its deliveries from: `orbit` or `nats`.
+        #[arg(long, env = "RECEIVER_SOURCE", value_enum, default_value_t = SourceKind::Orbit)]
+        source: SourceKind,
+        #[command(flatten)]
+        nats: NatsArgs,
+        #[command(flatten)]
+        consumer: NatsConsumerArgs,
     },
     /// Read both tables once and check that they agree: digests, canonical
     /// texts, events, each view against its events. One line per problem
@@ -262,6 +275,31 @@ impl NatsArgs {
         }
         .resolve()
         .map_err(|e| e.to_string())
+    }
+}
+
+/// The durable pull consumer `subscribe --source nats` creates when there
+/// is none.
+#[derive(Args)]
+struct NatsConsumerArgs {
+    /// AckWait in seconds: how long one delivery is leased; longer than the
+    /// inbox's 5 s transaction budget.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
+    ack_wait: u64,
+    /// MaxDeliver: how often a message is delivered at most (its retry
+    /// budget).
+    #[arg(long, default_value_t = 10, value_parser = at_least_one)]
+    max_deliver: i64,
+    /// Create NATS_STREAM (file storage, on the queue's subject) when it
+    /// does not exist.
+    #[arg(long)]
+    create_stream: bool,
+}
+
+fn at_least_one(value: &str) -> Result<i64, String> {
+    match value.parse::<i64>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err("must be a whole number of at least 1 (every message needs one delivery)".into()),
     }
 }
 
@@ -405,7 +443,14 @@ fn main() -> ExitCode {
             demo,
             ..
         } => run_check(receiver, subscription_id, demo),
-        Command::Subscribe { orbit, events } => run_subscribe(orbit, events),
+        Command::Subscribe {
+            orbit,
+            source: SourceKind::Nats,
+            events,
+            nats,
+            consumer,
+        } => run_subscribe_nats(orbit, events, nats, consumer),
+        Command::Subscribe { orbit, events, .. } => run_subscribe(orbit, events),
         Command::Verify { database } => run_verify(database),
         Command::Stats { database, json } => run_stats(database, json),
         Command::Inspect { database, what } => run_inspect(database, what),
@@ -783,10 +828,73 @@ fn run_subscribe(orbit: OrbitArgs, events: Option<String>) -> ExitCode {
             println!("subscription={id}");
             ExitCode::SUCCESS
         }
-        Err(e @ SubscribeError::OtherQueue { .. }) => fail(EXIT_CONFIG, e),
-        Err(SubscribeError::Orbit(e)) if e.is_refusal() => fail(EXIT_CONFIG, e),
-        Err(e) => fail(EXIT_FAILED, e),
+        Err(e) => subscribe_failure(e),
     }
+}
+
+fn run_subscribe_nats(
+    orbit: OrbitArgs,
+    events: Option<String>,
+    nats: NatsArgs,
+    consumer: NatsConsumerArgs,
+) -> ExitCode {
+    if events.is_some() {
+        return fail(
+            EXIT_CONFIG,
+            "--events is only for --source orbit: a JetStream consumer takes every event on the queue's subject",
+        );
+    }
+    let settings = match nats.resolve(orbit.queue_id) {
+        Ok(s) => s,
+        Err(e) => return fail(EXIT_CONFIG, e),
+    };
+    let spec = result_inbox::nats::ConsumerSpec {
+        ack_wait: Duration::from_secs(consumer.ack_wait),
+        max_deliver: consumer.max_deliver,
+        create_stream: consumer.create_stream,
+    };
+    match runtime().block_on(subscribe::nats(&settings, NATS_CALL_TIMEOUT, &spec)) {
+        Ok(done) => {
+            if !done.consumer_created
+                && (done.ack_wait != spec.ack_wait || done.max_deliver != spec.max_deliver)
+            {
+                tracing::warn!(
+                    ack_wait_s = done.ack_wait.as_secs(),
+                    max_deliver = done.max_deliver,
+                    "the consumer exists with its own AckWait and MaxDeliver, left as they are: --ack-wait and --max-deliver only shape a consumer this command creates"
+                );
+            }
+            if done.stream_created {
+                println!(
+                    "stream={} created subject={}",
+                    settings.stream, settings.subject
+                );
+            }
+            println!(
+                "consumer={} stream={} {} ack_wait_s={} max_deliver={}",
+                settings.consumer,
+                settings.stream,
+                if done.consumer_created {
+                    "created"
+                } else {
+                    "existing"
+                },
+                done.ack_wait.as_secs(),
+                done.max_deliver
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => subscribe_failure(e),
+    }
+}
+
+fn subscribe_failure(e: SubscribeError) -> ExitCode {
+    let code = if e.is_configuration() {
+        EXIT_CONFIG
+    } else {
+        EXIT_FAILED
+    };
+    fail(code, e)
 }
 
 /// The exit code of a database failure: the configuration's to fix (a

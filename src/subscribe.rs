@@ -1,5 +1,7 @@
 //! `receiver subscribe`: create the subscription that `receiver consume`
-//! then consumes, on the configured queue, for the event types asked for.
+//! then consumes, on the configured queue, for the event types asked for;
+//! with `--source nats`, the durable pull consumer of the queue's subject
+//! (and, when asked, its stream).
 
 use crate::event::EventType;
 use crate::ids::{QueueId, SubscriptionId};
@@ -24,6 +26,48 @@ pub enum SubscribeError {
         /// The configured queue.
         expected: QueueId,
     },
+    /// The lease asked for would run out while an apply may still run, so
+    /// a delivery would come again beside its own first attempt.
+    #[error(
+        "--ack-wait {ack_wait:?} must be longer than the inbox's transaction budget of {budget:?}"
+    )]
+    AckWaitTooShort {
+        /// The AckWait asked for.
+        ack_wait: std::time::Duration,
+        /// The inbox's budget for one apply.
+        budget: std::time::Duration,
+    },
+    /// The stream does not exist and was not to be created.
+    #[cfg(feature = "nats")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
+    #[error("stream {stream} does not exist; check NATS_STREAM, or pass --create-stream to create it for subject {subject:?}")]
+    NoStream {
+        /// The configured stream.
+        stream: String,
+        /// The queue's subject.
+        subject: String,
+    },
+    /// NATS refused, or the existing stream or consumer cannot serve the
+    /// queue; nothing was created.
+    #[cfg(feature = "nats")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
+    #[error("{0}")]
+    Nats(#[from] crate::nats::NatsError),
+}
+
+impl SubscribeError {
+    /// Whether the configuration (or what exists on the server) has to
+    /// change before the command can succeed.
+    pub fn is_configuration(&self) -> bool {
+        match self {
+            SubscribeError::Orbit(e) => e.is_refusal(),
+            SubscribeError::OtherQueue { .. } | SubscribeError::AckWaitTooShort { .. } => true,
+            #[cfg(feature = "nats")]
+            SubscribeError::NoStream { .. } => true,
+            #[cfg(feature = "nats")]
+            SubscribeError::Nats(e) => e.is_configuration(),
+        }
+    }
 }
 
 /// Reads a comma-separated list of event types (`task.cancelled,task.failed`);
@@ -61,6 +105,34 @@ pub async fn run(
         });
     }
     Ok(created.id)
+}
+
+/// Makes sure the durable pull consumer `consume --source nats` needs
+/// exists: creates it from `spec` (and the stream, when `spec` says so) or
+/// accepts an existing one that passes consume's checks, changing nothing.
+#[cfg(all(feature = "nats", feature = "mysql"))]
+#[cfg_attr(docsrs, doc(cfg(all(feature = "nats", feature = "mysql"))))]
+pub async fn nats(
+    settings: &crate::nats::NatsSettings,
+    timeout: std::time::Duration,
+    spec: &crate::nats::ConsumerSpec,
+) -> Result<crate::nats::Provisioned, SubscribeError> {
+    let budget = crate::inbox::StoreOptions::default().transaction_timeout;
+    if spec.ack_wait <= budget {
+        return Err(SubscribeError::AckWaitTooShort {
+            ack_wait: spec.ack_wait,
+            budget,
+        });
+    }
+    crate::nats::provision(settings, timeout, spec)
+        .await
+        .map_err(|e| match e {
+            crate::nats::NatsError::UnknownStream { stream, .. } => SubscribeError::NoStream {
+                stream,
+                subject: settings.subject.clone(),
+            },
+            e => e.into(),
+        })
 }
 
 #[cfg(test)]

@@ -519,3 +519,182 @@ async fn receiver_check_with_source_nats_checks_the_database_the_server_and_the_
         "nothing was fetched"
     );
 }
+
+/// `receiver subscribe --source nats` with this queue, stream and consumer
+/// on `server`, and `args`.
+fn subscribe(
+    server: &NatsServer,
+    queue: &str,
+    stream: &str,
+    consumer: &str,
+    args: &[&str],
+) -> std::process::Output {
+    common::orbit::receiver()
+        .args(["subscribe", "--source", "nats"])
+        .args(args)
+        .env("NATS_URL", server.url())
+        .env("NATS_STREAM", stream)
+        .env("NATS_CONSUMER", consumer)
+        .env("ORBIT_QUEUE_ID", queue)
+        .output()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn receiver_subscribe_with_source_nats_creates_the_consumer_that_consume_then_consumes() {
+    let server = NatsServer::start();
+    let js = server.jetstream().await;
+    let queue = random_hex(16);
+    let subject = format!("orbit.results.{queue}");
+
+    let refused = subscribe(&server, &queue, "RESULTS", RECEIVER, &[]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("stream RESULTS does not exist") && err.contains("--create-stream"),
+        "{err}"
+    );
+    assert!(js.get_stream("RESULTS").await.is_err(), "nothing created");
+
+    let created = subscribe(
+        &server,
+        &queue,
+        "RESULTS",
+        RECEIVER,
+        &["--create-stream", "--ack-wait", "20", "--max-deliver", "3"],
+    );
+    assert!(created.status.success(), "{created:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&created.stdout),
+        format!(
+            "stream=RESULTS created subject={subject}\n\
+             consumer={RECEIVER} stream=RESULTS created ack_wait_s=20 max_deliver=3\n"
+        )
+    );
+    let stream = js.get_stream("RESULTS").await.unwrap();
+    let config = stream.consumer_info(RECEIVER).await.unwrap().config.clone();
+    assert_eq!(config.durable_name.as_deref(), Some(RECEIVER));
+    assert_eq!(config.deliver_subject, None, "a pull consumer");
+    assert_eq!(
+        config.ack_policy,
+        async_nats::jetstream::consumer::AckPolicy::Explicit
+    );
+    assert_eq!(config.filter_subject, subject);
+    assert_eq!(
+        (config.ack_wait, config.max_deliver),
+        (Duration::from_secs(20), 3)
+    );
+
+    let again = subscribe(&server, &queue, "RESULTS", RECEIVER, &["--ack-wait", "60"]);
+    assert!(again.status.success(), "{again:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&again.stdout),
+        format!("consumer={RECEIVER} stream=RESULTS existing ack_wait_s=20 max_deliver=3\n")
+    );
+    let unchanged = stream.consumer_info(RECEIVER).await.unwrap().config.clone();
+    assert_eq!(
+        unchanged.ack_wait,
+        Duration::from_secs(20),
+        "left as it was"
+    );
+
+    // The queue as the tests' own set-up would have made it.
+    let made = JetStreamQueue {
+        js,
+        queue,
+        stream: "RESULTS".into(),
+        consumer: RECEIVER.into(),
+        subject,
+    };
+    made.publish(EventSpec::submitted(&made.queue, &random_hex(16)).json())
+        .await;
+    let db = TestDb::initialized().await;
+    let mut env = made.env(&server.url());
+    env.push(("ORBIT_RECEIVER_DSN".into(), dsn_for(&db.name)));
+    env.push(("RECEIVER_NAME".into(), RECEIVER.into()));
+    let mut consume = Consume::with_env(&server.dir, &env);
+    made.wait_all_acked(Duration::from_secs(20)).await;
+    assert!(consume.terminate().success(), "{}", consume.output());
+    let applied: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM receiver_inbox WHERE applied")
+        .fetch_one(&db.pool().await)
+        .await
+        .unwrap();
+    assert_eq!(applied, 1);
+}
+
+#[tokio::test]
+async fn receiver_subscribe_with_source_nats_leaves_a_stream_or_consumer_of_another_queue_as_it_is()
+{
+    let server = NatsServer::start();
+    let js = server.jetstream().await;
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: "RESULTS".into(),
+        subjects: vec!["orbit.results.*".into()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let (queue, other_queue) = (random_hex(16), random_hex(16));
+    let made = subscribe(&server, &queue, "RESULTS", RECEIVER, &[]);
+    assert!(made.status.success(), "{made:?}");
+
+    let other = subscribe(&server, &other_queue, "RESULTS", RECEIVER, &[]);
+    let err = String::from_utf8_lossy(&other.stderr);
+    assert_eq!(other.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!("filters subject \"orbit.results.{queue}\""))
+            && err.contains(&format!("\"orbit.results.{other_queue}\"")),
+        "{err}"
+    );
+    let stream = js.get_stream("RESULTS").await.unwrap();
+    let config = stream.consumer_info(RECEIVER).await.unwrap().config.clone();
+    assert_eq!(
+        config.filter_subject,
+        format!("orbit.results.{queue}"),
+        "unchanged"
+    );
+
+    // A stream of one queue's subject only (another server: subjects of
+    // two streams may not overlap).
+    let narrow = Setup::new(Duration::from_secs(10), 3).await;
+    let out = subscribe(
+        &narrow.server,
+        &other_queue,
+        &narrow.queue.stream,
+        &narrow.queue.consumer,
+        &["--create-stream"],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "does not hold subject \"orbit.results.{other_queue}\""
+        )),
+        "{err}"
+    );
+    let info = narrow.queue.info().await;
+    assert_eq!(
+        info.config.filter_subject, narrow.queue.subject,
+        "unchanged"
+    );
+    assert_eq!(info.config.ack_wait, Duration::from_secs(10), "unchanged");
+}
+
+#[test]
+fn receiver_subscribe_with_source_nats_refuses_a_lease_shorter_than_an_apply_before_connecting() {
+    // Nothing listens on port 1: the refusal comes before any connection.
+    let out = common::orbit::receiver()
+        .args(["subscribe", "--source", "nats", "--ack-wait", "5"])
+        .env("NATS_URL", "nats://127.0.0.1:1")
+        .env("NATS_STREAM", "RESULTS")
+        .env("NATS_CONSUMER", RECEIVER)
+        .env("ORBIT_QUEUE_ID", random_hex(16))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--ack-wait 5s must be longer than the inbox's transaction budget of 5s"),
+        "{err}"
+    );
+}

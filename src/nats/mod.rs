@@ -30,7 +30,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use async_nats::jetstream::{self, consumer::AckPolicy};
+use async_nats::jetstream::{self, consumer, consumer::AckPolicy};
 use async_nats::{Client, ConnectErrorKind, ConnectOptions, Event, Subscriber};
 use bytes::Bytes;
 use futures::stream::{SelectAll, StreamExt};
@@ -187,6 +187,17 @@ pub enum NatsError {
         /// The consumer's filter subject (empty: the whole stream).
         actual: String,
     },
+    /// The stream exists but does not hold the queue's subject, so no
+    /// consumer of it can filter that subject.
+    #[error("stream {stream} does not hold subject {subject:?} (its subjects: {subjects:?}); add the subject to the stream, or check NATS_STREAM, NATS_SUBJECT and ORBIT_QUEUE_ID")]
+    SubjectNotInStream {
+        /// The configured stream.
+        stream: String,
+        /// The queue's subject.
+        subject: String,
+        /// The stream's subjects.
+        subjects: Vec<String>,
+    },
     /// The consumer cannot work as a lease: not durable, push-based or not
     /// acknowledged one by one.
     #[error("consumer {consumer} of stream {stream} {problem}")]
@@ -220,6 +231,7 @@ impl NatsError {
                 | NatsError::UnknownStream { .. }
                 | NatsError::UnknownConsumer { .. }
                 | NatsError::SubjectMismatch { .. }
+                | NatsError::SubjectNotInStream { .. }
                 | NatsError::UnsuitableConsumer { .. }
         )
     }
@@ -262,10 +274,17 @@ impl JetStreamSource {
     /// subject. One attempt: [`NatsError::is_retryable`](SourceError) says
     /// whether to try again.
     pub async fn connect(settings: &NatsSettings, timeout: Duration) -> Result<Self, NatsError> {
+        let source = Self::unchecked(settings, timeout).await?;
+        source.check().await?;
+        Ok(source)
+    }
+
+    /// Connected, nothing asked of JetStream yet.
+    async fn unchecked(settings: &NatsSettings, timeout: Duration) -> Result<Self, NatsError> {
         let (client, disconnects) = connect_client(settings, timeout).await?;
         let mut context = jetstream::new(client.clone());
         context.set_timeout(timeout);
-        let source = Self {
+        Ok(Self {
             client,
             context,
             stream: settings.stream.clone(),
@@ -274,9 +293,7 @@ impl JetStreamSource {
             queue: settings.queue_id.clone(),
             ack_timeout: timeout,
             disconnects,
-        };
-        source.check().await?;
-        Ok(source)
+        })
     }
 
     /// The stream.
@@ -292,34 +309,14 @@ impl JetStreamSource {
     /// Asks the server about the stream and the consumer (see
     /// [`connect`](Self::connect)).
     pub async fn check(&self) -> Result<(), NatsError> {
-        let stream = self
-            .context
-            .get_stream(&self.stream)
-            .await
-            .map_err(|e| match e.kind() {
-                jetstream::context::GetStreamErrorKind::JetStream(js)
-                    if js.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND =>
-                {
-                    self.unknown_stream()
-                }
-                _ => NatsError::JetStream(format!("stream {}: {e}", self.stream)),
-            })?;
-        use jetstream::context::ConsumerInfoErrorKind as Kind;
-        let info = stream
-            .consumer_info(&self.consumer)
-            .await
-            .map_err(|e| match e.kind() {
-                Kind::NotFound => NatsError::UnknownConsumer {
-                    stream: self.stream.clone(),
-                    consumer: self.consumer.clone(),
-                },
-                Kind::StreamNotFound => self.unknown_stream(),
-                _ => NatsError::JetStream(format!(
-                    "consumer {} of stream {}: {e}",
-                    self.consumer, self.stream
-                )),
-            })?;
-        let config = &info.config;
+        self.checked_config().await.map(drop)
+    }
+
+    /// The consumer's configuration, once it passed [`check`](Self::check).
+    async fn checked_config(&self) -> Result<consumer::Config, NatsError> {
+        let stream = self.stream_handle().await?;
+        let info = self.consumer_info(&stream).await?;
+        let config = info.config;
         let unsuitable = |problem| NatsError::UnsuitableConsumer {
             stream: self.stream.clone(),
             consumer: self.consumer.clone(),
@@ -347,7 +344,42 @@ impl JetStreamSource {
                 actual: config.filter_subject.clone(),
             });
         }
-        Ok(())
+        Ok(config)
+    }
+
+    async fn stream_handle(&self) -> Result<jetstream::stream::Stream, NatsError> {
+        self.context
+            .get_stream(&self.stream)
+            .await
+            .map_err(|e| match e.kind() {
+                jetstream::context::GetStreamErrorKind::JetStream(js)
+                    if js.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND =>
+                {
+                    self.unknown_stream()
+                }
+                _ => NatsError::JetStream(format!("stream {}: {e}", self.stream)),
+            })
+    }
+
+    async fn consumer_info(
+        &self,
+        stream: &jetstream::stream::Stream,
+    ) -> Result<consumer::Info, NatsError> {
+        use jetstream::context::ConsumerInfoErrorKind as Kind;
+        stream
+            .consumer_info(&self.consumer)
+            .await
+            .map_err(|e| match e.kind() {
+                Kind::NotFound => NatsError::UnknownConsumer {
+                    stream: self.stream.clone(),
+                    consumer: self.consumer.clone(),
+                },
+                Kind::StreamNotFound => self.unknown_stream(),
+                _ => NatsError::JetStream(format!(
+                    "consumer {} of stream {}: {e}",
+                    self.consumer, self.stream
+                )),
+            })
     }
 
     fn unknown_stream(&self) -> NatsError {
@@ -356,6 +388,123 @@ impl JetStreamSource {
             consumer: self.consumer.clone(),
         }
     }
+}
+
+/// The durable pull consumer that [`provision`] creates when there is none:
+/// the queue's subject, explicit acknowledgements, from the stream's first
+/// message, with this lease and budget.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerSpec {
+    /// AckWait: how long one delivery is leased.
+    pub ack_wait: Duration,
+    /// MaxDeliver: how often a message is delivered at most.
+    pub max_deliver: i64,
+    /// Create the stream when it does not exist: file storage, the queue's
+    /// subject only, messages kept as JetStream keeps them by default.
+    pub create_stream: bool,
+}
+
+/// Whether a stream subject `pattern` (tokens, `*` for one, `>` for the
+/// rest) captures the concrete `subject`.
+fn captures(pattern: &str, subject: &str) -> bool {
+    let mut subject = subject.split('.');
+    for token in pattern.split('.') {
+        match (token, subject.next()) {
+            (">", Some(_)) => return true,
+            ("*", Some(_)) => {}
+            (token, Some(actual)) if token == actual => {}
+            _ => return false,
+        }
+    }
+    subject.next().is_none()
+}
+
+/// What [`provision`] found or created.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Provisioned {
+    /// The stream did not exist and was created.
+    pub stream_created: bool,
+    /// The consumer did not exist and was created; otherwise the existing
+    /// one passed the checks of `consume` and was left as it was.
+    pub consumer_created: bool,
+    /// The consumer's AckWait (an existing consumer's own).
+    pub ack_wait: Duration,
+    /// The consumer's MaxDeliver (an existing consumer's own; `-1`: no limit).
+    pub max_deliver: i64,
+}
+
+/// Makes sure the configured durable pull consumer exists as `consume`
+/// needs it: creates it from `spec` when it does not exist, and the stream
+/// too when `spec` asks for that. An existing consumer is never changed; it
+/// must pass the checks `consume` makes (pull, durable, explicit
+/// acknowledgements, the queue's subject), or nothing is created and the
+/// error says why. Nothing is fetched.
+pub async fn provision(
+    settings: &NatsSettings,
+    timeout: Duration,
+    spec: &ConsumerSpec,
+) -> Result<Provisioned, NatsError> {
+    let source = JetStreamSource::unchecked(settings, timeout).await?;
+    let (stream, stream_created) = match source.stream_handle().await {
+        Ok(stream) => (stream, false),
+        Err(NatsError::UnknownStream { .. }) if spec.create_stream => {
+            let created = source
+                .context
+                .create_stream(jetstream::stream::Config {
+                    name: source.stream.clone(),
+                    subjects: vec![source.subject.clone()],
+                    storage: jetstream::stream::StorageType::File,
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| {
+                    NatsError::JetStream(format!("create stream {}: {e}", source.stream))
+                })?;
+            (created, true)
+        }
+        Err(e) => return Err(e),
+    };
+    let subjects = &stream.cached_info().config.subjects;
+    if !subjects
+        .iter()
+        .any(|pattern| captures(pattern, &source.subject))
+    {
+        return Err(NatsError::SubjectNotInStream {
+            stream: source.stream.clone(),
+            subject: source.subject.clone(),
+            subjects: subjects.clone(),
+        });
+    }
+    let consumer_created = match source.consumer_info(&stream).await {
+        Ok(_) => false,
+        Err(NatsError::UnknownConsumer { .. }) => {
+            stream
+                .create_consumer(consumer::pull::Config {
+                    durable_name: Some(source.consumer.clone()),
+                    filter_subject: source.subject.clone(),
+                    ack_policy: AckPolicy::Explicit,
+                    ack_wait: spec.ack_wait,
+                    max_deliver: spec.max_deliver,
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| {
+                    NatsError::JetStream(format!(
+                        "create consumer {} on stream {}: {e}",
+                        source.consumer, source.stream
+                    ))
+                })?;
+            true
+        }
+        Err(e) => return Err(e),
+    };
+    let config = source.checked_config().await?;
+    Ok(Provisioned {
+        stream_created,
+        consumer_created,
+        ack_wait: config.ack_wait,
+        max_deliver: config.max_deliver,
+    })
 }
 
 async fn connect_client(
@@ -738,6 +887,23 @@ mod tests {
         );
         assert_eq!(shown_url("token@h:4222"), "<redacted>@h:4222");
         assert_eq!(shown_url("nats://h:4222"), "nats://h:4222");
+    }
+
+    #[test]
+    fn a_stream_subject_captures_a_subject_token_by_token() {
+        let subject = "orbit.results.0123456789abcdef0123456789abcdef";
+        for pattern in ["orbit.results.*", "orbit.>", ">", subject] {
+            assert!(captures(pattern, subject), "{pattern}");
+        }
+        for pattern in [
+            "orbit.results",
+            "orbit.*",
+            "orbit.results.*.x",
+            "other.>",
+            "orbit.results.0123",
+        ] {
+            assert!(!captures(pattern, subject), "{pattern}");
+        }
     }
 
     #[test]
