@@ -10,12 +10,17 @@
 //!
 //! ```text
 //! e2e round=R cpu_s_per_1000_deliveries receiver=… orbit_dev=… mysqld=… wall_s_per_1000=…
+//! e2e round=R run_queue_s_per_1000_deliveries receiver=… orbit_dev=… mysqld=…
 //! e2e round=R apply_alone cpu_s_per_1000_deliveries inbox=… mysqld=… wall_s_per_1000=…
+//! e2e round=R apply_alone run_queue_s_per_1000_deliveries inbox=… mysqld=…
 //! e2e round=R nats cpu_s_per_1000_deliveries receiver=… nats_server=… mysqld=… wall_s_per_1000=…
+//! e2e round=R nats run_queue_s_per_1000_deliveries receiver=… nats_server=… mysqld=…
 //! e2e round=R deliveries=N apply_alone_per_s=… consume_deliveries_per_s=… ratio=… nats_deliveries_per_s=… ratio=…
 //! ```
 //!
-//! then over all rounds (deliveries over summed wall time):
+//! (`run_queue`: time the process's threads were runnable but waited for
+//! one of the 2 cores), then over all rounds (deliveries over summed wall
+//! time):
 //!
 //! ```text
 //! e2e rounds=R deliveries=N apply_alone_per_s=… consume_deliveries_per_s=… ratio=… nats_deliveries_per_s=… ratio=…
@@ -36,7 +41,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use common::consume::Consume;
 use common::orbit::{OrbitDev, QueueCredentials};
-use common::{cpu_seconds, dsn_for, mysqld_pid, random_hex, EventSpec, TestDb};
+use common::{cpu_seconds, dsn_for, mysqld_pid, random_hex, run_queue_seconds, EventSpec, TestDb};
 use result_inbox::delivery::{Delivery, DeliveryId};
 use result_inbox::event::EventType;
 use result_inbox::ids::SubscriptionId;
@@ -202,28 +207,49 @@ fn rates(deliveries: usize, alone: f64, orbit: f64, nats: Option<f64>) -> String
     line
 }
 
-/// CPU seconds per 1000 deliveries.
+/// Seconds per 1000 deliveries.
 fn per_thousand(seconds: f64) -> f64 {
     seconds * 1000.0 / DELIVERIES as f64
 }
 
-/// Where the time goes: the CPU seconds per 1000 deliveries of the
-/// receiver, of the source's server (`name`, `pid`, its CPU seconds before)
-/// and of mysqld since `mysql_before`, beside the wall time (2 cores are
-/// shared by all of them).
+/// A process's CPU seconds and run-queue seconds so far.
+fn usage(pid: u32) -> [f64; 2] {
+    [cpu_seconds(pid), run_queue_seconds(pid)]
+}
+
+/// Per 1000 deliveries, what `pid` used since `before`.
+fn used_since(pid: u32, before: [f64; 2]) -> [f64; 2] {
+    let now = usage(pid);
+    [
+        per_thousand(now[0] - before[0]),
+        per_thousand(now[1] - before[1]),
+    ]
+}
+
+/// Where the time goes: per 1000 deliveries, the CPU seconds of the
+/// receiver, of the source's server (`name`, `pid`, its usage before) and
+/// of mysqld since `mysql_before`, beside the wall time, and the seconds
+/// each waited for a core (2 cores are shared by all of them).
 fn print_cpu(
     what: &str,
     consume: &Consume,
-    (name, pid, before): (&str, u32, f64),
-    mysql_before: f64,
+    (name, pid, before): (&str, u32, [f64; 2]),
+    mysql_before: [f64; 2],
     elapsed: f64,
 ) {
+    let receiver = used_since(consume.child.id(), [0.0, 0.0]);
+    let server = used_since(pid, before);
+    let mysqld = used_since(mysqld_pid(), mysql_before);
     println!(
         "e2e {what} cpu_s_per_1000_deliveries receiver={:.2} {name}={:.2} mysqld={:.2} wall_s_per_1000={:.2}",
-        per_thousand(cpu_seconds(consume.child.id())),
-        per_thousand(cpu_seconds(pid) - before),
-        per_thousand(cpu_seconds(mysqld_pid()) - mysql_before),
+        receiver[0],
+        server[0],
+        mysqld[0],
         per_thousand(elapsed),
+    );
+    println!(
+        "e2e {what} run_queue_s_per_1000_deliveries receiver={:.2} {name}={:.2} mysqld={:.2}",
+        receiver[1], server[1], mysqld[1],
     );
 }
 
@@ -245,7 +271,7 @@ async fn orbit_end_to_end(
     }
     let db = TestDb::initialized().await;
     let started = Instant::now();
-    let (orbit_cpu, mysql_cpu) = (cpu_seconds(orbit.pid()), cpu_seconds(mysqld_pid()));
+    let (orbit_cpu, mysql_cpu) = (usage(orbit.pid()), usage(mysqld_pid()));
     let mut consume = consume_until_acked(orbit, creds, &sub.id, &db, events.len()).await;
     let elapsed = started.elapsed().as_secs_f64();
     print_cpu(
@@ -273,7 +299,7 @@ async fn apply_alone(round: usize, creds: &QueueCredentials, events: &[String]) 
     let events = Arc::new(events.to_vec());
     let next = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
-    let (own_cpu, mysql_cpu) = (cpu_seconds(std::process::id()), cpu_seconds(mysqld_pid()));
+    let (own, mysql) = (usage(std::process::id()), usage(mysqld_pid()));
     let mut workers = Vec::new();
     for _ in 0..4 {
         let (service, events, next) = (service.clone(), events.clone(), next.clone());
@@ -294,11 +320,19 @@ async fn apply_alone(round: usize, creds: &QueueCredentials, events: &[String]) 
         w.await.unwrap();
     }
     let elapsed = started.elapsed().as_secs_f64();
+    let (inbox, mysqld) = (
+        used_since(std::process::id(), own),
+        used_since(mysqld_pid(), mysql),
+    );
     println!(
         "e2e round={round} apply_alone cpu_s_per_1000_deliveries inbox={:.2} mysqld={:.2} wall_s_per_1000={:.2}",
-        per_thousand(cpu_seconds(std::process::id()) - own_cpu),
-        per_thousand(cpu_seconds(mysqld_pid()) - mysql_cpu),
+        inbox[0],
+        mysqld[0],
         per_thousand(elapsed),
+    );
+    println!(
+        "e2e round={round} apply_alone run_queue_s_per_1000_deliveries inbox={:.2} mysqld={:.2}",
+        inbox[1], mysqld[1],
     );
     elapsed
 }
@@ -325,7 +359,7 @@ async fn nats_end_to_end(round: usize, queue: &str, events: &[String]) -> Option
     env.push(("RECEIVER_NAME".into(), "bench".into()));
     env.push(("RECEIVER_LOG".into(), "warn".into()));
     let started = Instant::now();
-    let (nats_cpu, mysql_cpu) = (cpu_seconds(server.pid()), cpu_seconds(mysqld_pid()));
+    let (nats_cpu, mysql_cpu) = (usage(server.pid()), usage(mysqld_pid()));
     let mut consume = Consume::with_env(&server.dir, &env);
     js.wait_all_acked(Duration::from_secs(600)).await;
     let elapsed = started.elapsed().as_secs_f64();

@@ -669,10 +669,10 @@ struct ConsumeArgs {
     /// Deliveries leased ahead of the 4 handler slots, so that a slot
     /// freed by a commit finds its next delivery waiting (0 to 64). Each
     /// spends a lease while it waits, and one attempt if an outage
-    /// outlasts its lease: 0 leases only for free slots.
-    #[arg(long, env = "RECEIVER_PREFETCH", default_value_t = ConsumerOptions::default().prefetch,
-          value_parser = clap::value_parser!(u32).range(0..=64))]
-    prefetch: u32,
+    /// outlasts its lease: 0 leases only for free slots. [default: 4 with
+    /// --source orbit, 16 with --source nats (pull requests of 8)]
+    #[arg(long, env = "RECEIVER_PREFETCH", value_parser = clap::value_parser!(u32).range(0..=64))]
+    prefetch: Option<u32>,
 }
 
 fn run_consume(args: ConsumeArgs) -> ExitCode {
@@ -729,7 +729,10 @@ fn consume_config(args: ConsumeArgs) -> Result<ConsumeConfig, String> {
     } = args;
     let consumer = ConsumerOptions {
         shutdown_grace: CONSUME_GRACE,
-        prefetch,
+        prefetch: prefetch.unwrap_or(match source {
+            SourceKind::Orbit => ConsumerOptions::default().prefetch,
+            SourceKind::Nats => result_inbox::nats::DEFAULT_PREFETCH,
+        }),
         ..ConsumerOptions::default()
     };
     let (source, dsn, name) = match source {

@@ -698,3 +698,45 @@ fn receiver_subscribe_with_source_nats_refuses_a_lease_shorter_than_an_apply_bef
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn by_default_a_receiver_holds_sixteen_messages_beyond_its_four_slots_and_pulls_no_more() {
+    let s = Setup::new(Duration::from_secs(30), 5).await;
+    let mut consume = s.consume();
+    consume
+        .wait_for_output(Duration::from_secs(20), |out| {
+            out.contains("delivery stream open")
+        })
+        .await;
+    // Every insert waits for this lock, so the four handlers hang (well
+    // inside the inbox's 5 s budget) and the rest is held.
+    let mut lock = s.db.pool().await.acquire().await.unwrap();
+    sqlx::query("LOCK TABLES receiver_inbox WRITE")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    for _ in 0..30 {
+        s.queue.publish(s.submitted(&random_hex(16))).await;
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    while s.queue.info().await.num_ack_pending < 20 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{}",
+            consume.output()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Long enough for a receiver that asked for more to get it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let info = s.queue.info().await;
+    assert_eq!((info.num_ack_pending, info.num_pending), (20, 10));
+
+    sqlx::query("UNLOCK TABLES")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    s.queue.wait_all_acked(Duration::from_secs(20)).await;
+    assert!(consume.terminate().success(), "{}", consume.output());
+    assert_eq!(s.totals().await, (30, 30, 30));
+}

@@ -272,6 +272,20 @@ pub fn cpu_seconds(pid: u32) -> f64 {
     (ticks(11) + ticks(12)) / 100.0
 }
 
+/// Seconds the threads of a process have spent runnable but waiting for a
+/// CPU so far (the second field of each thread's /proc schedstat).
+pub fn run_queue_seconds(pid: u32) -> f64 {
+    let Ok(threads) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0.0;
+    };
+    let nanos: u64 = threads
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .sum();
+    nanos as f64 / 1e9
+}
+
 /// The process id of the throwaway server of `scripts/with-mysql.sh`.
 pub fn mysqld_pid() -> u32 {
     let dir = std::env::var("RESULT_INBOX_TEST_MYSQL_DIR").unwrap_or_default();
