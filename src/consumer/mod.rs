@@ -73,7 +73,9 @@ pub struct ConsumerOptions {
     /// for the source's round trip. Held deliveries are not started while
     /// the breaker is open, and are dropped unstarted at shutdown (their
     /// leases run out and they come again). `0` leases only for free
-    /// slots. Default 4.
+    /// slots. Default 4 (`receiver consume --source nats` uses 16,
+    /// `nats::DEFAULT_PREFETCH`, so that credit goes out in bigger pull
+    /// requests).
     pub prefetch: u32,
     /// First wait before reopening a broken stream, re-reporting an ACK or
     /// probing an unreachable database again; doubles up to `retry_max`.
