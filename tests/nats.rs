@@ -608,18 +608,15 @@ async fn receiver_subscribe_with_source_nats_creates_the_consumer_that_consume_t
     };
     made.publish(EventSpec::submitted(&made.queue, &random_hex(16)).json())
         .await;
-    let db = TestDb::initialized().await;
-    let mut env = made.env(&server.url());
-    env.push(("ORBIT_RECEIVER_DSN".into(), dsn_for(&db.name)));
-    env.push(("RECEIVER_NAME".into(), RECEIVER.into()));
-    let mut consume = Consume::with_env(&server.dir, &env);
-    made.wait_all_acked(Duration::from_secs(20)).await;
+    let s = Setup {
+        server,
+        queue: made,
+        db: TestDb::initialized().await,
+    };
+    let mut consume = s.consume();
+    s.queue.wait_all_acked(Duration::from_secs(20)).await;
     assert!(consume.terminate().success(), "{}", consume.output());
-    let applied: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM receiver_inbox WHERE applied")
-        .fetch_one(&db.pool().await)
-        .await
-        .unwrap();
-    assert_eq!(applied, 1);
+    assert_eq!(s.totals().await, (1, 1, 1));
 }
 
 #[tokio::test]
