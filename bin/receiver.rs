@@ -702,6 +702,7 @@ fn run_consume(args: ConsumeArgs) -> ExitCode {
                     terminated = report.terminated,
                     ack_refused = report.ack_refused,
                     abandoned = report.abandoned,
+                    released = report.released,
                     "stopped"
                 );
                 ExitCode::SUCCESS

@@ -256,6 +256,7 @@ async fn the_consumer_does_not_ack_an_unconfirmed_commit_and_the_redelivery_dedu
             ack_refused: 0,
             abandoned: 0,
             terminated: 0,
+            released: 0,
         }
     );
 }

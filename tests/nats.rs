@@ -737,3 +737,42 @@ async fn by_default_a_receiver_holds_sixteen_messages_beyond_its_four_slots_and_
     assert!(consume.terminate().success(), "{}", consume.output());
     assert_eq!(s.totals().await, (30, 30, 30));
 }
+
+#[tokio::test]
+async fn at_sigterm_held_messages_are_given_back_and_come_again_before_their_ack_wait() {
+    let s = Setup::new(Duration::from_secs(30), 5).await;
+    let mut first = s.consume();
+    first
+        .wait_for_output(Duration::from_secs(20), |out| {
+            out.contains("delivery stream open")
+        })
+        .await;
+    // The four handlers hang on this lock; sixteen more are held.
+    let mut lock = s.db.pool().await.acquire().await.unwrap();
+    sqlx::query("LOCK TABLES receiver_inbox WRITE")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    for _ in 0..30 {
+        s.queue.publish(s.submitted(&random_hex(16))).await;
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    while s.queue.info().await.num_ack_pending < 20 {
+        assert!(tokio::time::Instant::now() < deadline, "{}", first.output());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    assert!(first.terminate().success(), "{}", first.output());
+    assert!(first.output().contains("released=16"), "{}", first.output());
+
+    sqlx::query("UNLOCK TABLES")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    let mut second = s.consume();
+    // The sixteen given back and the ten never pulled, long before the 30 s
+    // AckWait would have brought them.
+    s.wait_rows(26, Duration::from_secs(10)).await;
+    assert!(second.terminate().success(), "{}", second.output());
+    assert_eq!(s.totals().await, (26, 26, 26));
+}

@@ -29,7 +29,8 @@
 //! does.
 //!
 //! On shutdown the consumer stops taking deliveries (closes the stream),
-//! drops the held ones unstarted (their leases run out), cancels in-flight
+//! gives the held ones back unstarted to a source that can take them
+//! ([`Source::release`]; otherwise their leases run out), cancels in-flight
 //! handlers — dropping an inbox transaction rolls it back, and an
 //! interrupted COMMIT is simply not ACKed — then gives pending ACKs the
 //! rest of the grace period. It never pauses the subscription: other
@@ -258,8 +259,12 @@ pub struct ConsumerReport {
     pub ack_refused: u64,
     /// ACKs still unanswered when the shutdown grace ran out, handlers
     /// cancelled by shutdown and held deliveries it dropped unstarted.
-    /// Their deliveries come again.
+    /// Their deliveries come again when their leases run out.
     pub abandoned: u64,
+    /// Held deliveries given back unstarted at shutdown
+    /// ([`Source::release`]: JetStream's `-NAK`); the source offers them
+    /// again at once. Never applied by this consumer, never acknowledged.
+    pub released: u64,
     /// Deliveries whose bytes can never be a valid event that the source
     /// dropped for good at the consumer's request (JetStream's `+TERM`);
     /// never applied, never acknowledged. Included in `failed`.
@@ -330,6 +335,8 @@ enum AckResult {
     /// The source dropped the delivery for good (`true`) or cannot
     /// (`false`).
     Terminated(DeliveryId, bool),
+    /// The source took back a held delivery (`true`) or cannot (`false`).
+    Released(bool),
 }
 
 /// Longest a credit grant may take to send; a stream that cannot take a few
@@ -588,8 +595,12 @@ impl<Src: Source> Consumer<Src> {
         }
         self.health.set_stream_open(false);
         breaker.stop();
-        report.abandoned += (handlers.len() + held.len()) as u64;
-        held.clear();
+        // Never started, so giving them back cannot undo anything: the
+        // next consumer gets them now, not after their leases.
+        for (delivery, receipt) in held.drain(..) {
+            acks.spawn(release(self.source.clone(), delivery.id().clone(), receipt));
+        }
+        report.abandoned += handlers.len() as u64;
         handlers.abort_all();
         while let Ok(Some(_)) = timeout_at(deadline, handlers.join_next()).await {}
         set_in_hand(0, 0);
@@ -885,8 +896,26 @@ async fn terminate<Src: Source>(
     }
 }
 
+/// One try: a lost `-NAK` costs what not sending it costs, the lease runs
+/// out.
+async fn release<Src: Source>(
+    source: Arc<Src>,
+    id: DeliveryId,
+    receipt: Src::Receipt,
+) -> AckResult {
+    match source.release(&id, &receipt).await {
+        Ok(done) => AckResult::Released(done),
+        Err(e) => {
+            warn!(delivery = %id, error = %e, "could not give a held delivery back; it comes again when its lease runs out");
+            AckResult::Released(false)
+        }
+    }
+}
+
 fn record_ack(report: &mut ConsumerReport, acked: AckResult) {
     match acked {
+        AckResult::Released(true) => report.released += 1,
+        AckResult::Released(false) => report.abandoned += 1,
         AckResult::Terminated(id, true) => {
             report.terminated += 1;
             warn!(delivery = %id, "malformed delivery dropped by the source for good (not applied, not acknowledged)");

@@ -15,7 +15,11 @@
 //! A source may also be able to drop a delivery for good without
 //! acknowledging it ([`Source::terminate`]: JetStream's `+TERM`); the
 //! consumer asks for that only for bytes that can never become a valid
-//! event. Orbit cannot, so such a delivery spends its budget there.
+//! event. Orbit cannot, so such a delivery spends its budget there. And it
+//! may take back a delivery the consumer leased but never started
+//! ([`Source::release`]: JetStream's `-NAK`), which the consumer does at
+//! shutdown so that those come again at once rather than when their
+//! leases run out.
 //!
 //! Orbit's WebSocket stream is one such source
 //! ([`OrbitSource`](crate::orbit::OrbitSource)). The breaker, the metrics
@@ -84,6 +88,20 @@ pub trait Source: Send + Sync + 'static {
     /// acknowledging it (it is not applied). `Ok(false)`: the source cannot
     /// (the default); the delivery is left to spend its budget.
     fn terminate(
+        &self,
+        id: &DeliveryId,
+        receipt: &Self::Receipt,
+    ) -> impl Future<Output = Result<bool, Self::Error>> + Send {
+        let _ = (id, receipt);
+        async { Ok(false) }
+    }
+
+    /// Gives back a delivery that was leased and never handed to the
+    /// service, so that the source offers it again now (to this consumer
+    /// or another) instead of when its lease runs out; nothing is
+    /// acknowledged. `Ok(false)`: the source cannot (the default); the
+    /// lease runs out.
+    fn release(
         &self,
         id: &DeliveryId,
         receipt: &Self::Receipt,

@@ -665,6 +665,19 @@ impl Source for JetStreamSource {
             .map_err(|e| NatsError::Ack(e.to_string()))?;
         Ok(true)
     }
+
+    async fn release(&self, _id: &DeliveryId, receipt: &AckSubject) -> Result<bool, NatsError> {
+        self.client
+            .publish(receipt.0.clone(), Bytes::from_static(b"-NAK"))
+            .await
+            .map_err(|e| NatsError::Ack(e.to_string()))?;
+        // Called at shutdown: the process may exit right after.
+        self.client
+            .flush()
+            .await
+            .map_err(|e| NatsError::Ack(e.to_string()))?;
+        Ok(true)
+    }
 }
 
 /// What one pull request's subscription yields.
