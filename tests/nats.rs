@@ -696,17 +696,20 @@ fn receiver_subscribe_with_source_nats_refuses_a_lease_shorter_than_an_apply_bef
     );
 }
 
-#[tokio::test]
-async fn by_default_a_receiver_holds_sixteen_messages_beyond_its_four_slots_and_pulls_no_more() {
-    let s = Setup::new(Duration::from_secs(30), 5).await;
-    let mut consume = s.consume();
+/// Behind a table lock on the inbox (every insert waits for it, well
+/// inside the inbox's 5 s budget), 30 messages published to a running
+/// receiver: its four handlers hang and it holds the sixteen it pulled
+/// ahead. Returns the connection holding the lock once the server counts
+/// those 20 unacknowledged.
+async fn thirty_behind_a_lock(
+    s: &Setup,
+    consume: &Consume,
+) -> sqlx::pool::PoolConnection<sqlx::MySql> {
     consume
         .wait_for_output(Duration::from_secs(20), |out| {
             out.contains("delivery stream open")
         })
         .await;
-    // Every insert waits for this lock, so the four handlers hang (well
-    // inside the inbox's 5 s budget) and the rest is held.
     let mut lock = s.db.pool().await.acquire().await.unwrap();
     sqlx::query("LOCK TABLES receiver_inbox WRITE")
         .execute(&mut *lock)
@@ -724,15 +727,27 @@ async fn by_default_a_receiver_holds_sixteen_messages_beyond_its_four_slots_and_
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    lock
+}
+
+async fn unlock(mut lock: sqlx::pool::PoolConnection<sqlx::MySql>) {
+    sqlx::query("UNLOCK TABLES")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn by_default_a_receiver_holds_sixteen_messages_beyond_its_four_slots_and_pulls_no_more() {
+    let s = Setup::new(Duration::from_secs(30), 5).await;
+    let mut consume = s.consume();
+    let lock = thirty_behind_a_lock(&s, &consume).await;
     // Long enough for a receiver that asked for more to get it.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let info = s.queue.info().await;
     assert_eq!((info.num_ack_pending, info.num_pending), (20, 10));
 
-    sqlx::query("UNLOCK TABLES")
-        .execute(&mut *lock)
-        .await
-        .unwrap();
+    unlock(lock).await;
     s.queue.wait_all_acked(Duration::from_secs(20)).await;
     assert!(consume.terminate().success(), "{}", consume.output());
     assert_eq!(s.totals().await, (30, 30, 30));
@@ -742,33 +757,11 @@ async fn by_default_a_receiver_holds_sixteen_messages_beyond_its_four_slots_and_
 async fn at_sigterm_held_messages_are_given_back_and_come_again_before_their_ack_wait() {
     let s = Setup::new(Duration::from_secs(30), 5).await;
     let mut first = s.consume();
-    first
-        .wait_for_output(Duration::from_secs(20), |out| {
-            out.contains("delivery stream open")
-        })
-        .await;
-    // The four handlers hang on this lock; sixteen more are held.
-    let mut lock = s.db.pool().await.acquire().await.unwrap();
-    sqlx::query("LOCK TABLES receiver_inbox WRITE")
-        .execute(&mut *lock)
-        .await
-        .unwrap();
-    for _ in 0..30 {
-        s.queue.publish(s.submitted(&random_hex(16))).await;
-    }
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
-    while s.queue.info().await.num_ack_pending < 20 {
-        assert!(tokio::time::Instant::now() < deadline, "{}", first.output());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-
+    let lock = thirty_behind_a_lock(&s, &first).await;
     assert!(first.terminate().success(), "{}", first.output());
     assert!(first.output().contains("released=16"), "{}", first.output());
 
-    sqlx::query("UNLOCK TABLES")
-        .execute(&mut *lock)
-        .await
-        .unwrap();
+    unlock(lock).await;
     let mut second = s.consume();
     // The sixteen given back and the ten never pulled, long before the 30 s
     // AckWait would have brought them.
