@@ -283,13 +283,13 @@ impl NatsArgs {
 #[derive(Args)]
 struct NatsConsumerArgs {
     /// AckWait in seconds: how long one delivery is leased; longer than the
-    /// inbox's 5 s transaction budget.
-    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
-    ack_wait: u64,
+    /// inbox's 5 s transaction budget. [default: 30]
+    #[arg(long, value_name = "SECONDS")]
+    ack_wait: Option<u64>,
     /// MaxDeliver: how often a message is delivered at most (its retry
-    /// budget).
-    #[arg(long, default_value_t = 10, value_parser = at_least_one)]
-    max_deliver: i64,
+    /// budget). [default: 10]
+    #[arg(long, value_parser = at_least_one)]
+    max_deliver: Option<i64>,
     /// Create NATS_STREAM (file storage, on the queue's subject) when it
     /// does not exist.
     #[arg(long)]
@@ -853,15 +853,20 @@ fn run_subscribe_nats(
         Err(e) => return fail(EXIT_CONFIG, e),
     };
     let spec = result_inbox::nats::ConsumerSpec {
-        ack_wait: Duration::from_secs(consumer.ack_wait),
-        max_deliver: consumer.max_deliver,
+        ack_wait: Duration::from_secs(consumer.ack_wait.unwrap_or(30)),
+        max_deliver: consumer.max_deliver.unwrap_or(10),
         create_stream: consumer.create_stream,
+    };
+    // Only what was asked for can be at odds with an existing consumer.
+    let asked_otherwise = |done: &result_inbox::nats::Provisioned| {
+        consumer
+            .ack_wait
+            .is_some_and(|_| done.ack_wait != spec.ack_wait)
+            || consumer.max_deliver.is_some_and(|n| done.max_deliver != n)
     };
     match runtime().block_on(subscribe::nats(&settings, NATS_CALL_TIMEOUT, &spec)) {
         Ok(done) => {
-            if !done.consumer_created
-                && (done.ack_wait != spec.ack_wait || done.max_deliver != spec.max_deliver)
-            {
+            if !done.consumer_created && asked_otherwise(&done) {
                 tracing::warn!(
                     ack_wait_s = done.ack_wait.as_secs(),
                     max_deliver = done.max_deliver,

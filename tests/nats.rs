@@ -597,6 +597,16 @@ async fn receiver_subscribe_with_source_nats_creates_the_consumer_that_consume_t
         Duration::from_secs(20),
         "left as it was"
     );
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("left as they are"),
+        "{again:?}"
+    );
+    let quiet = subscribe(&server, &queue, "RESULTS", RECEIVER, &[]);
+    assert!(quiet.status.success(), "{quiet:?}");
+    assert!(
+        !String::from_utf8_lossy(&quiet.stderr).contains("left as they are"),
+        "no warning when nothing was asked for: {quiet:?}"
+    );
 
     // The queue as the tests' own set-up would have made it.
     let made = JetStreamQueue {
