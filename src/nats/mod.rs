@@ -337,14 +337,14 @@ impl JetStreamSource {
     /// Asks the server about the stream and the consumer (see
     /// [`connect`](Self::connect)).
     pub async fn check(&self) -> Result<(), NatsError> {
-        self.checked_config().await.map(drop)
-    }
-
-    /// The consumer's configuration, once it passed [`check`](Self::check).
-    async fn checked_config(&self) -> Result<consumer::Config, NatsError> {
         let stream = self.stream_handle().await?;
         let info = self.consumer_info(&stream).await?;
-        let config = info.config;
+        self.suitable(&info.config)
+    }
+
+    /// Whether a consumer so configured can be consumed as the queue's
+    /// (the part of [`check`](Self::check) after asking the server).
+    fn suitable(&self, config: &consumer::Config) -> Result<(), NatsError> {
         let unsuitable = |problem| NatsError::UnsuitableConsumer {
             stream: self.stream.clone(),
             consumer: self.consumer.clone(),
@@ -372,7 +372,7 @@ impl JetStreamSource {
                 actual: config.filter_subject.clone(),
             });
         }
-        Ok(config)
+        Ok(())
     }
 
     async fn stream_handle(&self) -> Result<jetstream::stream::Stream, NatsError> {
@@ -503,10 +503,10 @@ pub async fn provision(
             subjects: subjects.clone(),
         });
     }
-    let consumer_created = match source.consumer_info(&stream).await {
-        Ok(_) => false,
+    let (config, consumer_created) = match source.consumer_info(&stream).await {
+        Ok(info) => (info.config, false),
         Err(NatsError::UnknownConsumer { .. }) => {
-            stream
+            let created = stream
                 .create_consumer(consumer::pull::Config {
                     durable_name: Some(source.consumer.clone()),
                     filter_subject: source.subject.clone(),
@@ -522,11 +522,12 @@ pub async fn provision(
                         source.consumer, source.stream
                     ))
                 })?;
-            true
+            (created.cached_info().config.clone(), true)
         }
         Err(e) => return Err(e),
     };
-    let config = source.checked_config().await?;
+    // The server's own account of the consumer, as `consume` would check it.
+    source.suitable(&config)?;
     Ok(Provisioned {
         stream_created,
         consumer_created,
