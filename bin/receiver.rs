@@ -852,9 +852,12 @@ fn run_subscribe_nats(
         Ok(s) => s,
         Err(e) => return fail(EXIT_CONFIG, e),
     };
+    let defaults = result_inbox::nats::ConsumerSpec::default();
     let spec = result_inbox::nats::ConsumerSpec {
-        ack_wait: Duration::from_secs(consumer.ack_wait.unwrap_or(30)),
-        max_deliver: consumer.max_deliver.unwrap_or(10),
+        ack_wait: consumer
+            .ack_wait
+            .map_or(defaults.ack_wait, Duration::from_secs),
+        max_deliver: consumer.max_deliver.unwrap_or(defaults.max_deliver),
         create_stream: consumer.create_stream,
     };
     // Only what was asked for can be at odds with an existing consumer.

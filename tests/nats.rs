@@ -644,6 +644,11 @@ async fn receiver_subscribe_with_source_nats_leaves_a_stream_or_consumer_of_anot
     let (queue, other_queue) = (random_hex(16), random_hex(16));
     let made = subscribe(&server, &queue, "RESULTS", RECEIVER, &[]);
     assert!(made.status.success(), "{made:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&made.stdout),
+        format!("consumer={RECEIVER} stream=RESULTS created ack_wait_s=30 max_deliver=10\n"),
+        "the defaults"
+    );
 
     let other = subscribe(&server, &other_queue, "RESULTS", RECEIVER, &[]);
     let err = String::from_utf8_lossy(&other.stderr);

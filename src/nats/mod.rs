@@ -432,6 +432,17 @@ pub struct ConsumerSpec {
     pub create_stream: bool,
 }
 
+impl Default for ConsumerSpec {
+    /// AckWait 30 s, MaxDeliver 10, no stream created.
+    fn default() -> Self {
+        Self {
+            ack_wait: Duration::from_secs(30),
+            max_deliver: 10,
+            create_stream: false,
+        }
+    }
+}
+
 /// Whether a stream subject `pattern` (tokens, `*` for one, `>` for the
 /// rest) captures the concrete `subject`.
 fn captures(pattern: &str, subject: &str) -> bool {
