@@ -34,8 +34,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::{cpu_seconds, mysqld_pid};
+use result_inbox::db::Dsn;
 use result_inbox::delivery::{Delivery, DeliveryId};
-use result_inbox::dsn::Dsn;
 use result_inbox::event::QueueId;
 use result_inbox::inbox::{Inbox, InboxLayer, InboxStore, Outcome, StoreOptions};
 use result_inbox::scope::{InboxScope, ReceiverName};
@@ -167,7 +167,7 @@ async fn main() {
         .unwrap();
     let base = admin.rsplit_once('/').unwrap().0;
     let dsn = Dsn::parse(&format!("{base}/{db}")).unwrap();
-    result_inbox::schema::init(&dsn).await.unwrap();
+    result_inbox::db::schema::init(&dsn).await.unwrap();
     let raw_pool = MySqlPoolOptions::new()
         .max_connections(20)
         .test_before_acquire(false)

@@ -8,22 +8,24 @@
 //! the database is unreachable, nothing is leased.
 //!
 //! ```sh
-//! ORBIT_URL=http://127.0.0.1:8080 ORBIT_CREDENTIALS_FILE=.local/inbox.credentials.json \
+//! ORBIT_CREDENTIALS_FILE=.local/inbox.credentials.json \
 //!   ORBIT_SUBSCRIPTION_ID=… ORBIT_RECEIVER_DSN=mysql://… cargo run --example custom_consumer
 //! ```
+//!
+//! The credentials file written by bootstrap names Orbit's URL, the token
+//! and the queue; `ORBIT_URL` overrides its URL.
 //!
 //! It runs until Ctrl-C (SIGINT), then stops taking deliveries, lets
 //! pending ACKs finish and prints what it did.
 
 use std::time::Duration;
 
-use result_inbox::config::OrbitSource;
 use result_inbox::consumer::{Consumer, ConsumerOptions};
+use result_inbox::db::Dsn;
 use result_inbox::delivery::Delivery;
-use result_inbox::dsn::Dsn;
 use result_inbox::ids::SubscriptionId;
 use result_inbox::inbox::{Applying, InboxError, InboxLayer, InboxStore, StoreOptions};
-use result_inbox::orbit::Token;
+use result_inbox::orbit::{Credentials, OrbitClient, OrbitSource, OrbitUrl};
 use result_inbox::scope::{InboxScope, ReceiverName};
 use result_inbox::task_view::{self, Advance};
 use result_inbox::BoxError;
@@ -32,29 +34,22 @@ use tower::{service_fn, ServiceBuilder};
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
-    let orbit = OrbitSource {
-        url: std::env::var("ORBIT_URL").ok(),
-        credentials_file: std::env::var_os("ORBIT_CREDENTIALS_FILE").map(Into::into),
-        token: std::env::var("ORBIT_TOKEN").ok().map(Token::new),
-        queue_id: std::env::var("ORBIT_QUEUE_ID").ok(),
-        ca_file: None,
-    }
-    .resolve()?;
+    let orbit = Credentials::load(std::path::Path::new(&std::env::var(
+        "ORBIT_CREDENTIALS_FILE",
+    )?))?;
+    let url = std::env::var("ORBIT_URL")
+        .ok()
+        .or(orbit.orbit_url)
+        .ok_or("ORBIT_URL is not set and the credentials file names no URL")?;
     let subscription = SubscriptionId::parse(&std::env::var("ORBIT_SUBSCRIPTION_ID")?)
         .ok_or("ORBIT_SUBSCRIPTION_ID must be 32 hex")?;
     let dsn: Dsn = std::env::var("ORBIT_RECEIVER_DSN")?.parse()?;
 
     let scope = InboxScope::new(ReceiverName::default(), orbit.queue_id.clone());
     let store = InboxStore::connect(&dsn, scope, StoreOptions::default()).await?;
-    let client = orbit.client(Duration::from_secs(10))?;
-    let consumer = Consumer::connect(
-        client,
-        subscription,
-        &orbit.queue_id,
-        ConsumerOptions::default(),
-    )
-    .await?
-    .with_probe(store.clone());
+    let client = OrbitClient::new(OrbitUrl::parse(&url)?, orbit.token, Duration::from_secs(10))?;
+    let source = OrbitSource::connect(client, subscription, &orbit.queue_id).await?;
+    let consumer = Consumer::new(source, ConsumerOptions::default()).with_probe(store.clone());
 
     // The business: advance the view and say what it saw. It runs in the
     // inbox's transaction; printing here says "seen", not "committed".

@@ -9,17 +9,17 @@
 //! What every source must provide is an id for the delivery (the same for
 //! every attempt) and the event's bytes; the attempt number is optional
 //! (Orbit and JetStream count attempts, a plain queue may not). What a
-//! source needs to acknowledge — Orbit's [`LeaseProof`] — is not part of the
-//! delivery: the consumer keeps it next to the delivery's future, so the
-//! services that handle the delivery never hold it, and its `Debug` is
-//! redacted wherever it is.
+//! source needs to acknowledge — Orbit's lease proof, JetStream's ack
+//! subject — is not part of the delivery: the consumer keeps it next to the
+//! delivery's future, so the services that handle the delivery never hold
+//! it.
 
 use std::fmt;
 
 /// The platform's id of one delivery (one event for one subscription).
 ///
 /// Attempts of the same delivery share the id; each attempt has its own
-/// [`LeaseProof`].
+/// proof, which the source hands the consumer beside it.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct DeliveryId(String);
 
@@ -44,32 +44,6 @@ impl fmt::Display for DeliveryId {
 impl fmt::Debug for DeliveryId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "DeliveryId({})", self.0)
-    }
-}
-
-/// The secret that ACKs one attempt of a delivery.
-///
-/// It is a bearer credential for that attempt: it is never printed, logged or
-/// compared in a way that shows it. Only [`LeaseProof::expose`] reveals it,
-/// for the ACK request itself.
-#[derive(Clone, PartialEq, Eq)]
-pub struct LeaseProof(String);
-
-impl LeaseProof {
-    /// Wraps a proof as the platform sent it.
-    pub fn new(proof: impl Into<String>) -> Self {
-        Self(proof.into())
-    }
-
-    /// The proof itself, to be sent back in an ACK and nowhere else.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for LeaseProof {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("LeaseProof(<redacted>)")
     }
 }
 
@@ -148,11 +122,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_lease_proof_never_shows_in_debug_output() {
-        assert_eq!(
-            format!("{:?}", LeaseProof::new("sentinel-proof")),
-            "LeaseProof(<redacted>)"
-        );
+    fn a_body_never_shows_in_debug_output() {
         let d = Delivery::new(DeliveryId::new("d1"), "sentinel-body");
         let shown = format!("{d:?}");
         assert!(shown.contains("d1"));

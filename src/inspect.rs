@@ -15,9 +15,9 @@
 use sqlx::mysql::{MySqlConnection, MySqlRow};
 use sqlx::{Connection, Row};
 
-use crate::dsn::Dsn;
+use crate::db::Dsn;
 use crate::event::{Event, EventId, TaskId};
-use crate::inbox::DbError;
+use crate::db::DbError;
 
 /// What to print.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

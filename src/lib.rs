@@ -45,108 +45,107 @@
 //!   needed to embed the crate; `cargo install --path . --features cli`
 //!   installs the binary.
 //!
-//! # Map of the crate
+//! # Map of the crate, by layer
 //!
-//! * [`digest`] — the frozen canonical JSON form and its SHA-256 digest.
-//! * [`event`] — the Orbit event envelope, its ids and its validation.
+//! Dependencies run one way, from the top of this list to its bottom;
+//! `ARCHITECTURE.md` states what each layer must not know, and a test
+//! (`tests/layers.rs`) reads every `use crate::…` to hold it so.
+//!
+//! **Vocabulary** — what every part speaks, knowing no database or broker:
+//!
 //! * [`ids`] — Orbit's 32-hex ids, one type per kind.
-//! * [`delivery`] — what a source hands a consumer: a delivery id, the event
-//!   bytes, the attempt when the source counts them; Orbit's lease proof.
-//! * [`orbit`] — the Orbit API client: subscriptions, tasks, ACKs, and the
-//!   WebSocket delivery stream (`docs/orbit-protocol.md`).
-//! * [`consumer`] — drives any `Service<Delivery<Bytes>>` over one
-//!   subscription with bounded concurrency, and ACKs only what returned `Ok`.
-//! * `nats` (feature `nats`) — a JetStream durable pull consumer as the
-//!   consumer's source.
+//! * [`digest`] — the frozen canonical JSON form and its SHA-256 digest.
+//! * [`event`] — the Orbit event envelope and its validation.
+//! * [`delivery`] — what a source hands a consumer: a delivery id, the
+//!   event bytes, the attempt when the source counts them.
+//! * [`scope`] — the receiver's identity: a validated
+//!   [`ReceiverName`](scope::ReceiverName) and the queue it consumes.
+//! * [`failure`] — the stable classes of failed deliveries and how an
+//!   error says its own; [`probe`] — a dependency that can be asked
+//!   whether it answers; [`retry`] — waiting with backoff.
 //! * [`telemetry`] — the metrics the library records through the `metrics`
 //!   facade (no exporter: the embedding program picks one).
-//! * [`scope`] — the receiver's identity: a validated [`scope::ReceiverName`]
-//!   and the queue it consumes.
-//! * `inbox` (feature `mysql`) — [`InboxLayer`](inbox::InboxLayer), the tower
-//!   middleware that deduplicates and commits around an inner service.
-//! * `task_view` (feature `mysql`) — the receiver's task result view, the
-//!   inner service that [`InboxLayer`](inbox::InboxLayer) wraps in the
-//!   `receiver` binary.
-//! * [`config`] — how the commands find Orbit (credentials file, overrides).
-//! * `check` and `consume` (feature `mysql`) — the self-check every command
-//!   runs before it leases anything, and the `receiver consume` flow.
-//! * `demo` (feature `mysql`) — the `receiver demo` flow.
-//! * [`subscribe`], and `verify`, `stats`, `inspect` (feature `mysql`) — the
-//!   operator tools: create the subscription, check the tables' agreement,
-//!   size them for capacity planning, look at one event or task.
-//! * `health` (feature `cli`) — the `/metrics`, `/healthz` and `/readyz`
-//!   endpoint of the `receiver` binary.
-//! * `schema` and `dsn` (feature `mysql`) — `schema.sql` and the one-time
-//!   `receiver init`, and a database address that always names its database.
+//!
+//! **Database** (feature `mysql`) — `db`: the address (`Dsn`), the
+//! redacted `DbError` and the error numbers, `schema.sql` and the one-time
+//! `receiver init`.
+//!
+//! **Inbox** (feature `mysql`) — `inbox`: [`InboxLayer`](inbox::InboxLayer),
+//! the tower middleware that deduplicates and commits around an inner
+//! service; `task_view`: the receiver's task result view, the inner
+//! service the `receiver` binary runs in it.
+//!
+//! **Sources and the consumer** — [`source`]: the contract any broker of
+//! leased deliveries offers; [`consumer`]: drives any
+//! `Service<Delivery<Bytes>>` over one source with bounded concurrency and
+//! ACKs only what returned `Ok`. The sources: [`orbit`] (the Orbit API
+//! client and its WebSocket delivery stream, `docs/orbit-protocol.md`) and
+//! `nats` (feature `nats`: a JetStream durable pull consumer).
+//!
+//! **Operator tools** (feature `mysql`) — `verify`, `stats`, `inspect`:
+//! check the tables' agreement, size them for capacity planning, look at
+//! one event or task; functions that return data, which the `receiver`
+//! binary prints.
+//!
+//! The `receiver` binary (`bin/receiver/`) is the application on top: its
+//! commands, configuration from the environment and health endpoint live
+//! there, not in the library.
 //!
 //! `ARCHITECTURE.md` in the repository lists the invariants every part keeps.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 
-pub mod config;
-pub mod consumer;
+/// Items of a cargo feature, each with its documentation badge.
+macro_rules! feature {
+    ($name:literal: $($item:item)*) => {
+        $(
+            #[cfg(feature = $name)]
+            #[cfg_attr(docsrs, doc(cfg(feature = $name)))]
+            $item
+        )*
+    };
+}
+
+// Vocabulary.
 pub mod delivery;
 pub mod digest;
 pub mod event;
+pub mod failure;
 pub mod ids;
-pub mod orbit;
+pub mod probe;
+pub mod retry;
 pub mod scope;
-pub mod subscribe;
 pub mod telemetry;
 
-#[cfg(feature = "mysql")]
-#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
-pub mod check;
-#[cfg(feature = "mysql")]
-#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
-pub mod consume;
-#[cfg(feature = "mysql")]
-#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
-pub mod demo;
-#[cfg(feature = "mysql")]
-#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
-pub mod dsn;
-#[cfg(feature = "mysql")]
-#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
-pub mod inbox;
-#[cfg(feature = "mysql")]
-#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
-pub mod inspect;
-#[cfg(feature = "mysql")]
-#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
-pub mod schema;
-#[cfg(feature = "mysql")]
-#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
-pub mod stats;
-#[cfg(feature = "mysql")]
-#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
-pub mod task_view;
-#[cfg(feature = "mysql")]
-#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
-pub mod verify;
+// Sources and the consumer.
+pub mod consumer;
+pub mod orbit;
+pub mod source;
 
-#[cfg(feature = "cli")]
-#[cfg_attr(docsrs, doc(cfg(feature = "cli")))]
-pub mod health;
+feature! { "nats":
+    pub mod nats;
+}
 
-#[cfg(feature = "nats")]
-#[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
-pub mod nats;
+feature! { "mysql":
+    // Database, inbox and task view, operator tools.
+    pub mod db;
+    pub mod inbox;
+    pub mod task_view;
+    pub mod inspect;
+    pub mod stats;
+    pub mod verify;
 
-/// The sqlx this crate was built with, so that the queries of an inner
-/// service use the same version as the connection they run on (add no
-/// `sqlx` dependency of your own for them).
-#[cfg(feature = "mysql")]
-#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
-pub use sqlx;
+    /// The sqlx this crate was built with, so that the queries of an inner
+    /// service use the same version as the connection they run on (add no
+    /// `sqlx` dependency of your own for them).
+    pub use sqlx;
+
+    // The README, rendered as the crate's guide; its Rust example is
+    // compiled as a doctest, so that it cannot drift from the code.
+    #[doc = include_str!("../README.md")]
+    pub mod guide {}
+}
 
 /// The error type of inner services: any error that can cross threads.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
-
-// The README, rendered as the crate's guide; its Rust example is compiled
-// as a doctest, so that it cannot drift from the code.
-#[cfg(feature = "mysql")]
-#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
-#[doc = include_str!("../README.md")]
-pub mod guide {}

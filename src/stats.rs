@@ -10,9 +10,9 @@ use serde::Serialize;
 use sqlx::mysql::MySqlConnection;
 use sqlx::{Connection, Executor, Row};
 
-use crate::dsn::Dsn;
-use crate::inbox::DbError;
-use crate::schema::TABLES;
+use crate::db::Dsn;
+use crate::db::DbError;
+use crate::db::schema::TABLES;
 
 /// Days of daily counts reported, today (UTC) included.
 pub const DAYS: u32 = 30;

@@ -27,7 +27,8 @@ use tower::Service;
 
 use crate::delivery::Delivery;
 use crate::event::{Event, TaskId};
-use crate::inbox::{Applying, Conflict, DbError, InboxError, InboxStore, Verdict};
+use crate::db::DbError;
+use crate::inbox::{Applying, Conflict, InboxError, InboxStore, Verdict};
 use crate::scope::InboxScope;
 
 /// What [`advance`] did to the view.

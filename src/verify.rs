@@ -29,9 +29,9 @@ use sqlx::mysql::MySqlConnection;
 use sqlx::{Connection, Executor, Row};
 
 use crate::digest;
-use crate::dsn::Dsn;
+use crate::db::Dsn;
 use crate::event::{Event, TaskId};
-use crate::inbox::DbError;
+use crate::db::DbError;
 
 /// Rows read per page.
 pub const PAGE_ROWS: u32 = 1_000;

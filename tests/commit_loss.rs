@@ -16,6 +16,7 @@ use result_inbox::consumer::{Consumer, ConsumerOptions, ConsumerReport};
 use result_inbox::delivery::{Delivery, DeliveryId};
 use result_inbox::event::TaskId;
 use result_inbox::inbox::{InboxError, InboxLayer, InboxStore, Outcome, Receipt, StoreOptions};
+use result_inbox::orbit::OrbitSource;
 use result_inbox::scope::{InboxScope, ReceiverName};
 use result_inbox::task_view::{self, TaskView, TaskViewRow};
 use sqlx::{Connection, MySqlConnection, MySqlPool};
@@ -196,14 +197,10 @@ async fn the_consumer_does_not_ack_an_unconfirmed_commit_and_the_redelivery_dedu
     let service = ServiceBuilder::new()
         .layer(InboxLayer::new(store))
         .service(TaskView::new());
-    let consumer = Consumer::connect(
-        orbit.client(&creds),
-        sub.clone(),
-        &creds.queue(),
-        ConsumerOptions::default(),
-    )
-    .await
-    .unwrap();
+    let source = OrbitSource::connect(orbit.client(&creds), sub.clone(), &creds.queue())
+        .await
+        .unwrap();
+    let consumer = Consumer::new(source, ConsumerOptions::default());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(consumer.run(service, async {
         let _ = stopped.await;

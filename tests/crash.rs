@@ -24,12 +24,12 @@ use common::orbit::{OrbitDev, QueueCredentials};
 use common::{dsn_for, random_hex, EventSpec, TestDb};
 use futures::FutureExt;
 use result_inbox::consumer::{Consumer, ConsumerOptions};
+use result_inbox::db::Dsn;
 use result_inbox::delivery::Delivery;
-use result_inbox::dsn::Dsn;
 use result_inbox::event::{EventType, TaskId};
 use result_inbox::ids::{QueueId, SubscriptionId};
 use result_inbox::inbox::{InboxLayer, InboxStore, StoreOptions};
-use result_inbox::orbit::{OrbitClient, OrbitUrl, Token};
+use result_inbox::orbit::{OrbitClient, OrbitSource, OrbitUrl, Token};
 use result_inbox::scope::{InboxScope, ReceiverName};
 use result_inbox::task_view::{self, TaskView};
 use result_inbox::BoxError;
@@ -157,9 +157,8 @@ fn child_barrier_consume() {
         )
         .unwrap();
         let sub = SubscriptionId::parse(&env("ORBIT_SUBSCRIPTION_ID")).unwrap();
-        let consumer = Consumer::connect(client, sub, &queue, ConsumerOptions::default())
-            .await
-            .unwrap();
+        let source = OrbitSource::connect(client, sub, &queue).await.unwrap();
+        let consumer = Consumer::new(source, ConsumerOptions::default());
         let service = HoldAfterCommit {
             inner: ServiceBuilder::new()
                 .layer(InboxLayer::new(store))
@@ -422,14 +421,10 @@ async fn budget_exhaustion_and_revival() {
     let first = event(1, "task.submitted", "PENDING");
     orbit.inject(&sub, &first.json()).await;
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let consumer = Consumer::connect(
-        client.clone(),
-        sub.clone(),
-        &creds.queue(),
-        ConsumerOptions::default(),
-    )
-    .await
-    .unwrap();
+    let source = OrbitSource::connect(client.clone(), sub.clone(), &creds.queue())
+        .await
+        .unwrap();
+    let consumer = Consumer::new(source, ConsumerOptions::default());
     let service = ServiceBuilder::new()
         .layer(InboxLayer::new(store))
         .service(TaskView::new());

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use common::consume::Consume;
 use common::mysqld::PrivateServer;
 use common::orbit::{OrbitDev, QueueCredentials};
-use result_inbox::dsn::Dsn;
+use result_inbox::db::Dsn;
 use result_inbox::event::{QueueId, TaskId};
 use result_inbox::ids::SubscriptionId;
 use result_inbox::scope::{InboxScope, ReceiverName};
@@ -50,7 +50,7 @@ impl Receiver {
         }
         root.close().await;
         let root_dsn = format!("mysql://root@127.0.0.1:{}/receiver", server.port());
-        result_inbox::schema::init(&Dsn::parse(&root_dsn).unwrap())
+        result_inbox::db::schema::init(&Dsn::parse(&root_dsn).unwrap())
             .await
             .unwrap();
         let app_dsn = format!(

@@ -12,6 +12,7 @@ use result_inbox::consumer::{Consumer, ConsumerOptions, ConsumerReport};
 use result_inbox::delivery::Delivery;
 use result_inbox::ids::SubscriptionId;
 use result_inbox::inbox::{Applying, InboxLayer, Refusal, Verdict};
+use result_inbox::orbit::OrbitSource;
 use result_inbox::scope::{InboxScope, ReceiverName};
 use result_inbox::task_view;
 use tokio_util::sync::CancellationToken;
@@ -38,14 +39,10 @@ where
     S::Future: Send,
     S::Response: Send,
 {
-    let consumer = Consumer::connect(
-        orbit.client(creds),
-        sub.clone(),
-        &creds.queue(),
-        ConsumerOptions::default(),
-    )
-    .await
-    .unwrap();
+    let source = OrbitSource::connect(orbit.client(creds), sub.clone(), &creds.queue())
+        .await
+        .unwrap();
+    let consumer = Consumer::new(source, ConsumerOptions::default());
     let stop = CancellationToken::new();
     let running = tokio::spawn(consumer.run(service, stop.clone().cancelled_owned()));
     let counts = orbit

@@ -454,10 +454,9 @@ async fn only_a_duplicate_key_takes_the_duplicate_path() {
     let spec = EventSpec::submitted(scope.queue_id.as_str(), &task);
     let err = apply(&store, &spec.json()).await.unwrap_err();
     match &err {
-        InboxError::Database(e) => assert_eq!(
-            e.number(),
-            Some(result_inbox::inbox::mysql_errno::NO_SUCH_TABLE)
-        ),
+        InboxError::Database(e) => {
+            assert_eq!(e.number(), Some(result_inbox::db::errno::NO_SUCH_TABLE))
+        }
         other => panic!("{other:?}"),
     }
     assert!(err.is_retryable());
@@ -689,7 +688,7 @@ async fn a_duplicate_whose_stored_digest_is_damaged_is_an_inconsistency_not_a_ve
         .unwrap();
     match apply(&f.store, &json).await {
         Err(InboxError::Database(e)) => {
-            assert_eq!(e.kind(), result_inbox::inbox::DbErrorKind::Inconsistent)
+            assert_eq!(e.kind(), result_inbox::db::DbErrorKind::Inconsistent)
         }
         other => panic!("{other:?}"),
     }

@@ -15,6 +15,7 @@ use metrics_exporter_prometheus::PrometheusBuilder;
 use result_inbox::consumer::{Consumer, ConsumerOptions, ConsumerReport, Probe};
 use result_inbox::delivery::Delivery;
 use result_inbox::ids::SubscriptionId;
+use result_inbox::orbit::OrbitSource;
 use result_inbox::BoxError;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -44,10 +45,11 @@ async fn connect(
     creds: &QueueCredentials,
     sub: &SubscriptionId,
     options: ConsumerOptions,
-) -> Consumer {
-    Consumer::connect(orbit.client(creds), sub.clone(), &creds.queue(), options)
+) -> Consumer<OrbitSource> {
+    let source = OrbitSource::connect(orbit.client(creds), sub.clone(), &creds.queue())
         .await
-        .unwrap()
+        .unwrap();
+    Consumer::new(source, options)
 }
 
 async fn wait_until(what: &str, check: impl Fn() -> bool) {

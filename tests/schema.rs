@@ -190,7 +190,7 @@ async fn init_refuses_when_only_one_table_exists_and_creates_nothing() {
         .execute(&pool)
         .await
         .unwrap();
-    let err = result_inbox::schema::init(&db.dsn).await.unwrap_err();
+    let err = result_inbox::db::schema::init(&db.dsn).await.unwrap_err();
     assert!(err.to_string().contains("receiver_task_views"), "{err}");
     let inbox_exists: i64 = sqlx::query_scalar(
         "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = 'receiver_inbox'",

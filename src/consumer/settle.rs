@@ -1,7 +1,6 @@
 //! The one place that turns a service's answer into "ACK" or "do not ACK".
 
-use super::classify::is_malformed;
-use crate::BoxError;
+use crate::failure::Failure;
 
 /// What the consumer does with a delivery once its service answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,31 +20,34 @@ pub enum Settlement {
     Terminate,
 }
 
-/// `Ok` is ACKed, `Err` never is. The error is consulted for one thing
+/// `Ok` is ACKed, `Err` never is. The failure is consulted for one thing
 /// only: whether the delivery's bytes can never become valid, so that a
 /// source may stop redelivering them. Everything else that fails — a
 /// conflict, an event of another queue, the database, an unconfirmed
 /// COMMIT — is left to come again and, if it keeps failing, to spend its
 /// budget where an operator finds it.
-pub fn settle<R>(answer: &Result<R, BoxError>) -> Settlement {
+pub fn settle<R>(answer: &Result<R, Failure>) -> Settlement {
     match answer {
         Ok(_) => Settlement::Ack,
-        Err(e) if is_malformed(e) => Settlement::Terminate,
+        Err(failure) if failure.malformed => Settlement::Terminate,
         Err(_) => Settlement::Leave,
     }
 }
 
-#[cfg(all(test, feature = "mysql"))]
+#[cfg(test)]
 mod tests {
     use super::*;
-    use crate::digest::DigestError;
-    use crate::event::EventError;
-    use crate::ids::{QueueId, TaskId};
-    use crate::inbox::{Conflict, InboxError};
+    use crate::failure::FailureClass;
 
-    fn err(e: InboxError) -> Result<(), BoxError> {
-        Err(Box::new(e))
-    }
+    const CLASSES: [FailureClass; 7] = [
+        FailureClass::Rejected,
+        FailureClass::Conflict,
+        FailureClass::Refused,
+        FailureClass::Unconfirmed,
+        FailureClass::Timeout,
+        FailureClass::Overloaded,
+        FailureClass::Error,
+    ];
 
     #[test]
     fn ok_is_acked() {
@@ -54,53 +56,26 @@ mod tests {
 
     #[test]
     fn an_error_is_never_acked_whatever_its_kind() {
-        for answer in [
-            err(InboxError::CommitUnconfirmed),
-            err(InboxError::Timeout),
-            err(InboxError::Conflict(Conflict::VersionTaken {
-                task_id: TaskId::parse(&"c".repeat(32)).unwrap(),
-                version: 2,
-            })),
-            err(InboxError::Rejected(EventError::InvalidVersion)),
-            Err("anything".into()),
-        ] {
-            assert_ne!(settle(&answer), Settlement::Ack);
+        for class in CLASSES {
+            for malformed in [false, true] {
+                let failure = Failure {
+                    malformed,
+                    ..Failure::new(class)
+                };
+                assert_ne!(settle::<()>(&Err(failure)), Settlement::Ack, "{class}");
+            }
         }
     }
 
     #[test]
     fn only_bytes_that_can_never_be_valid_are_terminated() {
-        assert_eq!(
-            settle(&err(InboxError::Rejected(EventError::Json(
-                DigestError::TooLarge { len: 600 * 1024 }
-            )))),
-            Settlement::Terminate
-        );
-        assert_eq!(
-            settle(&err(InboxError::Rejected(EventError::Malformed {
-                field: "task.id",
-                problem: "is missing"
-            }))),
-            Settlement::Terminate
-        );
-    }
-
-    #[test]
-    fn a_conflict_or_an_event_of_another_queue_is_left_not_terminated() {
-        let queue = |c: char| QueueId::parse(&c.to_string().repeat(32)).unwrap();
-        assert_eq!(
-            settle(&err(InboxError::Rejected(EventError::QueueMismatch {
-                expected: queue('a'),
-                actual: queue('b'),
-            }))),
-            Settlement::Leave
-        );
-        assert_eq!(
-            settle(&err(InboxError::Conflict(Conflict::VersionTaken {
-                task_id: TaskId::parse(&"c".repeat(32)).unwrap(),
-                version: 2,
-            }))),
-            Settlement::Leave
-        );
+        let malformed = Failure {
+            malformed: true,
+            ..Failure::new(FailureClass::Rejected)
+        };
+        assert_eq!(settle::<()>(&Err(malformed)), Settlement::Terminate);
+        for class in CLASSES {
+            assert_eq!(settle::<()>(&Err(Failure::new(class))), Settlement::Leave);
+        }
     }
 }

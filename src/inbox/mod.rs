@@ -44,8 +44,7 @@
 //! timeout ending in no ACK and no row) — but it turns a certain outcome
 //! into an unknown one. An outer limit must also be longer than the inbox's
 //! budget, or it cuts off the deadlock retries the budget leaves room for.
-//! [`consumer::classify`](crate::consumer::classify) names tower's
-//! `Elapsed` as class `timeout`.
+//! [`classify`] names tower's `Elapsed` as class `timeout`.
 //!
 //! # Permanent refusals
 //!
@@ -57,7 +56,7 @@
 //! ```no_run
 //! use result_inbox::inbox::{Applying, InboxError, InboxLayer, InboxStore, StoreOptions};
 //! use result_inbox::delivery::Delivery;
-//! use result_inbox::{dsn::Dsn, scope::{InboxScope, ReceiverName}, event::QueueId};
+//! use result_inbox::{db::Dsn, scope::{InboxScope, ReceiverName}, event::QueueId};
 //! use tower::{ServiceBuilder, service_fn};
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -99,11 +98,12 @@ use sqlx::mysql::MySqlConnection;
 use tokio::time::{timeout_at, Instant};
 use tower::{Service, ServiceExt};
 
-pub use self::error::{mysql_errno, Conflict, DbError, DbErrorKind, InboxError, Refusal};
+pub use self::error::{classify, Conflict, InboxError, Refusal};
 pub use self::future::ResponseFuture;
 pub use self::layer::InboxLayer;
 pub use self::store::{InboxStats, InboxStore, Session, SessionSettings, StoreOptions};
 use self::tx::{Begun, InboxTx};
+use crate::db::DbError;
 use crate::delivery::Delivery;
 use crate::digest::Digest;
 use crate::event::{Event, EventId, TaskId};
@@ -413,7 +413,7 @@ where
             Ok(Err(e)) => Err(e),
         };
         match attempt {
-            Err(InboxError::Database(e)) if is_rolled_back(&e) => {
+            Err(InboxError::Database(e)) if e.is_rolled_back() => {
                 store.record_retry(e.kind());
                 tracing::info!(event = %event.id(), cause = %e, "transaction rolled back; retrying");
                 timeout_at(deadline, tokio::time::sleep(RETRY_PAUSE))
@@ -467,20 +467,6 @@ async fn settle_phase(phase: Phase, deadline: Instant) -> Result<Receipt, InboxE
 /// Pause before running a rolled-back transaction again, so that the
 /// transaction that won the lock can finish.
 const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
-
-/// Whether a failure left nothing behind that could have committed, so the
-/// whole transaction may run again: the server chose it as deadlock victim
-/// (on a cluster also: it lost certification, at COMMIT or before), timed
-/// out its lock wait, or its connection broke before COMMIT (a pooled
-/// connection the server had dropped; the server rolls back whatever a
-/// lost connection had open), or the cluster node was not ready. A COMMIT
-/// whose answer was lost never gets here: it is `CommitUnconfirmed`.
-fn is_rolled_back(e: &DbError) -> bool {
-    matches!(
-        e.kind(),
-        DbErrorKind::Deadlock | DbErrorKind::LockWaitTimeout | DbErrorKind::Connection
-    )
-}
 
 /// Everything up to, not including, COMMIT.
 async fn prepare<S>(

@@ -7,11 +7,12 @@ use std::time::Duration;
 use sqlx::mysql::{MySqlConnection, MySqlPool, MySqlPoolOptions};
 use sqlx::Executor;
 
-use super::error::{DbError, DbErrorKind};
 use super::shelf::Shelf;
 use super::tx::InboxTx;
-use crate::dsn::Dsn;
+use crate::db::{DbError, DbErrorKind, Dsn};
 use crate::event::Event;
+use crate::failure::Failure;
+use crate::probe::Probe;
 use crate::scope::InboxScope;
 use crate::telemetry;
 
@@ -42,7 +43,7 @@ impl Default for StoreOptions {
 /// Cloning is cheap and shares the pool and the statistics.
 ///
 /// ```no_run
-/// use result_inbox::dsn::Dsn;
+/// use result_inbox::db::Dsn;
 /// use result_inbox::event::QueueId;
 /// use result_inbox::inbox::{InboxLayer, InboxStore, StoreOptions};
 /// use result_inbox::scope::{InboxScope, ReceiverName};
@@ -216,7 +217,7 @@ impl InboxStore {
     /// and no lock — ever goes back to the pool.
     ///
     /// ```no_run
-    /// # async fn example(store: result_inbox::inbox::InboxStore) -> Result<(), result_inbox::inbox::DbError> {
+    /// # async fn example(store: result_inbox::inbox::InboxStore) -> Result<(), result_inbox::db::DbError> {
     /// let mut session = store.session().await?;
     /// let open: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM orders WHERE status = 'open'")
     ///     .fetch_one(session.connection())
@@ -350,11 +351,15 @@ pub(crate) async fn mark_stale(
     Ok(())
 }
 
-/// The consumer's breaker probes the store's database (see
-/// [`Probe`](crate::consumer::Probe)).
-impl crate::consumer::Probe for InboxStore {
+/// A consumer's breaker probes the store's database, and knows the inbox's
+/// errors when a delivery fails with one (see [`Probe`]).
+impl Probe for InboxStore {
     fn probe(&self) -> futures::future::BoxFuture<'static, Result<(), crate::BoxError>> {
         let store = self.clone();
         Box::pin(async move { store.ping().await.map_err(Into::into) })
+    }
+
+    fn recognize(&self, error: &(dyn std::error::Error + 'static)) -> Option<Failure> {
+        super::error::recognize(error)
     }
 }

@@ -19,8 +19,9 @@ use sqlx::mysql::{MySql, MySqlConnection};
 use sqlx::pool::PoolConnection;
 use sqlx::Executor;
 
-use super::error::{self, DbError, InboxError};
+use super::error::InboxError;
 use super::shelf::{Lent, Shelf};
+use crate::db::{errno, DbError};
 use crate::digest::Digest;
 use crate::event::Event;
 use crate::scope::InboxScope;
@@ -107,7 +108,7 @@ impl InboxTx {
             .await;
         match inserted {
             Ok(_) => Ok(Begun::Inserted(self)),
-            Err(e) if error::is_duplicate_key(&e) => {
+            Err(e) if errno::is_duplicate_key(&e) => {
                 let row: Option<(Vec<u8>, bool)> = sqlx::query_as(COMMITTED_ROW_SQL)
                     .bind(scope.receiver.as_str())
                     .bind(scope.queue_id.as_str())

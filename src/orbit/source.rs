@@ -1,11 +1,11 @@
 //! Orbit's subscription stream as a [`Source`] of the consumer: WebSocket
 //! deliveries with credit, ACK over HTTP with the attempt's lease proof.
 
-use crate::consumer::{AckOutcome, Incoming, LeaseStream, Source, SourceError};
-use crate::delivery::{DeliveryId, LeaseProof};
-use crate::ids::SubscriptionId;
-
-use super::{DeliveryStream, OrbitClient, OrbitError, StreamMessage};
+use super::{DeliveryStream, LeaseProof, OrbitClient, OrbitError, StreamMessage};
+use crate::delivery::DeliveryId;
+use crate::ids::{QueueId, SubscriptionId};
+use crate::retry::{self, Backoff};
+use crate::source::{AckOutcome, Incoming, LeaseStream, Source};
 
 /// One subscription of one Orbit deployment, as the consumer's source.
 #[derive(Debug, Clone)]
@@ -15,12 +15,66 @@ pub struct OrbitSource {
 }
 
 impl OrbitSource {
-    /// The subscription `subscription`, reached with `client`.
+    /// The subscription `subscription`, reached with `client`, unchecked
+    /// ([`connect`](Self::connect) checks it first).
     pub fn new(client: OrbitClient, subscription: SubscriptionId) -> Self {
         Self {
             client,
             subscription,
         }
+    }
+
+    /// The subscription, checked before anything is leased: it must exist,
+    /// be readable with this token and be bound to `expected_queue`.
+    ///
+    /// An Orbit that cannot be reached yet (connection refused or reset,
+    /// time-out, 5xx) is waited for with backoff and a warning per attempt;
+    /// a permanent answer (401, 403, 404, another queue) returns at once.
+    /// Drop the future to stop waiting.
+    pub async fn connect(
+        client: OrbitClient,
+        subscription: SubscriptionId,
+        expected_queue: &QueueId,
+    ) -> Result<Self, OrbitError> {
+        let source = Self::new(client, subscription);
+        retry::until_answered(
+            Backoff::default(),
+            "Orbit",
+            OrbitError::is_retryable,
+            || source.check(expected_queue),
+        )
+        .await?;
+        Ok(source)
+    }
+
+    /// Asks Orbit once whether the subscription can be consumed for
+    /// `expected_queue` ([`connect`](Self::connect) asks until Orbit
+    /// answers; `receiver check` asks once).
+    pub async fn check(&self, expected_queue: &QueueId) -> Result<(), OrbitError> {
+        let subscription = &self.subscription;
+        let found = match self.client.subscription(subscription).await {
+            Ok(found) => found,
+            Err(e) if e.code() == Some("wrong_queue") => {
+                return Err(OrbitError::OtherQueue {
+                    subscription: subscription.clone(),
+                    expected: expected_queue.clone(),
+                })
+            }
+            Err(e) if e.code() == Some("subscription_not_found") => {
+                return Err(OrbitError::UnknownSubscription {
+                    subscription: subscription.clone(),
+                })
+            }
+            Err(e) => return Err(e),
+        };
+        if &found.queue_id != expected_queue {
+            return Err(OrbitError::QueueMismatch {
+                subscription: subscription.clone(),
+                expected: expected_queue.clone(),
+                actual: found.queue_id,
+            });
+        }
+        Ok(())
     }
 
     /// The subscription.
@@ -29,14 +83,8 @@ impl OrbitSource {
     }
 }
 
-impl SourceError for OrbitError {
-    fn is_retryable(&self) -> bool {
-        OrbitError::is_retryable(self)
-    }
-}
-
 impl Source for OrbitSource {
-    type Receipt = LeaseProof;
+    type Proof = LeaseProof;
     type Stream = DeliveryStream;
     type Error = OrbitError;
 
@@ -54,7 +102,7 @@ impl Source for OrbitSource {
 }
 
 impl LeaseStream for DeliveryStream {
-    type Receipt = LeaseProof;
+    type Proof = LeaseProof;
     type Error = OrbitError;
 
     async fn grant(&mut self, n: u32) -> Result<(), OrbitError> {

@@ -9,8 +9,9 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{Connector, MaybeTlsStream, WebSocketStream};
 
+use super::LeaseProof;
 use super::OrbitError;
-use crate::delivery::{Delivery, DeliveryId, LeaseProof};
+use crate::delivery::{Delivery, DeliveryId};
 
 /// What the server said on the stream.
 #[derive(Debug)]
@@ -72,7 +73,7 @@ impl DeliveryStream {
             Ok((socket, _response)) => Ok(Self { socket }),
             Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
                 let body = response.body().as_deref().unwrap_or_default();
-                Err(super::status_error(response.status(), body))
+                Err(super::error::status_error(response.status(), body))
             }
             Err(e) => Err(OrbitError::transport(e)),
         }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
-use result_inbox::dsn::Dsn;
+use result_inbox::db::Dsn;
 use result_inbox::inbox::{InboxStore, StoreOptions};
 use result_inbox::scope::InboxScope;
 use result_inbox::verify::{self, Finding, Report};
@@ -80,7 +80,7 @@ impl ClusterDb {
             .iter()
             .map(|root| Dsn::parse(&with_database(root, &name)).unwrap())
             .collect();
-        result_inbox::schema::init(&nodes[0]).await.unwrap();
+        result_inbox::db::schema::init(&nodes[0]).await.unwrap();
         // DDL replicates in total order; wait until every node has it. Asked
         // without the database in the DSN: a node may not have the database
         // yet when the question is put, and the synced read waits for it.

@@ -18,7 +18,7 @@ pub mod tls;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use result_inbox::dsn::Dsn;
+use result_inbox::db::Dsn;
 use result_inbox::event::QueueId;
 use result_inbox::inbox::{InboxStore, StoreOptions};
 use result_inbox::scope::{InboxScope, ReceiverName};
@@ -76,7 +76,7 @@ impl TestDb {
     /// A fresh database with the receiver schema.
     pub async fn initialized() -> TestDb {
         let db = TestDb::empty().await;
-        result_inbox::schema::init(&db.dsn)
+        result_inbox::db::schema::init(&db.dsn)
             .await
             .expect("schema init");
         db

@@ -9,10 +9,10 @@
 use sqlx::mysql::MySqlConnection;
 use sqlx::{Connection, Row};
 
-use crate::dsn::Dsn;
+use super::{errno, DbError, Dsn};
 
 /// The DDL of both tables, exactly as shipped in `schema.sql`.
-pub const SCHEMA_SQL: &str = include_str!("../schema.sql");
+pub const SCHEMA_SQL: &str = include_str!("../../schema.sql");
 
 /// The inbox table: one row per event received.
 pub const INBOX_TABLE: &str = "receiver_inbox";
@@ -51,10 +51,10 @@ pub enum InitError {
     },
     /// The account may not create tables.
     #[error("schema initialization failed: {0}; init needs the CREATE privilege on the receiver's database (the runtime account does not)")]
-    PermissionDenied(crate::inbox::DbError),
+    PermissionDenied(DbError),
     /// The server refused or the connection failed; the message is redacted.
     #[error("schema initialization failed: {0}")]
-    Database(crate::inbox::DbError),
+    Database(DbError),
 }
 
 impl InitError {
@@ -72,9 +72,9 @@ impl InitError {
 
 impl From<sqlx::Error> for InitError {
     fn from(e: sqlx::Error) -> Self {
-        let e = crate::inbox::DbError::from(e);
+        let e = DbError::from(e);
         // 1142 is "CREATE command denied": the account is fine otherwise.
-        if e.number() == Some(crate::inbox::mysql_errno::TABLE_ACCESS_DENIED) {
+        if e.number() == Some(errno::TABLE_ACCESS_DENIED) {
             InitError::PermissionDenied(e)
         } else {
             InitError::Database(e)

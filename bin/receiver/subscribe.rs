@@ -3,9 +3,11 @@
 //! with `--source nats`, the durable pull consumer of the queue's subject
 //! (and, when asked, its stream).
 
-use crate::event::EventType;
-use crate::ids::{QueueId, SubscriptionId};
-use crate::orbit::{OrbitClient, OrbitError};
+use result_inbox::event::EventType;
+use result_inbox::ids::{QueueId, SubscriptionId};
+use result_inbox::inbox::StoreOptions;
+use result_inbox::nats::{ConsumerSpec, NatsError, NatsSettings, Provisioned};
+use result_inbox::orbit::{OrbitClient, OrbitError};
 
 /// Why no usable subscription came out of it.
 #[derive(Debug, thiserror::Error)]
@@ -38,8 +40,6 @@ pub enum SubscribeError {
         budget: std::time::Duration,
     },
     /// The stream does not exist and was not to be created.
-    #[cfg(feature = "nats")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
     #[error("stream {stream} does not exist; check NATS_STREAM, or pass --create-stream to create it for subject {subject:?}")]
     NoStream {
         /// The configured stream.
@@ -49,10 +49,8 @@ pub enum SubscribeError {
     },
     /// NATS refused, or the existing stream or consumer cannot serve the
     /// queue; nothing was created.
-    #[cfg(feature = "nats")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
     #[error("{0}")]
-    Nats(#[from] crate::nats::NatsError),
+    Nats(#[from] NatsError),
 }
 
 impl SubscribeError {
@@ -62,9 +60,7 @@ impl SubscribeError {
         match self {
             SubscribeError::Orbit(e) => e.is_refusal(),
             SubscribeError::OtherQueue { .. } | SubscribeError::AckWaitTooShort { .. } => true,
-            #[cfg(feature = "nats")]
             SubscribeError::NoStream { .. } => true,
-            #[cfg(feature = "nats")]
             SubscribeError::Nats(e) => e.is_configuration(),
         }
     }
@@ -110,24 +106,22 @@ pub async fn run(
 /// Makes sure the durable pull consumer `consume --source nats` needs
 /// exists: creates it from `spec` (and the stream, when `spec` says so) or
 /// accepts an existing one that passes consume's checks, changing nothing.
-#[cfg(all(feature = "nats", feature = "mysql"))]
-#[cfg_attr(docsrs, doc(cfg(all(feature = "nats", feature = "mysql"))))]
 pub async fn nats(
-    settings: &crate::nats::NatsSettings,
+    settings: &NatsSettings,
     timeout: std::time::Duration,
-    spec: &crate::nats::ConsumerSpec,
-) -> Result<crate::nats::Provisioned, SubscribeError> {
-    let budget = crate::inbox::StoreOptions::default().transaction_timeout;
+    spec: &ConsumerSpec,
+) -> Result<Provisioned, SubscribeError> {
+    let budget = StoreOptions::default().transaction_timeout;
     if spec.ack_wait <= budget {
         return Err(SubscribeError::AckWaitTooShort {
             ack_wait: spec.ack_wait,
             budget,
         });
     }
-    crate::nats::provision(settings, timeout, spec)
+    result_inbox::nats::provision(settings, timeout, spec)
         .await
         .map_err(|e| match e {
-            crate::nats::NatsError::UnknownStream { stream, .. } => SubscribeError::NoStream {
+            NatsError::UnknownStream { stream, .. } => SubscribeError::NoStream {
                 stream,
                 subject: settings.subject.clone(),
             },

@@ -2,11 +2,11 @@
 //! task view until shutdown.
 //!
 //! Before anything is leased the command checks its database (tables,
-//! columns, grants: [`check::database`]) and its source. For Orbit: the
-//! token and the scopes `consume` needs ([`check::orbit_access`]) and the
-//! subscription's queue ([`Consumer::connect`]); for NATS JetStream: the
+//! columns, grants: `check::database`) and its source. For Orbit: the
+//! token and the scopes `consume` needs (`check::orbit_access`) and the
+//! subscription's queue (`OrbitSource::connect`); for NATS JetStream: the
 //! stream, the durable pull consumer and its filter subject
-//! ([`JetStreamSource::connect`](crate::nats::JetStreamSource::connect)). A
+//! (`JetStreamSource::connect`). A
 //! server that cannot be reached yet — connection refused or reset, a
 //! time-out, a 5xx answer — is waited for with backoff and one warning per
 //! attempt; a permanent answer stops at once. A shutdown during any of
@@ -21,17 +21,19 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceBuilder;
 use tracing::info;
 
+use result_inbox::consumer::{Consumer, ConsumerError, ConsumerOptions, ConsumerReport, Health};
+use result_inbox::db::Dsn;
+use result_inbox::ids::{QueueId, SubscriptionId};
+use result_inbox::inbox::{InboxLayer, InboxStore, StoreOptions};
+use result_inbox::nats::{JetStreamSource, NatsError, NatsSettings};
+use result_inbox::orbit::{OrbitError, OrbitSource, Scope};
+use result_inbox::retry::until_answered;
+use result_inbox::scope::{InboxScope, ReceiverName};
+use result_inbox::source::{Source, SourceError};
+use result_inbox::task_view::TaskView;
+
 use crate::check::{self, Problem};
 use crate::config::OrbitSettings;
-use crate::consumer::{
-    until_answered, Consumer, ConsumerError, ConsumerOptions, ConsumerReport, Health, Source,
-};
-use crate::dsn::Dsn;
-use crate::ids::{QueueId, SubscriptionId};
-use crate::inbox::{InboxLayer, InboxStore, StoreOptions};
-use crate::orbit::{OrbitError, Scope};
-use crate::scope::{InboxScope, ReceiverName};
-use crate::task_view::TaskView;
 
 /// Everything `receiver consume` runs with.
 #[derive(Debug, Clone)]
@@ -60,11 +62,9 @@ pub enum SourceConfig {
         call_timeout: Duration,
     },
     /// A NATS JetStream durable pull consumer.
-    #[cfg(feature = "nats")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
     Nats {
         /// The server, stream, consumer, subject and queue.
-        settings: crate::nats::NatsSettings,
+        settings: NatsSettings,
         /// Timeout of every request to NATS (and of an acknowledgement's
         /// answer).
         call_timeout: Duration,
@@ -76,7 +76,6 @@ impl SourceConfig {
     pub fn queue_id(&self) -> &QueueId {
         match self {
             SourceConfig::Orbit { settings, .. } => &settings.queue_id,
-            #[cfg(feature = "nats")]
             SourceConfig::Nats { settings, .. } => &settings.queue_id,
         }
     }
@@ -123,7 +122,7 @@ pub async fn run(
     let checked = tokio::select! {
         biased;
         _ = shutdown.cancelled() => return Ok(None),
-        checked = until_answered(&config.consumer, "database", Problem::is_transient, || check::database(&store)) => checked,
+        checked = until_answered(config.consumer.backoff(), "database", Problem::is_transient, || check::database(&store)) => checked,
     };
     checked.map_err(ConsumeError::Check)?;
     match &config.source {
@@ -137,17 +136,15 @@ pub async fn run(
                 _ = shutdown.cancelled() => return Ok(None),
                 started = orbit(settings, subscription, *call_timeout, &config.consumer) => started?,
             };
-            serve(started, store, health, &config, shutdown).await
+            let consumer = Consumer::new(started, config.consumer.clone());
+            serve(consumer, store, health, &config, shutdown).await
         }
-        #[cfg(feature = "nats")]
         SourceConfig::Nats {
             settings,
             call_timeout,
         } => {
-            use crate::consumer::SourceError;
-            use crate::nats::{JetStreamSource, NatsError};
             let connect = until_answered(
-                &config.consumer,
+                config.consumer.backoff(),
                 "NATS",
                 |e: &NatsError| e.is_retryable(),
                 || JetStreamSource::connect(settings, *call_timeout),
@@ -171,10 +168,7 @@ async fn serve<Src: Source>(
     health: Health,
     config: &ConsumeConfig,
     shutdown: CancellationToken,
-) -> Result<Option<ConsumerReport>, ConsumeError>
-where
-    ConsumerError: From<Src::Error>,
-{
+) -> Result<Option<ConsumerReport>, ConsumeError> {
     let service = ServiceBuilder::new()
         .layer(InboxLayer::new(store.clone()))
         .service(TaskView::new());
@@ -195,21 +189,16 @@ async fn orbit(
     subscription: &SubscriptionId,
     call_timeout: Duration,
     options: &ConsumerOptions,
-) -> Result<Consumer, ConsumeError> {
+) -> Result<OrbitSource, ConsumeError> {
     let client = settings
         .client(call_timeout)
         .map_err(ConsumeError::Client)?;
-    until_answered(options, "Orbit", Problem::is_transient, || {
+    until_answered(options.backoff(), "Orbit", Problem::is_transient, || {
         check::orbit_access(&client, &Scope::CONSUME)
     })
     .await
     .map_err(ConsumeError::Check)?;
-    Consumer::connect(
-        client,
-        subscription.clone(),
-        &settings.queue_id,
-        options.clone(),
-    )
-    .await
-    .map_err(ConsumeError::Consumer)
+    OrbitSource::connect(client, subscription.clone(), &settings.queue_id)
+        .await
+        .map_err(|e| ConsumeError::Consumer(e.into()))
 }

@@ -3,7 +3,7 @@
 //! stream is open and the database answers; `503` otherwise), the way
 //! Kubernetes probes and Prometheus scrapes expect them.
 //!
-//! Only the binary installs an exporter (see [`crate::telemetry`]): a
+//! Only the binary installs an exporter (see `result_inbox::telemetry`): a
 //! program that embeds the library records into its own.
 
 use std::convert::Infallible;
@@ -21,8 +21,10 @@ use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, Promet
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-use crate::consumer::Health;
-use crate::telemetry;
+use result_inbox::consumer::Health;
+use result_inbox::telemetry;
+
+use crate::exit::{EXIT_CONFIG, EXIT_FAILED};
 
 /// Buckets of the apply-duration histogram, in seconds: from a fast local
 /// apply (about a millisecond) to the 5 s transaction budget.
@@ -151,4 +153,31 @@ fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = status;
     response
+}
+
+/// The metrics endpoint, when an address is configured.
+pub(crate) async fn metrics_endpoint(
+    addr: Option<String>,
+    health: &Health,
+) -> Result<Option<Endpoint>, (u8, String)> {
+    let Some(addr) = addr else {
+        return Ok(None);
+    };
+    let addr: SocketAddr = addr.parse().map_err(|_| {
+        (
+            EXIT_CONFIG,
+            format!("RECEIVER_METRICS_ADDR: {addr:?} is not an address like 127.0.0.1:9464"),
+        )
+    })?;
+    let handle = install_recorder().map_err(|e| (EXIT_FAILED, format!("metrics recorder: {e}")))?;
+    let endpoint = Endpoint::start(addr, handle, health.clone())
+        .await
+        .map_err(|e| {
+            (
+                EXIT_CONFIG,
+                format!("RECEIVER_METRICS_ADDR: cannot listen on {addr}: {e}"),
+            )
+        })?;
+    tracing::info!(addr = %endpoint.addr, "metrics endpoint listening (/metrics, /healthz, /readyz)");
+    Ok(Some(endpoint))
 }

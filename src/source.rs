@@ -1,14 +1,17 @@
-//! Where a consumer's deliveries come from: any source of leased deliveries.
+//! The source contract: what any broker of leased deliveries offers a
+//! consumer. It sits below the consumer and below every source (Orbit's
+//! subscription stream, a NATS JetStream pull consumer); the consumer names
+//! no broker, and no broker names the consumer.
 //!
 //! The consumer relies on four things of a source, and nothing else:
 //!
 //! 1. it opens a stream that leases nothing until credit is granted, and
 //!    never more than was granted ([`LeaseStream::grant`]);
 //! 2. each delivery comes with what acknowledges *this attempt* of it (a
-//!    receipt: Orbit's lease proof), which the consumer keeps beside the
-//!    delivery's future;
+//!    proof: Orbit's lease proof, JetStream's ack subject), which the
+//!    consumer keeps beside the delivery's future;
 //! 3. an acknowledgement is confirmed or refused by the source, and one
-//!    whose answer was lost can be sent again with the same receipt
+//!    whose answer was lost can be sent again with the same proof
 //!    ([`Source::ack`]);
 //! 4. what is not acknowledged comes again (a lease runs out).
 //!
@@ -21,9 +24,8 @@
 //! shutdown so that those come again at once rather than when their
 //! leases run out.
 //!
-//! Orbit's WebSocket stream is one such source
-//! ([`OrbitSource`](crate::orbit::OrbitSource)). The breaker, the metrics
-//! and the bounded shutdown live in the consumer, so every source has them.
+//! The breaker, the metrics and the bounded shutdown live in the consumer,
+//! so every source has them.
 
 use std::future::Future;
 
@@ -34,7 +36,7 @@ use crate::delivery::{Delivery, DeliveryId};
 /// What a source's stream said.
 #[derive(Debug)]
 pub enum Incoming<R> {
-    /// A leased delivery and the receipt that acknowledges this attempt.
+    /// A leased delivery and the proof that acknowledges this attempt.
     Delivery(Delivery<Bytes>, R),
     /// The connection is alive (a ping): time has not stood still.
     Keepalive,
@@ -47,7 +49,7 @@ pub enum Incoming<R> {
 pub enum AckOutcome {
     /// This acknowledgement acknowledged the delivery.
     Acked,
-    /// The delivery had been acknowledged with this receipt before (e.g. the
+    /// The delivery had been acknowledged with this proof before (e.g. the
     /// answer to an earlier acknowledgement was lost).
     AlreadyAcked,
 }
@@ -57,15 +59,22 @@ pub trait SourceError: std::error::Error + Send + Sync + 'static {
     /// Whether the same call may succeed later (a lost connection, a
     /// time-out, a server error), rather than being refused again.
     fn is_retryable(&self) -> bool;
+
+    /// Whether the configuration (credentials, names, the queue) has to
+    /// change before the source can be consumed, rather than an operation
+    /// having failed. Default: what is not retryable.
+    fn is_configuration(&self) -> bool {
+        !self.is_retryable()
+    }
 }
 
 /// A source of leased deliveries.
 pub trait Source: Send + Sync + 'static {
     /// What acknowledges one attempt of a delivery. It may be a secret
     /// (Orbit's lease proof): its `Debug` must not show it.
-    type Receipt: std::fmt::Debug + Send + Sync + 'static;
+    type Proof: std::fmt::Debug + Send + Sync + 'static;
     /// An open stream of deliveries.
-    type Stream: LeaseStream<Receipt = Self::Receipt, Error = Self::Error>;
+    type Stream: LeaseStream<Proof = Self::Proof, Error = Self::Error>;
     /// What can go wrong.
     type Error: SourceError;
 
@@ -76,12 +85,12 @@ pub trait Source: Send + Sync + 'static {
     /// Opens a stream; it holds no credit yet.
     fn open(&self) -> impl Future<Output = Result<Self::Stream, Self::Error>> + Send;
 
-    /// Acknowledges one attempt with its receipt; safe to repeat with the
-    /// same receipt when an answer was lost.
+    /// Acknowledges one attempt with its proof; safe to repeat with the
+    /// same proof when an answer was lost.
     fn ack(
         &self,
         id: &DeliveryId,
-        receipt: &Self::Receipt,
+        proof: &Self::Proof,
     ) -> impl Future<Output = Result<AckOutcome, Self::Error>> + Send;
 
     /// Asks the source never to deliver this message again, without
@@ -90,9 +99,9 @@ pub trait Source: Send + Sync + 'static {
     fn terminate(
         &self,
         id: &DeliveryId,
-        receipt: &Self::Receipt,
+        proof: &Self::Proof,
     ) -> impl Future<Output = Result<bool, Self::Error>> + Send {
-        let _ = (id, receipt);
+        let _ = (id, proof);
         async { Ok(false) }
     }
 
@@ -104,9 +113,9 @@ pub trait Source: Send + Sync + 'static {
     fn release(
         &self,
         id: &DeliveryId,
-        receipt: &Self::Receipt,
+        proof: &Self::Proof,
     ) -> impl Future<Output = Result<bool, Self::Error>> + Send {
-        let _ = (id, receipt);
+        let _ = (id, proof);
         async { Ok(false) }
     }
 }
@@ -114,7 +123,7 @@ pub trait Source: Send + Sync + 'static {
 /// An open stream of a [`Source`].
 pub trait LeaseStream: Send + 'static {
     /// What acknowledges one attempt.
-    type Receipt;
+    type Proof;
     /// What can go wrong.
     type Error;
 
@@ -124,7 +133,7 @@ pub trait LeaseStream: Send + 'static {
     /// The next message, or `None` once the stream has ended.
     fn next(
         &mut self,
-    ) -> impl Future<Output = Option<Result<Incoming<Self::Receipt>, Self::Error>>> + Send;
+    ) -> impl Future<Output = Option<Result<Incoming<Self::Proof>, Self::Error>>> + Send;
 
     /// Ends the stream politely. Leases held are not released: they run out
     /// at the source.

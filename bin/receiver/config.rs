@@ -8,14 +8,14 @@
 
 use std::path::PathBuf;
 
-use crate::ids::QueueId;
-use crate::orbit::{
+use result_inbox::ids::QueueId;
+use result_inbox::orbit::{
     Credentials, CredentialsError, OrbitClient, OrbitError, OrbitTls, OrbitUrl, Token,
 };
 
 /// The Orbit settings as given (environment or flags), before resolution.
 #[derive(Debug, Default, Clone)]
-pub struct OrbitSource {
+pub struct OrbitEnv {
     /// `ORBIT_URL`.
     pub url: Option<String>,
     /// `ORBIT_CREDENTIALS_FILE`.
@@ -83,7 +83,7 @@ pub enum ConfigError {
     },
 }
 
-impl OrbitSource {
+impl OrbitEnv {
     /// Resolves the settings: explicit values first, then the credentials
     /// file. Reads the CA file, if any, so that an unusable one is a
     /// configuration error before any connection.
@@ -133,10 +133,8 @@ impl OrbitSource {
 
 /// The NATS JetStream settings as given (environment or flags), before
 /// resolution.
-#[cfg(feature = "nats")]
-#[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
 #[derive(Debug, Default, Clone)]
-pub struct NatsSource {
+pub struct NatsEnv {
     /// `NATS_URL`.
     pub url: Option<String>,
     /// `NATS_STREAM`.
@@ -148,7 +146,7 @@ pub struct NatsSource {
     /// `ORBIT_QUEUE_ID`.
     pub queue_id: Option<String>,
     /// `NATS_TOKEN`.
-    pub token: Option<crate::nats::NatsSecret>,
+    pub token: Option<result_inbox::nats::NatsSecret>,
     /// `NATS_CREDS_FILE`.
     pub creds_file: Option<PathBuf>,
     /// `NATS_CA_FILE`.
@@ -157,11 +155,10 @@ pub struct NatsSource {
     pub require_tls: bool,
 }
 
-#[cfg(feature = "nats")]
-impl NatsSource {
+impl NatsEnv {
     /// Resolves the settings; every error names the variable to fix.
-    pub fn resolve(self) -> Result<crate::nats::NatsSettings, ConfigError> {
-        use crate::nats::{NatsAuth, NatsSettings};
+    pub fn resolve(self) -> Result<result_inbox::nats::NatsSettings, ConfigError> {
+        use result_inbox::nats::{NatsAuth, NatsSettings};
         let url = self.url.ok_or(ConfigError::Unset {
             variable: "NATS_URL",
             what: "the NATS server(s), e.g. nats://127.0.0.1:4222",
@@ -232,7 +229,6 @@ impl NatsSource {
 
 /// A stream or consumer name: JetStream refuses names with `.`, `*`, `>`,
 /// slashes or white space.
-#[cfg(feature = "nats")]
 fn name(
     value: Option<String>,
     variable: &'static str,
@@ -262,7 +258,7 @@ mod tests {
 
     #[test]
     fn explicit_values_need_no_credentials_file() {
-        let settings = OrbitSource {
+        let settings = OrbitEnv {
             url: Some("http://127.0.0.1:8080".into()),
             token: Some(Token::new("t")),
             queue_id: Some(Q.into()),
@@ -275,7 +271,7 @@ mod tests {
 
     #[test]
     fn a_missing_setting_is_named() {
-        let err = OrbitSource {
+        let err = OrbitEnv {
             url: Some("http://127.0.0.1:8080".into()),
             queue_id: Some(Q.into()),
             ..Default::default()
@@ -287,7 +283,7 @@ mod tests {
 
     #[test]
     fn a_bad_queue_id_is_refused() {
-        let err = OrbitSource {
+        let err = OrbitEnv {
             url: Some("http://127.0.0.1:8080".into()),
             token: Some(Token::new("t")),
             queue_id: Some("inbox-demo".into()),
@@ -300,7 +296,7 @@ mod tests {
 
     #[test]
     fn an_unreadable_ca_file_is_named_before_any_connection() {
-        let err = OrbitSource {
+        let err = OrbitEnv {
             url: Some("https://127.0.0.1:8443".into()),
             token: Some(Token::new("sentinel-token")),
             queue_id: Some(Q.into()),
@@ -317,7 +313,7 @@ mod tests {
 
     #[test]
     fn without_a_ca_file_only_the_public_roots_are_trusted() {
-        let settings = OrbitSource {
+        let settings = OrbitEnv {
             url: Some("https://orbit.example".into()),
             token: Some(Token::new("t")),
             queue_id: Some(Q.into()),
@@ -331,7 +327,7 @@ mod tests {
 
     #[test]
     fn an_unreadable_credentials_file_is_reported_with_its_path() {
-        let err = OrbitSource {
+        let err = OrbitEnv {
             credentials_file: Some("/nonexistent/creds.json".into()),
             ..Default::default()
         }
@@ -340,9 +336,8 @@ mod tests {
         assert!(err.to_string().contains("/nonexistent/creds.json"), "{err}");
     }
 
-    #[cfg(feature = "nats")]
-    fn nats() -> NatsSource {
-        NatsSource {
+    fn nats() -> NatsEnv {
+        NatsEnv {
             url: Some("nats://127.0.0.1:4222".into()),
             stream: Some("ORBIT".into()),
             consumer: Some("receiver".into()),
@@ -351,24 +346,22 @@ mod tests {
         }
     }
 
-    #[cfg(feature = "nats")]
     #[test]
     fn the_queue_subject_defaults_to_orbit_results_and_the_queue() {
         let settings = nats().resolve().unwrap();
         assert_eq!(settings.subject, format!("orbit.results.{Q}"));
     }
 
-    #[cfg(feature = "nats")]
     #[test]
     fn a_wildcard_subject_or_a_dotted_stream_name_is_refused_by_name() {
-        let err = NatsSource {
+        let err = NatsEnv {
             subject: Some("orbit.results.>".into()),
             ..nats()
         }
         .resolve()
         .unwrap_err();
         assert!(err.to_string().starts_with("NATS_SUBJECT"), "{err}");
-        let err = NatsSource {
+        let err = NatsEnv {
             stream: Some("a.b".into()),
             ..nats()
         }
@@ -377,10 +370,9 @@ mod tests {
         assert!(err.to_string().starts_with("NATS_STREAM"), "{err}");
     }
 
-    #[cfg(feature = "nats")]
     #[test]
     fn a_missing_nats_setting_is_named_and_no_orbit_credentials_are_needed() {
-        let err = NatsSource {
+        let err = NatsEnv {
             consumer: None,
             ..nats()
         }
@@ -392,11 +384,10 @@ mod tests {
         );
     }
 
-    #[cfg(feature = "nats")]
     #[test]
     fn a_token_and_a_creds_file_together_are_refused_without_showing_the_token() {
-        let err = NatsSource {
-            token: Some(crate::nats::NatsSecret::new("sentinel-nats-token")),
+        let err = NatsEnv {
+            token: Some(result_inbox::nats::NatsSecret::new("sentinel-nats-token")),
             creds_file: Some("/etc/receiver.creds".into()),
             ..nats()
         }

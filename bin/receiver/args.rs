@@ -1,0 +1,188 @@
+//! The arguments several commands share: where Orbit, NATS and the
+//! receiver's database are, and who the receiver is.
+
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+
+use result_inbox::db::Dsn;
+use result_inbox::ids::SubscriptionId;
+use result_inbox::nats::{NatsSecret, NatsSettings};
+use result_inbox::orbit::Token;
+use result_inbox::scope::ReceiverName;
+
+use crate::config::{NatsEnv, OrbitEnv, OrbitSettings};
+
+/// Where `consume` takes its deliveries from.
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum SourceKind {
+    /// An Orbit subscription's WebSocket stream.
+    Orbit,
+    /// A NATS JetStream durable pull consumer.
+    Nats,
+}
+
+/// Where the queue's events are on NATS (only for `--source nats`).
+#[derive(Args)]
+pub(crate) struct NatsArgs {
+    /// The NATS server(s), e.g. nats://127.0.0.1:4222; tls:// requires TLS.
+    /// Never printed with a user or password it may contain.
+    #[arg(long, env = "NATS_URL", hide_env_values = true)]
+    pub(crate) nats_url: Option<String>,
+    /// The JetStream stream that holds the queue's events.
+    #[arg(long, env = "NATS_STREAM")]
+    pub(crate) nats_stream: Option<String>,
+    /// The durable pull consumer of that stream (explicit acks; its filter
+    /// subject must be the queue's subject).
+    #[arg(long, env = "NATS_CONSUMER")]
+    pub(crate) nats_consumer: Option<String>,
+    /// The subject of the queue's events [default: orbit.results.<ORBIT_QUEUE_ID>].
+    #[arg(long, env = "NATS_SUBJECT")]
+    pub(crate) nats_subject: Option<String>,
+    /// A token to log in with. Never printed.
+    #[arg(long, env = "NATS_TOKEN", hide_env_values = true)]
+    pub(crate) nats_token: Option<String>,
+    /// A credentials file (user JWT and NKey seed) to log in with.
+    #[arg(long, env = "NATS_CREDS_FILE")]
+    pub(crate) nats_creds_file: Option<PathBuf>,
+    /// PEM file with the certificate(s) of a private CA that signed the
+    /// server's certificate.
+    #[arg(long, env = "NATS_CA_FILE")]
+    pub(crate) nats_ca_file: Option<PathBuf>,
+    /// Refuse a connection without TLS (implied by a tls:// URL).
+    #[arg(long, env = "NATS_REQUIRE_TLS")]
+    pub(crate) nats_require_tls: bool,
+}
+
+impl NatsArgs {
+    pub(crate) fn resolve(self, queue_id: Option<String>) -> Result<NatsSettings, String> {
+        NatsEnv {
+            url: self.nats_url,
+            stream: self.nats_stream,
+            consumer: self.nats_consumer,
+            subject: self.nats_subject,
+            queue_id,
+            token: self.nats_token.map(NatsSecret::new),
+            creds_file: self.nats_creds_file,
+            ca_file: self.nats_ca_file,
+            require_tls: self.nats_require_tls,
+        }
+        .resolve()
+        .map_err(|e| e.to_string())
+    }
+}
+
+/// Where Orbit is and who the receiver is there.
+#[derive(Args)]
+pub(crate) struct OrbitArgs {
+    /// Orbit's base URL (http:// only on loopback; https:// in production).
+    /// Overrides the credentials file's orbit_url.
+    #[arg(long, env = "ORBIT_URL")]
+    pub(crate) orbit_url: Option<String>,
+    /// The credentials file written by bootstrap (token, queue id, URL); must
+    /// be private (mode 0600).
+    #[arg(long, env = "ORBIT_CREDENTIALS_FILE")]
+    pub(crate) credentials_file: Option<PathBuf>,
+    /// The queue token; overrides the credentials file. Never printed.
+    #[arg(long, env = "ORBIT_TOKEN", hide_env_values = true)]
+    pub(crate) token: Option<String>,
+    /// The queue this receiver consumes; overrides the credentials file.
+    #[arg(long, env = "ORBIT_QUEUE_ID")]
+    pub(crate) queue_id: Option<String>,
+    /// PEM file with the certificate(s) of a private CA that signed Orbit's
+    /// certificate, trusted besides Mozilla's root certificates for https://.
+    #[arg(long, env = "ORBIT_CA_FILE")]
+    pub(crate) orbit_ca_file: Option<PathBuf>,
+}
+
+impl OrbitArgs {
+    pub(crate) fn resolve(self) -> Result<OrbitSettings, String> {
+        let orbit = OrbitEnv {
+            url: self.orbit_url,
+            credentials_file: self.credentials_file,
+            token: self.token.map(Token::new),
+            queue_id: self.queue_id,
+            ca_file: self.orbit_ca_file,
+        }
+        .resolve()
+        .map_err(|e| e.to_string())?;
+        if !orbit.url.is_tls() && !orbit.url.is_loopback() {
+            tracing::warn!(url = %orbit.url, "plain http:// to a non-loopback host: tokens and results travel unencrypted; use https://");
+        }
+        Ok(orbit)
+    }
+}
+
+/// The receiver's own database, for the tools that need nothing else.
+#[derive(Args)]
+pub(crate) struct DatabaseArgs {
+    /// The receiver's own database, e.g. mysql://receiver@127.0.0.1:3306/receiver;
+    /// must name the database. SELECT on the two tables is enough.
+    #[arg(long, env = "ORBIT_RECEIVER_DSN", hide_env_values = true)]
+    pub(crate) dsn: Option<String>,
+}
+
+/// What `demo`, `consume` and `check` need: Orbit, the receiver's database
+/// and name.
+#[derive(Args)]
+pub(crate) struct Receiver {
+    #[command(flatten)]
+    pub(crate) orbit: OrbitArgs,
+    /// The receiver's own database; must name the database.
+    #[arg(long, env = "ORBIT_RECEIVER_DSN", hide_env_values = true)]
+    pub(crate) dsn: Option<String>,
+    /// The receiver's fixed name: the same for every restart and instance.
+    /// At most 64 ASCII characters: a letter or digit, then letters, digits,
+    /// '.', '_' or '-'.
+    #[arg(long, env = "RECEIVER_NAME", default_value = ReceiverName::DEFAULT)]
+    pub(crate) receiver_name: String,
+}
+
+/// A receiver's resolved configuration.
+pub(crate) struct Resolved {
+    pub(crate) orbit: OrbitSettings,
+    pub(crate) dsn: Dsn,
+    pub(crate) name: ReceiverName,
+}
+
+/// The DSN, which every database command needs, named when it is missing.
+pub(crate) fn required_dsn(dsn: Option<String>) -> Result<Dsn, String> {
+    let dsn = dsn.ok_or(
+        "ORBIT_RECEIVER_DSN is not set (or pass --dsn): the receiver's own database, mysql://user:password@host:port/database",
+    )?;
+    Dsn::parse(&dsn).map_err(|e| format!("ORBIT_RECEIVER_DSN: {e}"))
+}
+
+pub(crate) fn required_subscription(id: Option<String>) -> Result<SubscriptionId, String> {
+    let id = id.ok_or(
+        "ORBIT_SUBSCRIPTION_ID is not set (or pass --subscription-id): the subscription to consume (32 hex), created with the same credentials",
+    )?;
+    SubscriptionId::parse(&id).ok_or_else(|| {
+        "ORBIT_SUBSCRIPTION_ID must be 32 lowercase hexadecimal characters".to_owned()
+    })
+}
+
+impl Receiver {
+    pub(crate) fn resolve(self) -> Result<Resolved, String> {
+        let (dsn, name) = self.database_and_name()?;
+        let orbit = self.orbit.resolve()?;
+        Ok(Resolved { orbit, dsn, name })
+    }
+
+    /// For `--source nats`: the database, the name and NATS; of Orbit's
+    /// settings only the queue.
+    pub(crate) fn resolve_for_nats(
+        self,
+        nats: NatsArgs,
+    ) -> Result<(Dsn, ReceiverName, NatsSettings), String> {
+        let (dsn, name) = self.database_and_name()?;
+        Ok((dsn, name, nats.resolve(self.orbit.queue_id)?))
+    }
+
+    pub(crate) fn database_and_name(&self) -> Result<(Dsn, ReceiverName), String> {
+        let dsn = required_dsn(self.dsn.clone())?;
+        let name =
+            ReceiverName::parse(&self.receiver_name).map_err(|e| format!("RECEIVER_NAME: {e}"))?;
+        Ok((dsn, name))
+    }
+}

@@ -1,0 +1,125 @@
+//! Why a check failed, and whether waiting can mend it.
+
+use result_inbox::db::DbError;
+use result_inbox::orbit::{OrbitError, Scope};
+
+/// Why a check failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Problem {
+    /// The database cannot be reached now; it may answer later.
+    #[error("database unreachable: {0}")]
+    DatabaseUnreachable(DbError),
+    /// The database refused the account: wrong user or password, unknown
+    /// database, no access to it.
+    #[error("database: {0}")]
+    DatabaseRefused(DbError),
+    /// The database failed otherwise (a failed TLS check, a server error).
+    #[error("database: {0}")]
+    Database(DbError),
+    /// A receiver table does not exist (or the account may not see it).
+    #[error("table {table} is missing (run `receiver init` with an administrator account, or grant the runtime account SELECT, INSERT, UPDATE on it)")]
+    MissingTable {
+        /// The table.
+        table: &'static str,
+    },
+    /// A receiver table lacks columns of `schema.sql`.
+    #[error("table {table} lacks the column(s) {} of schema.sql", .columns.join(", "))]
+    MissingColumns {
+        /// The table.
+        table: &'static str,
+        /// The missing columns.
+        columns: Vec<&'static str>,
+    },
+    /// The runtime account lacks a privilege the receiver needs.
+    #[error("the account may not {privilege} {table} (the runtime account needs SELECT, INSERT, UPDATE on both receiver tables)")]
+    MissingPrivilege {
+        /// `SELECT`, `INSERT` or `UPDATE`.
+        privilege: &'static str,
+        /// The table.
+        table: &'static str,
+    },
+    /// Orbit cannot be reached now; it may answer later.
+    #[error("{0}")]
+    OrbitUnreachable(OrbitError),
+    /// Orbit refused the token (`401`).
+    #[error("Orbit refused the token: {0}")]
+    Token(OrbitError),
+    /// The token lacks scopes the command needs.
+    #[error("the token lacks the scope(s) {}", .0.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "))]
+    MissingScopes(Vec<Scope>),
+    /// The subscription cannot be consumed by this receiver.
+    #[error("{0}")]
+    Subscription(String),
+    /// Orbit answered something else than the protocol describes.
+    #[error("{0}")]
+    Orbit(OrbitError),
+    /// NATS cannot be reached or refused the login, or the stream or its
+    /// durable consumer cannot be consumed for the queue.
+    #[error("{0}")]
+    Nats(result_inbox::nats::NatsError),
+}
+
+impl Problem {
+    /// Whether waiting may mend it: a server that cannot be reached yet.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Problem::DatabaseUnreachable(_) | Problem::OrbitUnreachable(_) => true,
+            Problem::Nats(e) => !e.is_configuration(),
+            _ => false,
+        }
+    }
+
+    /// The check it belongs to.
+    pub fn check(&self) -> &'static str {
+        match self {
+            Problem::DatabaseUnreachable(_)
+            | Problem::DatabaseRefused(_)
+            | Problem::Database(_) => "database",
+            Problem::MissingTable { .. } | Problem::MissingColumns { .. } => "schema",
+            Problem::MissingPrivilege { .. } => "privileges",
+            Problem::OrbitUnreachable(_) | Problem::Orbit(_) => "orbit",
+            Problem::Token(_) => "token",
+            Problem::MissingScopes(_) => "scopes",
+            Problem::Subscription(_) => "subscription",
+            Problem::Nats(e) => match e {
+                result_inbox::nats::NatsError::Unreachable { .. }
+                | result_inbox::nats::NatsError::Refused { .. }
+                | result_inbox::nats::NatsError::CredsFile { .. } => "nats",
+                _ => "consumer",
+            },
+        }
+    }
+
+    /// Whether it is about the configuration (exit code 2) rather than a
+    /// failed operation (exit code 1): a refused login or unknown database,
+    /// a missing table, column, privilege or scope, a refused token, a
+    /// subscription of another queue.
+    pub fn is_configuration(&self) -> bool {
+        match self {
+            Problem::DatabaseUnreachable(_)
+            | Problem::Database(_)
+            | Problem::OrbitUnreachable(_)
+            | Problem::Orbit(_) => false,
+            Problem::Nats(e) => e.is_configuration(),
+            _ => true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_unreachable_servers_are_worth_waiting_for() {
+        let unreachable = Problem::OrbitUnreachable(OrbitError::Timeout);
+        assert!(unreachable.is_transient() && !unreachable.is_configuration());
+        let scopes = Problem::MissingScopes(vec![Scope::EventsConsume]);
+        assert!(!scopes.is_transient() && scopes.is_configuration());
+        assert_eq!(
+            scopes.to_string(),
+            "the token lacks the scope(s) events:consume"
+        );
+    }
+}

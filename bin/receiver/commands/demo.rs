@@ -1,0 +1,56 @@
+//! `receiver demo`: the whole path once (see [`crate::demo`]).
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use result_inbox::inbox::{InboxStore, StoreOptions};
+use result_inbox::scope::InboxScope;
+
+use super::orbit_client;
+use crate::args::Receiver;
+use crate::demo::{self, DemoOptions};
+use crate::exit::{fail, EXIT_CONFIG, EXIT_FAILED};
+use crate::runtime::{runtime, shutdown_on_signal};
+
+pub(crate) fn run_demo(receiver: Receiver) -> ExitCode {
+    let resolved = match receiver.resolve() {
+        Ok(r) => r,
+        Err(e) => return fail(EXIT_CONFIG, e),
+    };
+    let client = match orbit_client(&resolved.orbit) {
+        Ok(c) => c,
+        Err(e) => return fail(EXIT_CONFIG, e),
+    };
+    let options = DemoOptions::default();
+    let runtime = runtime();
+    let shutdown = shutdown_on_signal(&runtime);
+    let code = runtime.block_on(async {
+        let scope = InboxScope::new(resolved.name.clone(), resolved.orbit.queue_id.clone());
+        // The demo's own check reports a database that cannot be reached.
+        let store = InboxStore::connect_lazy(&resolved.dsn, scope, StoreOptions::default());
+        let outcome = tokio::select! {
+            _ = shutdown.cancelled() => return fail(EXIT_FAILED, "demo interrupted by a signal"),
+            outcome = demo::run(client, store, options) => outcome,
+        };
+        match outcome {
+            Ok(report) => {
+                for line in report.lines() {
+                    println!("{line}");
+                }
+                ExitCode::SUCCESS
+            }
+            Err(failure) => {
+                let code = match &failure.error {
+                    demo::DemoError::Check(p) if p.is_configuration() => EXIT_CONFIG,
+                    _ => EXIT_FAILED,
+                };
+                fail(
+                    code,
+                    format!("demo failed: {}; {}", failure.error, failure.kept),
+                )
+            }
+        }
+    });
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    code
+}

@@ -1,0 +1,42 @@
+//! `receiver digest`: the SHA-256 of a document's canonical form.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use result_inbox::digest::{self, MAX_EVENT_BYTES};
+
+use crate::exit::{fail, EXIT_CONFIG, EXIT_REJECTED};
+
+pub(crate) fn run_digest(file: Option<PathBuf>) -> ExitCode {
+    let source = file.filter(|p| p.as_os_str() != "-");
+    let reader: Box<dyn Read> = match &source {
+        Some(path) => match std::fs::File::open(path) {
+            Ok(f) => Box::new(f),
+            Err(e) => return fail(EXIT_CONFIG, format!("cannot read {}: {e}", path.display())),
+        },
+        None => Box::new(std::io::stdin()),
+    };
+    // Read one byte past the limit, never more: an oversized document is
+    // reported as too large without being held in memory.
+    let mut input = Vec::new();
+    if let Err(e) = reader
+        .take(MAX_EVENT_BYTES as u64 + 1)
+        .read_to_end(&mut input)
+    {
+        return fail(EXIT_CONFIG, format!("cannot read input: {e}"));
+    }
+    if input.len() > MAX_EVENT_BYTES {
+        return fail(
+            EXIT_REJECTED,
+            format!("invalid document: larger than {MAX_EVENT_BYTES} bytes (512 KiB)"),
+        );
+    }
+    match digest::digest(&input) {
+        Ok(d) => {
+            println!("sha256={d}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(EXIT_REJECTED, format!("invalid document: {e}")),
+    }
+}

@@ -1,0 +1,34 @@
+//! One file per command: its arguments where no other command shares them,
+//! what it prints and its exit code. The flows that several commands share
+//! (the self-check, the consumer's start-up) sit beside this folder.
+
+pub(crate) mod check;
+pub(crate) mod consume;
+pub(crate) mod demo;
+pub(crate) mod digest;
+pub(crate) mod init;
+pub(crate) mod inspect;
+pub(crate) mod stats;
+pub(crate) mod subscribe;
+pub(crate) mod verify;
+
+use std::time::Duration;
+
+use result_inbox::orbit::OrbitClient;
+
+use crate::config::OrbitSettings;
+
+/// Timeout of every single call to Orbit.
+const ORBIT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Timeout of every request to NATS, acknowledgements included.
+const NATS_CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long `consume` lets pending ACKs finish after the signal; the rest of
+/// [`SHUTDOWN_LIMIT`](crate::runtime::SHUTDOWN_LIMIT) is for closing
+/// connections and exiting.
+const CONSUME_GRACE: Duration = Duration::from_secs(7);
+
+fn orbit_client(orbit: &OrbitSettings) -> Result<OrbitClient, String> {
+    orbit
+        .client(ORBIT_CALL_TIMEOUT)
+        .map_err(|e| format!("ORBIT_URL: {e}"))
+}

@@ -1,0 +1,31 @@
+//! Exit codes, and how a failure becomes one: 0 success, 1 the operation
+//! failed (database, platform), 2 usage or configuration error, 3 the input
+//! was rejected.
+
+use std::process::ExitCode;
+
+use result_inbox::db::{errno, DbError};
+
+/// Exit code: the operation failed.
+pub(crate) const EXIT_FAILED: u8 = 1;
+/// Exit code: usage or configuration error.
+pub(crate) const EXIT_CONFIG: u8 = 2;
+/// Exit code: the input was rejected.
+pub(crate) const EXIT_REJECTED: u8 = 3;
+
+pub(crate) fn fail(code: u8, message: impl std::fmt::Display) -> ExitCode {
+    eprintln!("receiver: {message}");
+    ExitCode::from(code)
+}
+
+/// The exit code of a database failure: the configuration's to fix (a
+/// refused login, an unknown database, a missing grant) or a failure.
+pub(crate) fn database_failure(what: &str, e: DbError) -> ExitCode {
+    let configuration = e.is_refusal() || e.number() == Some(errno::NO_SUCH_TABLE);
+    let code = if configuration {
+        EXIT_CONFIG
+    } else {
+        EXIT_FAILED
+    };
+    fail(code, format!("{what}: database: {e}"))
+}

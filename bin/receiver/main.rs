@@ -1,0 +1,264 @@
+//! `receiver`: the command-line face of result-inbox.
+//!
+//! Thin by design: parse arguments, set up logging, call the library, map the
+//! outcome to an exit code. Exit codes: 0 success, 1 the operation failed
+//! (database, platform), 2 usage or configuration error, 3 the input was
+//! rejected.
+//!
+//! The application lives here, beside the library: one file per command in
+//! `commands/`, the flows several of them share (`check/`, `consume.rs`,
+//! `demo/`, `subscribe.rs`), configuration from the environment
+//! (`config.rs`, `args.rs`), the health endpoint, logging, signals.
+
+mod args;
+mod check;
+mod commands;
+mod config;
+mod consume;
+mod demo;
+mod exit;
+mod health;
+mod logging;
+mod runtime;
+mod subscribe;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::args::{DatabaseArgs, NatsArgs, OrbitArgs, Receiver, SourceKind};
+use crate::commands::consume::ConsumeArgs;
+use crate::commands::subscribe::NatsConsumerArgs;
+use crate::exit::{fail, EXIT_CONFIG};
+use crate::logging::init_logging;
+
+#[derive(Parser)]
+#[command(
+    name = "receiver",
+    version,
+    about = "Receive Orbit task results exactly once in effect (inbox + task result view in MySQL).",
+    after_help = "Exit codes: 0 success, 1 operation failed, 2 usage or configuration error, 3 input rejected.\n\
+Logs go to stderr. RECEIVER_LOG (else RUST_LOG) sets the filter (default warn,result_inbox=info,receiver=info,sqlx=error);\n\
+RECEIVER_LOG_FORMAT=json writes one JSON object per line (default text)."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Create the receiver's two tables (schema.sql) in an empty database.
+    ///
+    /// Runs only the initial DDL: if either table exists it stops with an error
+    /// and changes nothing. Needs the CREATE privilege.
+    Init {
+        /// The receiver's database, e.g. mysql://admin@127.0.0.1:3306/receiver.
+        /// Must name the database. Never the platform's database.
+        #[arg(long, env = "ORBIT_RECEIVER_DSN", hide_env_values = true)]
+        dsn: Option<String>,
+        /// When both tables already exist with every column of schema.sql,
+        /// change nothing and print the same line as a fresh init (foreign
+        /// keys counted); a partial or different schema still fails.
+        #[arg(long)]
+        keep_existing: bool,
+    },
+    /// Run the whole flow once: subscribe to task.cancelled, submit and cancel
+    /// a task, apply its event twice (applied, then duplicate), ACK, check the
+    /// view, pause the subscription. Needs a dedicated queue and a token with
+    /// events:read, events:consume, events:manage, tasks:submit, tasks:cancel.
+    /// Checks the database and the token first; finishes within 20 s; on
+    /// failure everything it created is kept for inspection.
+    Demo(Receiver),
+    /// Consume an existing subscription until SIGINT/SIGTERM (concurrency 4,
+    /// --prefetch more leased ahead, shutdown within 10 s). Needs only
+    /// events:read and events:consume on the subscription's queue. Never
+    /// pauses the subscription.
+    ///
+    /// Before anything is leased it checks the database (tables, columns,
+    /// SELECT/INSERT/UPDATE), the token's scopes and the subscription's queue;
+    /// a server not reachable yet is waited for, a refusal stops it (exit 2).
+    /// While the database is unreachable it takes no deliveries.
+    ///
+    /// With --source nats it consumes a NATS JetStream durable pull consumer
+    /// instead (checked first: stream, consumer, filter subject); Orbit's
+    /// URL, token and subscription are not needed then, only ORBIT_QUEUE_ID.
+    Consume(ConsumeArgs),
+    /// Check the database (reachable, tables and columns, SELECT/INSERT/UPDATE)
+    /// and Orbit (reachable, token, scopes, subscription bound to the queue)
+    /// without changing anything. One line per check; exit 0 only if all pass,
+    /// 1 if one fails.
+    ///
+    /// With --source nats it checks the database and NATS instead: the
+    /// server (reachable, login, TLS) and the stream's durable pull consumer
+    /// (explicit acks, filter subject = the queue's subject), as consume
+    /// does before fetching anything.
+    Check {
+        #[command(flatten)]
+        receiver: Receiver,
+        /// What `consume` would consume: `orbit` or `nats`.
+        #[arg(long, env = "RECEIVER_SOURCE", value_enum, default_value_t = SourceKind::Orbit)]
+        source: SourceKind,
+        #[command(flatten)]
+        nats: NatsArgs,
+        /// The subscription `consume` would consume (required without --demo,
+        /// checked when given with it).
+        #[arg(long, env = "ORBIT_SUBSCRIPTION_ID")]
+        subscription_id: Option<String>,
+        /// Check the scopes `demo` needs (all five) instead of those of
+        /// `consume`; no subscription needed.
+        #[arg(long)]
+        demo: bool,
+    },
+    /// Create a subscription on the configured queue for the given event
+    /// types and print `subscription=<32 hex>`, the ORBIT_SUBSCRIPTION_ID of
+    /// `consume`. Needs events:manage.
+    ///
+    /// With --source nats it makes sure NATS_CONSUMER exists on NATS_STREAM
+    /// as `consume --source nats` needs it: a missing one is created (durable,
+    /// pull, explicit acks, the queue's subject, --ack-wait, --max-deliver),
+    /// an existing one is only checked, never changed. Prints
+    /// `consumer=<name> stream=<stream> created|existing ack_wait_s=… max_deliver=…`.
+    Subscribe {
+        #[command(flatten)]
+        orbit: OrbitArgs,
+        /// Comma-separated event types, e.g. task.cancelled,task.succeeded.
+        /// Default: all five (task.submitted, task.succeeded, task.failed,
+        /// task.cancelled, task.needs_review). Only for --source orbit.
+        #[arg(long)]
+        events: Option<String>,
+        /// Where `consume` takes its deliveries from: `orbit` or `nats`.
+        #[arg(long, env = "RECEIVER_SOURCE", value_enum, default_value_t = SourceKind::Orbit)]
+        source: SourceKind,
+        #[command(flatten)]
+        nats: NatsArgs,
+        #[command(flatten)]
+        consumer: NatsConsumerArgs,
+    },
+    /// Read both tables once and check that they agree: digests, canonical
+    /// texts, events, each view against its events. One line per problem
+    /// (ids only), a summary line last; exit 0 when ok, 1 otherwise. Needs
+    /// only SELECT; a consistent snapshot, no locks.
+    Verify {
+        #[command(flatten)]
+        database: DatabaseArgs,
+    },
+    /// Sizes and growth of both tables for capacity planning: rows, bytes,
+    /// oldest and newest receipt, events per day (30 days), applied vs
+    /// stale, event sizes, growth per day. Needs only SELECT.
+    Stats {
+        #[command(flatten)]
+        database: DatabaseArgs,
+        /// One JSON object instead of key=value lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show what is stored about one event or one task (ids, digest,
+    /// applied, version, state, times, result size; never a result unless
+    /// --show-canonical). Exit 1 when nothing is stored. Needs only SELECT.
+    Inspect {
+        #[command(flatten)]
+        database: DatabaseArgs,
+        #[command(subcommand)]
+        what: InspectWhat,
+    },
+    /// Print the SHA-256 of a JSON document's canonical form, as the inbox
+    /// stores it (`sha256=<64 hex>`), to investigate conflicts.
+    Digest {
+        /// The document; `-` or nothing reads standard input.
+        file: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum InspectWhat {
+    /// The inbox rows of one event id (in every receiver name and queue).
+    Event {
+        /// The event id (32 hex).
+        id: String,
+        /// Also print the stored canonical event. It contains the task's
+        /// result, which may be confidential.
+        #[arg(long)]
+        show_canonical: bool,
+    },
+    /// The view of one task and all its inbox rows, in version order (scans
+    /// the inbox).
+    Task {
+        /// The task id (32 hex).
+        id: String,
+        /// Also print each stored canonical event. They contain the task's
+        /// results, which may be confidential.
+        #[arg(long)]
+        show_canonical: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
+    if let Err(e) = init_logging() {
+        return fail(EXIT_CONFIG, e);
+    }
+    match cli.command {
+        Command::Init { dsn, keep_existing } => commands::init::run_init(dsn, keep_existing),
+        Command::Digest { file } => commands::digest::run_digest(file),
+        Command::Demo(receiver) => commands::demo::run_demo(receiver),
+        Command::Consume(args) => commands::consume::run_consume(args),
+        Command::Check {
+            receiver,
+            source: SourceKind::Nats,
+            nats,
+            ..
+        } => commands::check::run_check_nats(receiver, nats),
+        Command::Check {
+            receiver,
+            subscription_id,
+            demo,
+            ..
+        } => commands::check::run_check(receiver, subscription_id, demo),
+        Command::Subscribe {
+            orbit,
+            source: SourceKind::Nats,
+            events,
+            nats,
+            consumer,
+        } => commands::subscribe::run_subscribe_nats(orbit, events, nats, consumer),
+        Command::Subscribe { orbit, events, .. } => {
+            commands::subscribe::run_subscribe(orbit, events)
+        }
+        Command::Verify { database } => commands::verify::run_verify(database),
+        Command::Stats { database, json } => commands::stats::run_stats(database, json),
+        Command::Inspect { database, what } => commands::inspect::run_inspect(database, what),
+    }
+}
+
+/// Help and version go out as clap writes them; a usage error becomes one
+/// line (clap's first, with the missing arguments when that is the error),
+/// exit code 2, like every other configuration error.
+fn usage_error(e: clap::Error) -> ExitCode {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    match e.kind() {
+        ErrorKind::DisplayHelp
+        | ErrorKind::DisplayVersion
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => e.exit(),
+        ErrorKind::MissingRequiredArgument => {
+            let missing = match e.get(ContextKind::InvalidArg) {
+                Some(ContextValue::Strings(args)) => args.join(", "),
+                _ => "an argument".to_owned(),
+            };
+            fail(
+                EXIT_CONFIG,
+                format!("missing required setting(s): {missing} (see receiver --help)"),
+            )
+        }
+        _ => {
+            let message = e.to_string();
+            let first = message.lines().next().unwrap_or("invalid arguments");
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            fail(EXIT_CONFIG, format!("{first} (see receiver --help)"))
+        }
+    }
+}

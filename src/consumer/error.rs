@@ -1,0 +1,58 @@
+//! Why a consumer could not start or had to stop.
+
+use std::fmt;
+
+use crate::source::SourceError;
+use crate::BoxError;
+
+/// The source refused its stream for good (for Orbit: the token, its
+/// scopes, an unknown subscription). The consumer stops only for this:
+/// everything that may pass it waits out with backoff.
+///
+/// Whatever the source, its error is carried whole, as the error's
+/// `source()`, and keeps its class: [`is_configuration`](Self::is_configuration).
+#[derive(Debug)]
+pub struct ConsumerError {
+    error: BoxError,
+    configuration: bool,
+}
+
+impl ConsumerError {
+    /// Whether the configuration has to change before the consumer can run
+    /// (as the source's error says: [`SourceError::is_configuration`]),
+    /// rather than an operation having failed.
+    pub fn is_configuration(&self) -> bool {
+        self.configuration
+    }
+
+    /// The source's error.
+    pub fn get_ref(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        &*self.error
+    }
+
+    /// Gives up the wrapper for the source's error.
+    pub fn into_inner(self) -> BoxError {
+        self.error
+    }
+}
+
+impl<E: SourceError> From<E> for ConsumerError {
+    fn from(e: E) -> Self {
+        Self {
+            configuration: e.is_configuration(),
+            error: Box::new(e),
+        }
+    }
+}
+
+impl fmt::Display for ConsumerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl std::error::Error for ConsumerError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.error)
+    }
+}

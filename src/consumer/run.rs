@@ -1,0 +1,357 @@
+//! The consumer itself: the loop that leases against credit, runs the
+//! service and settles each delivery.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::task::JoinSet;
+use tokio::time::{sleep_until, timeout, timeout_at, Instant};
+use tower::{Service, ServiceExt};
+use tracing::{info, warn};
+
+use super::ack::{ack_until_answered, record_ack, release, terminate, AckResult};
+use super::breaker::Breaker;
+use super::link::Link;
+use super::{settle, ConsumerError, ConsumerOptions, ConsumerReport, Health, Settlement};
+use crate::delivery::{Delivery, DeliveryId};
+use crate::failure;
+use crate::probe::Probe;
+use crate::source::{Incoming, LeaseStream, Source, SourceError};
+use crate::telemetry;
+use crate::BoxError;
+
+/// A consumer of one source's deliveries.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use result_inbox::consumer::{Consumer, ConsumerOptions};
+/// use result_inbox::ids::{QueueId, SubscriptionId};
+/// use result_inbox::inbox::{InboxLayer, InboxStore};
+/// use result_inbox::orbit::{OrbitClient, OrbitSource, OrbitUrl, Token};
+/// use result_inbox::task_view::TaskView;
+/// use tower::ServiceBuilder;
+///
+/// # async fn run(store: InboxStore) -> Result<(), Box<dyn std::error::Error>> {
+/// let client = OrbitClient::new(
+///     OrbitUrl::parse("https://orbit.example.com")?,
+///     Token::new(std::env::var("ORBIT_TOKEN")?),
+///     Duration::from_secs(10),
+/// )?;
+/// let queue = QueueId::parse("0123456789abcdef0123456789abcdef").unwrap();
+/// let subscription = SubscriptionId::parse("fedcba9876543210fedcba9876543210").unwrap();
+/// // Checks the subscription's queue before anything is leased.
+/// let source = OrbitSource::connect(client, subscription, &queue).await?;
+/// let consumer = Consumer::new(source, ConsumerOptions::default())
+///     .with_probe(store.clone()); // no deliveries taken while the database is down
+/// let service = ServiceBuilder::new()
+///     .layer(InboxLayer::new(store))
+///     .service(TaskView::new());
+/// // Runs until the future resolves; ACKs exactly what the service answered `Ok`.
+/// let report = consumer.run(service, async { let _ = tokio::signal::ctrl_c().await; }).await?;
+/// println!("acked {}", report.acked);
+/// # Ok(())
+/// # }
+/// ```
+pub struct Consumer<Src: Source> {
+    source: Arc<Src>,
+    options: ConsumerOptions,
+    probe: Option<Arc<dyn Probe>>,
+    health: Health,
+}
+
+impl<Src: Source + std::fmt::Debug> std::fmt::Debug for Consumer<Src> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Consumer")
+            .field("source", &self.source)
+            .field("options", &self.options)
+            .field("probe", &self.probe.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+struct Handled<P> {
+    id: DeliveryId,
+    /// What acknowledges this attempt; kept here, never given to a service.
+    proof: P,
+    settlement: Settlement,
+    /// The service failed because its database cannot be reached.
+    unavailable: bool,
+}
+
+/// Longest the polite close of the stream may take at shutdown.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
+
+impl<Src: Source> Consumer<Src> {
+    /// A consumer of `source`. The source's own checks (for Orbit, the
+    /// subscription's queue) are its constructor's.
+    pub fn new(source: Src, options: ConsumerOptions) -> Self {
+        Self {
+            source: Arc::new(source),
+            options,
+            probe: None,
+            health: Health::new(),
+        }
+    }
+
+    /// Gives the consumer a breaker on `probe` (see [`Probe`]).
+    pub fn with_probe(mut self, probe: impl Probe) -> Self {
+        self.probe = Some(Arc::new(probe));
+        self
+    }
+
+    /// Reports into `health` instead of a health of its own.
+    pub fn with_health(mut self, health: Health) -> Self {
+        self.health = health;
+        self
+    }
+
+    /// The consumer's health, for a readiness endpoint. Stays valid while
+    /// and after [`run`](Self::run) runs.
+    pub fn health(&self) -> Health {
+        self.health.clone()
+    }
+
+    /// Consumes until `shutdown` resolves, then drains as the module docs
+    /// say. Returns an error only when the source refuses the stream for
+    /// good (for Orbit: token, scope, queue, unknown subscription).
+    pub async fn run<S>(
+        self,
+        service: S,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<ConsumerReport, ConsumerError>
+    where
+        S: Service<Delivery<Bytes>> + Clone + Send + 'static,
+        S::Error: Into<BoxError>,
+        S::Future: Send,
+        S::Response: Send,
+    {
+        let concurrency = self.options.concurrency.max(1);
+        let leased_at_most = concurrency.saturating_add(self.options.prefetch);
+        let mut report = ConsumerReport::default();
+        let mut handlers: JoinSet<Handled<Src::Proof>> = JoinSet::new();
+        // Leased deliveries waiting for a free slot (at most `prefetch`).
+        let mut held: VecDeque<(Delivery<Bytes>, Src::Proof)> = VecDeque::new();
+        let mut acks: JoinSet<AckResult> = JoinSet::new();
+        let mut link: Link<Src::Stream> = Link::new(&self.options, self.health.clone());
+        let mut breaker = Breaker::new(self.probe.clone(), &self.options, self.health.clone());
+        let idle = self.options.stream_idle_timeout;
+        let mut fatal = None;
+        // Series that exist from the start read 0, not "absent", on a
+        // dashboard.
+        metrics::counter!(telemetry::STREAM_RECONNECTS).increment(0);
+        set_in_hand(0, 0);
+        tokio::pin!(shutdown);
+
+        loop {
+            if link.stream.is_none() && Instant::now() >= link.reconnect_at {
+                let opened = tokio::select! {
+                    biased;
+                    _ = &mut shutdown => break,
+                    opened = self.source.open() => opened,
+                };
+                match opened {
+                    Ok(s) => {
+                        info!(subscription = %self.source.subscription(), "delivery stream open");
+                        link.opened(s);
+                    }
+                    Err(e) if e.is_retryable() => {
+                        warn!(error = %e, "delivery stream unavailable, retrying");
+                        link.retry_later();
+                    }
+                    Err(e) => {
+                        fatal = Some(ConsumerError::from(e));
+                        break;
+                    }
+                }
+            }
+
+            // A held delivery starts as soon as a slot is free, unless the
+            // database is known to be away: then it waits for the probe
+            // that closes the breaker, not for a failure of its own.
+            while handlers.len() < concurrency as usize && !breaker.is_open() {
+                let Some((delivery, proof)) = held.pop_front() else {
+                    break;
+                };
+                handlers.spawn(handle(service.clone(), delivery, proof, self.probe.clone()));
+                set_in_hand(handlers.len(), held.len());
+            }
+
+            // Credit: up to `concurrency + prefetch` deliveries in hand,
+            // none while the breaker is open, so the source never leases
+            // much more than could be worked on now.
+            let wanted = if breaker.is_open() {
+                0
+            } else {
+                leased_at_most.saturating_sub((handlers.len() + held.len()) as u32)
+            };
+            // While deliveries are held a slot has its next one here, so
+            // credit can wait until half the prefetch is due: half as many
+            // pull requests, the same deliveries.
+            let step = if held.is_empty() {
+                1
+            } else {
+                (self.options.prefetch / 2).max(1)
+            };
+            link.top_up(wanted, step).await;
+            let probe_at = breaker.next_at;
+
+            tokio::select! {
+                biased;
+                _ = &mut shutdown => break,
+                Some(done) = handlers.join_next(), if !handlers.is_empty() => {
+                    set_in_hand(handlers.len(), held.len());
+                    let Ok(done) = done else { continue };
+                    match done.settlement {
+                        Settlement::Ack => {
+                            report.succeeded += 1;
+                            let source = self.source.clone();
+                            let backoff = self.options.backoff();
+                            acks.spawn(ack_until_answered(source, done.id, done.proof, backoff));
+                        }
+                        Settlement::Leave => report.failed += 1,
+                        Settlement::Terminate => {
+                            report.failed += 1;
+                            acks.spawn(terminate(self.source.clone(), done.id, done.proof));
+                        }
+                    }
+                    if done.unavailable {
+                        breaker.trip();
+                    }
+                }
+                Some(acked) = acks.join_next(), if !acks.is_empty() => {
+                    if let Ok(acked) = acked {
+                        record_ack(&mut report, acked);
+                    }
+                }
+                message = next_message(&mut link.stream), if link.stream.is_some() => {
+                    link.last_heard = Instant::now();
+                    match message {
+                    Some(Ok(Incoming::Keepalive)) => {}
+                    Some(Ok(Incoming::Delivery(delivery, proof))) => {
+                        report.received += 1;
+                        link.outstanding = link.outstanding.saturating_sub(1);
+                        // Into a free slot at once, even with the breaker
+                        // open (credit granted before it opened), as
+                        // before there was a prefetch; behind the held
+                        // ones otherwise, in the order they came.
+                        if handlers.len() < concurrency as usize && held.is_empty() {
+                            handlers.spawn(handle(service.clone(), delivery, proof, self.probe.clone()));
+                        } else {
+                            held.push_back((delivery, proof));
+                        }
+                        set_in_hand(handlers.len(), held.len());
+                    }
+                    Some(Ok(Incoming::Notice(code))) => {
+                        warn!(%code, "the source reported a stream error");
+                    }
+                    Some(Err(e)) => link.lost(&format!("delivery stream broke: {e}")),
+                    None => link.lost("delivery stream closed by the source"),
+                }},
+                probed = breaker.finished(), if breaker.is_probing() => breaker.record(probed),
+                _ = sleep_until(probe_at), if breaker.is_due() => breaker.start(),
+                _ = sleep_until(link.last_heard + idle), if link.stream.is_some() => {
+                    if let Some(s) = link.stream.take() {
+                        let _ = timeout(CLOSE_TIMEOUT, s.close()).await;
+                    }
+                    link.lost("delivery stream silent for too long; reopening it");
+                }
+                _ = sleep_until(link.reconnect_at), if link.stream.is_none() => {}
+            }
+        }
+
+        // Stop taking deliveries, cancel what is in flight, let ACKs finish.
+        // The grace counts from here: the loop leaves as soon as `shutdown`
+        // resolves, whatever it was waiting for.
+        let deadline = Instant::now() + self.options.shutdown_grace;
+        if let Some(s) = link.stream.take() {
+            let _ = timeout_at(deadline.min(Instant::now() + CLOSE_TIMEOUT), s.close()).await;
+        }
+        self.health.set_stream_open(false);
+        breaker.stop();
+        // Never started, so giving them back cannot undo anything: the
+        // next consumer gets them now, not after their leases.
+        for (delivery, proof) in held.drain(..) {
+            acks.spawn(release(self.source.clone(), delivery.id().clone(), proof));
+        }
+        report.abandoned += handlers.len() as u64;
+        handlers.abort_all();
+        while let Ok(Some(_)) = timeout_at(deadline, handlers.join_next()).await {}
+        set_in_hand(0, 0);
+        loop {
+            tokio::select! {
+                acked = acks.join_next() => match acked {
+                    None => break,
+                    Some(Ok(acked)) => record_ack(&mut report, acked),
+                    Some(Err(_)) => {}
+                },
+                _ = sleep_until(deadline) => {
+                    report.abandoned += acks.len() as u64;
+                    acks.abort_all();
+                    break;
+                }
+            }
+        }
+        match fatal {
+            Some(e) => Err(e),
+            None => Ok(report),
+        }
+    }
+}
+
+fn set_in_hand(running: usize, held: usize) {
+    metrics::gauge!(telemetry::IN_FLIGHT).set(running as f64);
+    metrics::gauge!(telemetry::HELD).set(held as f64);
+}
+
+async fn next_message<T: LeaseStream>(
+    stream: &mut Option<T>,
+) -> Option<Result<Incoming<T::Proof>, T::Error>> {
+    match stream {
+        Some(s) => s.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Runs one delivery through the service; the proof stays here, next to
+/// the future, for the ACK — the service never sees it.
+async fn handle<S, P>(
+    service: S,
+    delivery: Delivery<Bytes>,
+    proof: P,
+    probe: Option<Arc<dyn Probe>>,
+) -> Handled<P>
+where
+    S: Service<Delivery<Bytes>>,
+    S::Error: Into<BoxError>,
+{
+    let id = delivery.id().clone();
+    let attempt = delivery.attempt();
+    let answer = match service.oneshot(delivery).await {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            let e: BoxError = e.into();
+            // One pass over the error chain; the probe knows its own
+            // dependency's errors (the inbox's), the vocabulary the rest.
+            let failure = failure::classify(&*e, &|error| {
+                probe.as_ref().and_then(|probe| probe.recognize(error))
+            });
+            // The layer that made the error logged the delivery already
+            // (the inbox logs each one it handles); a tower layer outside
+            // it (a timeout, load shedding) or a service of one's own did
+            // not.
+            if !failure.logged {
+                info!(class = failure.class.as_str(), delivery = %id, attempt, error = %e, "delivery");
+            }
+            Err(failure)
+        }
+    };
+    Handled {
+        id,
+        settlement: settle(&answer),
+        unavailable: answer.as_ref().err().is_some_and(|f| f.unavailable),
+        proof,
+    }
+}

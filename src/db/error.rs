@@ -1,0 +1,291 @@
+//! A database failure, redacted, and its broad kind.
+
+use std::fmt;
+
+use super::errno;
+
+/// The broad kind of a database failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DbErrorKind {
+    /// The server rolled the transaction back to break a deadlock (1213),
+    /// or a multi-primary cluster rolled it back because another node's
+    /// transaction won certification (MariaDB Galera: 1213; MySQL Group
+    /// Replication: 1180, 3101), at COMMIT or before.
+    Deadlock,
+    /// A row lock was not granted in time (1205).
+    LockWaitTimeout,
+    /// The account lacks a privilege, or cannot log in (1044, 1045, 1142,
+    /// 1143, 1227). Not transient: someone has to grant it.
+    PermissionDenied,
+    /// The server answered with another error.
+    Server,
+    /// The connection could not be made or broke, or the server is
+    /// shutting down (1053), ended the connection (1927, 4031), or is a
+    /// cluster node not ready for application use (1047).
+    Connection,
+    /// The TLS handshake with the database failed (certificate not trusted,
+    /// wrong host name, no common protocol).
+    Tls,
+    /// No connection became free in time.
+    PoolTimeout,
+    /// The stored data contradicts the schema or an invariant (a value that
+    /// does not decode, a duplicate key whose row cannot be read back).
+    Inconsistent,
+}
+
+/// A database failure, redacted: it keeps the MySQL error number and SQLSTATE
+/// but never the server's message, which can quote key values or row data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DbError {
+    kind: DbErrorKind,
+    number: Option<u16>,
+    sqlstate: Option<String>,
+    /// What an operator can act on, where the kind alone says too little
+    /// (`connection refused`, `wrong user or password`, …).
+    detail: Option<&'static str>,
+}
+
+impl DbError {
+    /// The kind of failure.
+    pub fn kind(&self) -> DbErrorKind {
+        self.kind
+    }
+
+    /// The MySQL error number, when the server answered with one.
+    pub fn number(&self) -> Option<u16> {
+        self.number
+    }
+
+    pub(crate) fn inconsistent() -> Self {
+        Self::of(DbErrorKind::Inconsistent)
+    }
+
+    /// No connection could be had within the time budget.
+    pub(crate) fn pool_timeout() -> Self {
+        Self::of(DbErrorKind::PoolTimeout)
+    }
+
+    /// A connection attempt that got no answer in time.
+    pub(crate) fn connect_timeout() -> Self {
+        Self {
+            detail: Some("connection timed out"),
+            ..Self::of(DbErrorKind::Connection)
+        }
+    }
+
+    pub(crate) fn of(kind: DbErrorKind) -> Self {
+        Self {
+            kind,
+            number: None,
+            sqlstate: None,
+            detail: None,
+        }
+    }
+
+    /// Whether the server refused this account or database for good —
+    /// wrong user or password, no access, an unknown database — so that the
+    /// configuration has to change (the commands' exit code 2).
+    pub fn is_refusal(&self) -> bool {
+        self.kind == DbErrorKind::PermissionDenied || self.number == Some(errno::BAD_DB)
+    }
+
+    /// Whether the database cannot be reached at all right now (rather than
+    /// refusing this one statement): the connection failed or broke, or no
+    /// connection came in time.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(
+            self.kind,
+            DbErrorKind::Connection | DbErrorKind::PoolTimeout
+        )
+    }
+
+    /// Whether the failure left nothing behind that could have committed,
+    /// so the whole transaction may run again: the server chose it as
+    /// deadlock victim (on a cluster also: it lost certification, at
+    /// COMMIT or before), timed out its lock wait, or its connection broke
+    /// before COMMIT (a pooled connection the server had dropped; the
+    /// server rolls back whatever a lost connection had open), or the
+    /// cluster node was not ready. A COMMIT whose answer was lost is never
+    /// such an error: the inbox reports it as unconfirmed.
+    pub fn is_rolled_back(&self) -> bool {
+        matches!(
+            self.kind,
+            DbErrorKind::Deadlock | DbErrorKind::LockWaitTimeout | DbErrorKind::Connection
+        )
+    }
+}
+
+/// What an I/O error says about the connection, in words an operator acts on.
+fn io_detail(e: &std::io::Error) -> &'static str {
+    use std::io::ErrorKind;
+    match e.kind() {
+        ErrorKind::ConnectionRefused => {
+            "connection refused (is the server running, and on this host and port?)"
+        }
+        ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted | ErrorKind::BrokenPipe => {
+            "connection reset by the server"
+        }
+        ErrorKind::UnexpectedEof => "connection closed by the server",
+        ErrorKind::TimedOut => "connection timed out",
+        ErrorKind::NotFound | ErrorKind::AddrNotAvailable => "host not found",
+        _ => "connection failed",
+    }
+}
+
+impl From<sqlx::Error> for DbError {
+    fn from(e: sqlx::Error) -> Self {
+        match &e {
+            sqlx::Error::Database(db) => {
+                let number = db
+                    .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+                    .map(|m| m.number());
+                let (kind, detail) = (errno::kind_of(number), errno::detail_of(number));
+                DbError {
+                    kind,
+                    number,
+                    sqlstate: db.code().map(|c| c.into_owned()),
+                    detail,
+                }
+            }
+            sqlx::Error::PoolTimedOut => DbError::of(DbErrorKind::PoolTimeout),
+            sqlx::Error::Tls(_) => DbError::of(DbErrorKind::Tls),
+            // sqlx hands rustls' handshake failures over as I/O errors.
+            sqlx::Error::Io(io)
+                if io
+                    .get_ref()
+                    .is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some()) =>
+            {
+                DbError::of(DbErrorKind::Tls)
+            }
+            sqlx::Error::Io(io) => DbError {
+                detail: Some(io_detail(io)),
+                ..DbError::of(DbErrorKind::Connection)
+            },
+            sqlx::Error::Protocol(_)
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::WorkerCrashed
+            | sqlx::Error::Configuration(_) => DbError::of(DbErrorKind::Connection),
+            // Decoding and row-shape errors: the data is not what the schema
+            // promises.
+            _ => DbError::inconsistent(),
+        }
+    }
+}
+
+impl fmt::Display for DbError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(detail) = self.detail {
+            if self.kind == DbErrorKind::Connection && self.number.is_none() {
+                return write!(f, "database connection failed: {detail}");
+            }
+            f.write_str(detail)?;
+            return match (&self.number, &self.sqlstate) {
+                (Some(n), Some(s)) => write!(f, " (MySQL error {n}, SQLSTATE {s})"),
+                (Some(n), None) => write!(f, " (MySQL error {n})"),
+                _ => Ok(()),
+            };
+        }
+        match self.kind {
+            DbErrorKind::Deadlock => f.write_str("deadlock, transaction rolled back")?,
+            DbErrorKind::LockWaitTimeout => f.write_str("lock wait timeout")?,
+            DbErrorKind::PermissionDenied => f.write_str("permission denied")?,
+            DbErrorKind::Server => f.write_str("server error")?,
+            DbErrorKind::Connection => return f.write_str("database connection failed"),
+            DbErrorKind::Tls => {
+                return f.write_str(
+                    "TLS handshake with the database failed (check ssl-mode and ssl-ca in the DSN)",
+                )
+            }
+            DbErrorKind::PoolTimeout => return f.write_str("no database connection available"),
+            DbErrorKind::Inconsistent => {
+                return f.write_str("stored data does not match the receiver schema")
+            }
+        }
+        match (&self.number, &self.sqlstate) {
+            (Some(n), Some(s)) => write!(f, " (MySQL error {n}, SQLSTATE {s})"),
+            (Some(n), None) => write!(f, " (MySQL error {n})"),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl std::error::Error for DbError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn io(kind: std::io::ErrorKind) -> DbError {
+        DbError::from(sqlx::Error::Io(std::io::Error::from(kind)))
+    }
+
+    fn numbered(number: u16) -> DbError {
+        DbError {
+            number: Some(number),
+            ..DbError::of(errno::kind_of(Some(number)))
+        }
+    }
+
+    #[test]
+    fn only_a_database_that_cannot_be_reached_is_unavailable() {
+        assert!(io(std::io::ErrorKind::ConnectionRefused).is_unavailable());
+        assert!(DbError::pool_timeout().is_unavailable());
+        for about_one_transaction in [
+            DbError::of(DbErrorKind::Deadlock),
+            DbError::of(DbErrorKind::LockWaitTimeout),
+            DbError::inconsistent(),
+        ] {
+            assert!(!about_one_transaction.is_unavailable(), "{about_one_transaction}");
+        }
+    }
+
+    #[test]
+    fn certification_failures_of_galera_and_group_replication_are_deadlocks_and_retried() {
+        for number in [
+            errno::DEADLOCK,
+            errno::ERROR_DURING_COMMIT,
+            errno::TRANSACTION_ROLLBACK_DURING_COMMIT,
+        ] {
+            assert_eq!(errno::kind_of(Some(number)), DbErrorKind::Deadlock, "{number}");
+            assert!(numbered(number).is_rolled_back());
+        }
+    }
+
+    #[test]
+    fn a_cluster_node_that_is_not_ready_is_unavailable_and_retried() {
+        let e = DbError {
+            number: Some(errno::WSREP_NOT_READY),
+            sqlstate: Some("08S01".into()),
+            detail: errno::detail_of(Some(errno::WSREP_NOT_READY)),
+            ..DbError::of(errno::kind_of(Some(errno::WSREP_NOT_READY)))
+        };
+        assert!(e.is_unavailable());
+        assert!(e.is_rolled_back());
+        assert!(e.to_string().contains("not ready"), "{e}");
+        assert!(e.to_string().contains("1047"), "{e}");
+    }
+
+    #[test]
+    fn a_duplicate_key_or_another_server_error_is_never_retried() {
+        for number in [errno::DUPLICATE_KEY, errno::NO_SUCH_TABLE, 1364] {
+            assert!(!numbered(number).is_rolled_back(), "{number}");
+        }
+    }
+
+    #[test]
+    fn connection_failures_say_what_happened_without_the_server_text() {
+        assert_eq!(
+            io(std::io::ErrorKind::ConnectionRefused).to_string(),
+            "database connection failed: connection refused (is the server running, and on this host and port?)"
+        );
+        assert_eq!(
+            io(std::io::ErrorKind::ConnectionReset).to_string(),
+            "database connection failed: connection reset by the server"
+        );
+        assert_eq!(
+            DbError::connect_timeout().to_string(),
+            "database connection failed: connection timed out"
+        );
+    }
+}

@@ -1,0 +1,14 @@
+//! The receiver's database, below the inbox and the operator tools: its
+//! address ([`Dsn`]), its errors ([`DbError`], redacted, classified by
+//! [error number](errno)) and its schema ([`schema`], `receiver init`).
+//!
+//! Nothing here knows the inbox, a delivery or a broker: the inbox, the
+//! task view, `verify`, `stats` and `inspect` all build on it.
+
+pub mod dsn;
+pub mod errno;
+mod error;
+pub mod schema;
+
+pub use self::dsn::{Dsn, DsnError};
+pub use self::error::{DbError, DbErrorKind};

@@ -1,0 +1,88 @@
+//! The connection to NATS: login, TLS, and the signal of a lost connection.
+
+use std::time::Duration;
+
+use async_nats::{Client, ConnectErrorKind, ConnectOptions, Event};
+use tokio::sync::watch;
+
+use super::{NatsAuth, NatsError, NatsSettings, IDLE_KEEPALIVE};
+use crate::failure::chain;
+
+pub(super) async fn connect_client(
+    settings: &NatsSettings,
+    timeout: Duration,
+) -> Result<(Client, watch::Receiver<u64>), NatsError> {
+    let (disconnected, disconnects) = watch::channel(0u64);
+    let mut options = ConnectOptions::new()
+        .name("result-inbox receiver")
+        .connection_timeout(timeout)
+        .request_timeout(Some(timeout))
+        .ping_interval(IDLE_KEEPALIVE)
+        .require_tls(settings.require_tls || settings.url.starts_with("tls://"))
+        .event_callback(move |event| {
+            if matches!(event, Event::Disconnected) {
+                disconnected.send_modify(|n| *n += 1);
+            }
+            async {}
+        });
+    if let Some(ca) = &settings.ca_file {
+        options = options.add_root_certificates(ca.clone());
+    }
+    match &settings.auth {
+        NatsAuth::None => {}
+        NatsAuth::Token(token) => options = options.token(token.0.clone()),
+        NatsAuth::CredsFile(path) => {
+            options = options
+                .credentials_file(path)
+                .await
+                .map_err(|e| NatsError::CredsFile {
+                    path: path.clone(),
+                    reason: e.to_string(),
+                })?;
+        }
+    }
+    let url = settings.shown_url();
+    let client = options
+        .connect(settings.url.as_str())
+        .await
+        .map_err(|e| match e.kind() {
+            // A certificate the client does not trust arrives as an I/O
+            // error around rustls' own: waiting would not mend it.
+            _ if is_tls_refusal(&e) => NatsError::Refused {
+                url,
+                reason: format!("TLS: {}", chain_text(&e)),
+            },
+            ConnectErrorKind::Io | ConnectErrorKind::TimedOut | ConnectErrorKind::Dns => {
+                NatsError::Unreachable {
+                    url,
+                    reason: e.to_string(),
+                }
+            }
+            _ => NatsError::Refused {
+                url,
+                reason: e.to_string(),
+            },
+        })?;
+    Ok((client, disconnects))
+}
+
+/// Whether `e` or one of its sources is a TLS failure of rustls (a
+/// certificate not trusted, a name that does not match, no common
+/// protocol).
+fn is_tls_refusal(e: &(dyn std::error::Error + 'static)) -> bool {
+    chain(e).any(|error| {
+        error.is::<rustls::Error>()
+            || error
+                .downcast_ref::<std::io::Error>()
+                .and_then(std::io::Error::get_ref)
+                .is_some_and(|inner| inner.is::<rustls::Error>())
+    })
+}
+
+/// `e` and its sources, as one line.
+fn chain_text(e: &(dyn std::error::Error + 'static)) -> String {
+    chain(e)
+        .map(|error| error.to_string())
+        .collect::<Vec<_>>()
+        .join(": ")
+}

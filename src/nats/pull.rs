@@ -1,0 +1,276 @@
+//! The pull requests of an open stream: credit as `batch`, honoured
+//! exactly.
+
+use std::fmt;
+use std::time::Duration;
+
+use async_nats::jetstream;
+use async_nats::{Client, Subscriber};
+use bytes::Bytes;
+use futures::stream::{SelectAll, StreamExt};
+use tokio::sync::watch;
+use tokio::time::{sleep_until, Instant};
+
+use super::{AckSubject, NatsError, IDLE_KEEPALIVE};
+use crate::delivery::{Delivery, DeliveryId};
+use crate::source::{Incoming, LeaseStream};
+
+/// How long one pull request waits on the server for messages before it
+/// expires and is sent again (its `408` is also the stream's sign of life).
+const PULL_EXPIRES: Duration = Duration::from_secs(20);
+/// After a `409` (too many waiting requests or unacknowledged messages) the
+/// credit it held is asked for again after this long.
+const PULL_RETRY: Duration = Duration::from_secs(1);
+
+/// What one pull request's subscription yields.
+enum Pulled {
+    /// A message; with the request's subscription when it was the last of
+    /// its batch (the request is done and the subscription free again).
+    Message {
+        message: Box<async_nats::Message>,
+        done: Option<ReplyInbox>,
+    },
+    /// The request ended with `unfilled` of its batch undelivered.
+    Ended {
+        unfilled: u32,
+        status: u16,
+        description: String,
+    },
+    Heartbeat,
+}
+
+type Request = futures::stream::BoxStream<'static, Pulled>;
+
+/// A subscription to a unique reply subject (a NATS "inbox"), for one pull
+/// request at a time.
+struct ReplyInbox {
+    subject: String,
+    subscriber: Subscriber,
+}
+
+/// An open stream of a [`JetStreamSource`](super::JetStreamSource): the pull requests in flight.
+pub struct PullStream {
+    client: Client,
+    context: jetstream::Context,
+    next_subject: String,
+    requests: SelectAll<Request>,
+    open_requests: usize,
+    /// Subscriptions of requests that were filled, free for the next.
+    idle: Vec<ReplyInbox>,
+    /// Credit that a refused request gave back, to be asked for at
+    /// `retry_at`.
+    unplaced: u32,
+    retry_at: Option<Instant>,
+    disconnects: watch::Receiver<u64>,
+}
+
+impl fmt::Debug for PullStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PullStream")
+            .field("open_requests", &self.open_requests)
+            .field("unplaced", &self.unplaced)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PullStream {
+    pub(super) fn new(
+        client: Client,
+        context: jetstream::Context,
+        next_subject: String,
+        disconnects: watch::Receiver<u64>,
+    ) -> Self {
+        Self {
+            client,
+            context,
+            next_subject,
+            requests: SelectAll::new(),
+            open_requests: 0,
+            idle: Vec::new(),
+            unplaced: 0,
+            retry_at: None,
+            disconnects,
+        }
+    }
+
+    async fn pull(&mut self, batch: u32) -> Result<(), NatsError> {
+        let inbox = match self.idle.pop() {
+            Some(inbox) => inbox,
+            None => {
+                let subject = self.client.new_inbox();
+                let subscriber = self
+                    .client
+                    .subscribe(subject.clone())
+                    .await
+                    .map_err(|e| NatsError::JetStream(format!("subscribe: {e}")))?;
+                ReplyInbox {
+                    subject,
+                    subscriber,
+                }
+            }
+        };
+        let body = serde_json::json!({
+            "batch": batch,
+            "expires": PULL_EXPIRES.as_nanos() as u64,
+        });
+        self.client
+            .publish_with_reply(
+                self.next_subject.clone(),
+                inbox.subject.clone(),
+                Bytes::from(body.to_string()),
+            )
+            .await
+            .map_err(|e| NatsError::JetStream(format!("pull request: {e}")))?;
+        self.requests.push(one_request(inbox, batch));
+        self.open_requests += 1;
+        Ok(())
+    }
+}
+
+/// The messages of one pull request, then how it ended. A request whose
+/// batch was filled gives its subscription back for the next request (the
+/// server sends nothing more to it); one that ended otherwise drops it
+/// (unsubscribes), so that a late status can never be taken for a newer
+/// request's.
+fn one_request(inbox: ReplyInbox, batch: u32) -> Request {
+    futures::stream::unfold(Some((inbox, batch)), |state| async move {
+        let (mut inbox, remaining) = state?;
+        let Some(message) = inbox.subscriber.next().await else {
+            let ended = Pulled::Ended {
+                unfilled: remaining,
+                status: 0,
+                description: "subscription closed".into(),
+            };
+            return Some((ended, None));
+        };
+        match message.status.map(|s| s.as_u16()) {
+            None => {
+                let left = remaining.saturating_sub(1);
+                if left == 0 {
+                    let done = Pulled::Message {
+                        message: Box::new(message),
+                        done: Some(inbox),
+                    };
+                    return Some((done, None));
+                }
+                Some((
+                    Pulled::Message {
+                        message: Box::new(message),
+                        done: None,
+                    },
+                    Some((inbox, left)),
+                ))
+            }
+            Some(100) => Some((Pulled::Heartbeat, Some((inbox, remaining)))),
+            Some(status) => {
+                let ended = Pulled::Ended {
+                    unfilled: remaining,
+                    status,
+                    description: message.description.unwrap_or_default(),
+                };
+                Some((ended, None))
+            }
+        }
+    })
+    .boxed()
+}
+
+impl LeaseStream for PullStream {
+    type Proof = AckSubject;
+    type Error = NatsError;
+
+    async fn grant(&mut self, n: u32) -> Result<(), NatsError> {
+        self.pull(n).await
+    }
+
+    async fn next(&mut self) -> Option<Result<Incoming<AckSubject>, NatsError>> {
+        loop {
+            let keepalive_at = Instant::now() + IDLE_KEEPALIVE;
+            let retry_at = self.retry_at;
+            tokio::select! {
+                changed = self.disconnects.changed() => {
+                    return Some(Err(match changed {
+                        Ok(()) => NatsError::Disconnected,
+                        Err(_) => NatsError::JetStream("client closed".into()),
+                    }));
+                }
+                _ = sleep_until(retry_at.unwrap_or(keepalive_at)), if retry_at.is_some() => {
+                    self.retry_at = None;
+                    let credit = std::mem::take(&mut self.unplaced);
+                    if let Err(e) = self.pull(credit).await {
+                        return Some(Err(e));
+                    }
+                }
+                _ = sleep_until(keepalive_at), if self.open_requests == 0 => {
+                    if self.client.connection_state() == async_nats::connection::State::Connected {
+                        return Some(Ok(Incoming::Keepalive));
+                    }
+                }
+                Some(pulled) = self.requests.next(), if self.open_requests > 0 => {
+                    match pulled {
+                        Pulled::Heartbeat => return Some(Ok(Incoming::Keepalive)),
+                        Pulled::Message { message, done } => {
+                            if let Some(inbox) = done {
+                                self.open_requests = self.open_requests.saturating_sub(1);
+                                self.idle.push(inbox);
+                            }
+                            return Some(self.delivery(*message));
+                        }
+                        Pulled::Ended { unfilled, status, description } => {
+                            self.open_requests = self.open_requests.saturating_sub(1);
+                            match status {
+                                // Expired: ask again at once for what it
+                                // did not bring; its arrival shows the
+                                // server is there.
+                                408 => {
+                                    if unfilled > 0 {
+                                        if let Err(e) = self.pull(unfilled).await {
+                                            return Some(Err(e));
+                                        }
+                                    }
+                                    return Some(Ok(Incoming::Keepalive));
+                                }
+                                409 if description.contains("Consumer Deleted") => {
+                                    return Some(Err(NatsError::JetStream(format!("409 {description}"))));
+                                }
+                                _ => {
+                                    self.unplaced += unfilled;
+                                    self.retry_at.get_or_insert(Instant::now() + PULL_RETRY);
+                                    return Some(Ok(Incoming::Notice(format!("{status} {description}"))));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    async fn close(self) {
+        // Dropping the subscriptions unsubscribes them; what the server
+        // still sends to them comes again after AckWait.
+        drop(self.requests);
+        drop(self.idle);
+    }
+}
+
+impl PullStream {
+    fn delivery(&self, message: async_nats::Message) -> Result<Incoming<AckSubject>, NatsError> {
+        let message = jetstream::Message {
+            message,
+            context: self.context.clone(),
+        };
+        let info = message.info().map_err(|e| {
+            NatsError::JetStream(format!("a message without a JetStream ack subject: {e}"))
+        })?;
+        let id = DeliveryId::new(format!("{}:{}", info.stream, info.stream_sequence));
+        let attempt = u32::try_from(info.delivered.max(1)).unwrap_or(u32::MAX);
+        let Some(reply) = message.message.reply.clone() else {
+            return Err(NatsError::JetStream(
+                "a message without an ack subject".into(),
+            ));
+        };
+        let delivery = Delivery::new(id, message.message.payload.clone()).with_attempt(attempt);
+        Ok(Incoming::Delivery(delivery, AckSubject(reply)))
+    }
+}

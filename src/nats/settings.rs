@@ -1,0 +1,109 @@
+//! Where the receiver's deliveries are on NATS, and how it logs in.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use crate::ids::QueueId;
+
+/// A secret used to log in to NATS. Its `Debug` is redacted.
+#[derive(Clone)]
+pub struct NatsSecret(pub(super) String);
+
+impl NatsSecret {
+    /// Wraps a token.
+    pub fn new(secret: impl Into<String>) -> Self {
+        Self(secret.into())
+    }
+}
+
+impl fmt::Debug for NatsSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("NatsSecret(<redacted>)")
+    }
+}
+
+/// How the receiver logs in to NATS.
+#[derive(Debug, Clone, Default)]
+pub enum NatsAuth {
+    /// No credentials (or user and password in the URL).
+    #[default]
+    None,
+    /// A token (`NATS_TOKEN`).
+    Token(NatsSecret),
+    /// A credentials file with a user JWT and its NKey seed
+    /// (`NATS_CREDS_FILE`).
+    CredsFile(PathBuf),
+}
+
+/// Where the receiver's deliveries are on NATS and how to reach them.
+#[derive(Debug, Clone)]
+pub struct NatsSettings {
+    /// The server(s), e.g. `nats://127.0.0.1:4222` or `tls://nats.example.com`.
+    pub url: String,
+    /// The JetStream stream holding the queue's events.
+    pub stream: String,
+    /// The durable pull consumer of that stream this receiver consumes.
+    pub consumer: String,
+    /// The subject of the queue's events; the consumer's filter subject
+    /// must be exactly this.
+    pub subject: String,
+    /// The queue whose events these are.
+    pub queue_id: QueueId,
+    /// How to log in.
+    pub auth: NatsAuth,
+    /// PEM file of a private CA trusted for the server's certificate.
+    pub ca_file: Option<PathBuf>,
+    /// Refuse to talk to the server without TLS (also implied by `tls://`).
+    pub require_tls: bool,
+}
+
+impl NatsSettings {
+    /// The subject of a queue's events when none is configured:
+    /// `orbit.results.<queue_id>`.
+    pub fn default_subject(queue: &QueueId) -> String {
+        format!("orbit.results.{queue}")
+    }
+
+    /// The URL as it may be shown: any `user:password@` removed.
+    pub fn shown_url(&self) -> String {
+        shown_url(&self.url)
+    }
+}
+
+fn shown_url(url: &str) -> String {
+    url.split(',')
+        .map(|server| match (server.find("://"), server.rfind('@')) {
+            (Some(scheme), Some(at)) if at > scheme => {
+                format!("{}<redacted>@{}", &server[..scheme + 3], &server[at + 1..])
+            }
+            (None, Some(at)) => format!("<redacted>@{}", &server[at + 1..]),
+            _ => server.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shown_url_never_carries_credentials() {
+        assert_eq!(
+            shown_url("nats://alice:s3cret@10.0.0.1:4222"),
+            "nats://<redacted>@10.0.0.1:4222"
+        );
+        assert_eq!(
+            shown_url("tls://a:b@h1:4222,nats://h2:4222"),
+            "tls://<redacted>@h1:4222,nats://h2:4222"
+        );
+        assert_eq!(shown_url("token@h:4222"), "<redacted>@h:4222");
+        assert_eq!(shown_url("nats://h:4222"), "nats://h:4222");
+    }
+
+    #[test]
+    fn a_secret_is_redacted_in_debug() {
+        let shown = format!("{:?}", NatsAuth::Token(NatsSecret::new("s3cret")));
+        assert!(!shown.contains("s3cret"), "{shown}");
+    }
+}

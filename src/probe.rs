@@ -1,0 +1,29 @@
+//! A dependency of the service that can be asked whether it answers.
+
+use futures::future::BoxFuture;
+
+use crate::failure::Failure;
+use crate::BoxError;
+
+/// A dependency of the service (its database) that can be asked whether it
+/// answers right now, without touching any delivery, and that knows its
+/// own errors when a delivery fails with one.
+///
+/// With a probe, a consumer has a breaker: when a delivery fails because
+/// the dependency cannot be reached ([`Failure::unavailable`], as
+/// [`recognize`](Probe::recognize) says), or a probe fails, it grants no
+/// more credit — so the platform leases nothing more to it and no retry
+/// budget is spent — and probes with backoff until the dependency answers.
+/// The inbox's `InboxStore` is one.
+pub trait Probe: Send + Sync + 'static {
+    /// `Ok` when the dependency can do its job now.
+    fn probe(&self) -> BoxFuture<'static, Result<(), BoxError>>;
+
+    /// The failure `error` stands for when it is one of this dependency's
+    /// own error types (one link of a failed delivery's error chain);
+    /// `None` for any other. The default knows none.
+    fn recognize(&self, error: &(dyn std::error::Error + 'static)) -> Option<Failure> {
+        let _ = error;
+        None
+    }
+}
