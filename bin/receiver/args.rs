@@ -7,11 +7,10 @@ use clap::{Args, ValueEnum};
 
 use result_inbox::db::Dsn;
 use result_inbox::ids::SubscriptionId;
-use result_inbox::nats::{NatsSecret, NatsSettings};
-use result_inbox::orbit::Token;
+use result_inbox::nats::NatsSettings;
 use result_inbox::scope::ReceiverName;
 
-use crate::config::{NatsEnv, OrbitEnv, OrbitSettings};
+use crate::config::OrbitSettings;
 
 /// Where `consume` takes its deliveries from.
 #[derive(Clone, Copy, ValueEnum)]
@@ -23,7 +22,7 @@ pub(crate) enum SourceKind {
 }
 
 /// Where the queue's events are on NATS (only for `--source nats`).
-#[derive(Args)]
+#[derive(Args, Default)]
 pub(crate) struct NatsArgs {
     /// The NATS server(s), e.g. nats://127.0.0.1:4222; tls:// requires TLS.
     /// Never printed with a user or password it may contain.
@@ -56,24 +55,12 @@ pub(crate) struct NatsArgs {
 
 impl NatsArgs {
     pub(crate) fn resolve(self, queue_id: Option<String>) -> Result<NatsSettings, String> {
-        NatsEnv {
-            url: self.nats_url,
-            stream: self.nats_stream,
-            consumer: self.nats_consumer,
-            subject: self.nats_subject,
-            queue_id,
-            token: self.nats_token.map(NatsSecret::new),
-            creds_file: self.nats_creds_file,
-            ca_file: self.nats_ca_file,
-            require_tls: self.nats_require_tls,
-        }
-        .resolve()
-        .map_err(|e| e.to_string())
+        self.settings(queue_id).map_err(|e| e.to_string())
     }
 }
 
 /// Where Orbit is and who the receiver is there.
-#[derive(Args)]
+#[derive(Args, Default)]
 pub(crate) struct OrbitArgs {
     /// Orbit's base URL (http:// only on loopback; https:// in production).
     /// Overrides the credentials file's orbit_url.
@@ -97,15 +84,7 @@ pub(crate) struct OrbitArgs {
 
 impl OrbitArgs {
     pub(crate) fn resolve(self) -> Result<OrbitSettings, String> {
-        let orbit = OrbitEnv {
-            url: self.orbit_url,
-            credentials_file: self.credentials_file,
-            token: self.token.map(Token::new),
-            queue_id: self.queue_id,
-            ca_file: self.orbit_ca_file,
-        }
-        .resolve()
-        .map_err(|e| e.to_string())?;
+        let orbit = self.settings().map_err(|e| e.to_string())?;
         if !orbit.url.is_tls() && !orbit.url.is_loopback() {
             tracing::warn!(url = %orbit.url, "plain http:// to a non-loopback host: tokens and results travel unencrypted; use https://");
         }

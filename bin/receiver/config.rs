@@ -3,31 +3,17 @@
 //!
 //! The credentials file written by bootstrap supplies the first three;
 //! `ORBIT_URL`, `ORBIT_TOKEN` and `ORBIT_QUEUE_ID` override it field by field.
-//! `ORBIT_CA_FILE` adds a private CA to Mozilla's root certificates.
-//! Every error names the variable to fix and never echoes a secret.
-
-use std::path::PathBuf;
+//! `ORBIT_CA_FILE` adds a private CA to Mozilla's root certificates. NATS
+//! comes from the `NATS_*` settings and the queue. Every error names the
+//! variable to fix and never echoes a secret.
 
 use result_inbox::ids::QueueId;
+use result_inbox::nats::{NatsAuth, NatsSecret, NatsSettings};
 use result_inbox::orbit::{
     Credentials, CredentialsError, OrbitClient, OrbitError, OrbitTls, OrbitUrl, Token,
 };
 
-/// The Orbit settings as given (environment or flags), before resolution.
-#[derive(Debug, Default, Clone)]
-pub struct OrbitEnv {
-    /// `ORBIT_URL`.
-    pub url: Option<String>,
-    /// `ORBIT_CREDENTIALS_FILE`.
-    pub credentials_file: Option<PathBuf>,
-    /// `ORBIT_TOKEN` (overrides the file's token).
-    pub token: Option<Token>,
-    /// `ORBIT_QUEUE_ID` (overrides the file's queue).
-    pub queue_id: Option<String>,
-    /// `ORBIT_CA_FILE`: PEM certificate(s) of a private CA, trusted besides
-    /// Mozilla's roots for `https://`.
-    pub ca_file: Option<PathBuf>,
-}
+use crate::args::{NatsArgs, OrbitArgs};
 
 /// Where Orbit is and who we are there.
 #[derive(Debug, Clone)]
@@ -83,18 +69,18 @@ pub enum ConfigError {
     },
 }
 
-impl OrbitEnv {
+impl OrbitArgs {
     /// Resolves the settings: explicit values first, then the credentials
     /// file. Reads the CA file, if any, so that an unusable one is a
     /// configuration error before any connection.
-    pub fn resolve(self) -> Result<OrbitSettings, ConfigError> {
+    pub(crate) fn settings(self) -> Result<OrbitSettings, ConfigError> {
         let file = self
             .credentials_file
             .as_deref()
             .map(Credentials::load)
             .transpose()?;
         let url = self
-            .url
+            .orbit_url
             .or_else(|| file.as_ref().and_then(|f| f.orbit_url.clone()))
             .ok_or(ConfigError::Missing("ORBIT_URL"))?;
         let url = OrbitUrl::parse(&url).map_err(|e| ConfigError::Invalid {
@@ -103,6 +89,7 @@ impl OrbitEnv {
         })?;
         let token = self
             .token
+            .map(Token::new)
             .or_else(|| file.as_ref().map(|f| f.token.clone()))
             .ok_or(ConfigError::Missing("ORBIT_TOKEN"))?;
         let queue_id = match self.queue_id {
@@ -115,7 +102,7 @@ impl OrbitEnv {
                 .map(|f| f.queue_id.clone())
                 .ok_or(ConfigError::Missing("ORBIT_QUEUE_ID"))?,
         };
-        let tls = match &self.ca_file {
+        let tls = match &self.orbit_ca_file {
             Some(path) => OrbitTls::with_ca_file(path).map_err(|e| ConfigError::Invalid {
                 variable: "ORBIT_CA_FILE",
                 problem: e.to_string(),
@@ -131,49 +118,25 @@ impl OrbitEnv {
     }
 }
 
-/// The NATS JetStream settings as given (environment or flags), before
-/// resolution.
-#[derive(Debug, Default, Clone)]
-pub struct NatsEnv {
-    /// `NATS_URL`.
-    pub url: Option<String>,
-    /// `NATS_STREAM`.
-    pub stream: Option<String>,
-    /// `NATS_CONSUMER`.
-    pub consumer: Option<String>,
-    /// `NATS_SUBJECT` (default `orbit.results.<queue_id>`).
-    pub subject: Option<String>,
-    /// `ORBIT_QUEUE_ID`.
-    pub queue_id: Option<String>,
-    /// `NATS_TOKEN`.
-    pub token: Option<result_inbox::nats::NatsSecret>,
-    /// `NATS_CREDS_FILE`.
-    pub creds_file: Option<PathBuf>,
-    /// `NATS_CA_FILE`.
-    pub ca_file: Option<PathBuf>,
-    /// `NATS_REQUIRE_TLS`.
-    pub require_tls: bool,
-}
-
-impl NatsEnv {
-    /// Resolves the settings; every error names the variable to fix.
-    pub fn resolve(self) -> Result<result_inbox::nats::NatsSettings, ConfigError> {
-        use result_inbox::nats::{NatsAuth, NatsSettings};
-        let url = self.url.ok_or(ConfigError::Unset {
+impl NatsArgs {
+    /// Resolves the settings for the queue `queue_id` (`ORBIT_QUEUE_ID`);
+    /// every error names the variable to fix.
+    pub(crate) fn settings(self, queue_id: Option<String>) -> Result<NatsSettings, ConfigError> {
+        let url = self.nats_url.ok_or(ConfigError::Unset {
             variable: "NATS_URL",
             what: "the NATS server(s), e.g. nats://127.0.0.1:4222",
         })?;
         let stream = name(
-            self.stream,
+            self.nats_stream,
             "NATS_STREAM",
             "the JetStream stream of the queue's events",
         )?;
         let consumer = name(
-            self.consumer,
+            self.nats_consumer,
             "NATS_CONSUMER",
             "the durable pull consumer of that stream",
         )?;
-        let queue_id = self.queue_id.ok_or(ConfigError::Unset {
+        let queue_id = queue_id.ok_or(ConfigError::Unset {
             variable: "ORBIT_QUEUE_ID",
             what: "the queue whose events the stream carries (32 hex)",
         })?;
@@ -182,7 +145,7 @@ impl NatsEnv {
             problem: "must be 32 lowercase hexadecimal characters".into(),
         })?;
         let subject = self
-            .subject
+            .nats_subject
             .unwrap_or_else(|| NatsSettings::default_subject(&queue_id));
         if subject.is_empty()
             || subject
@@ -197,18 +160,18 @@ impl NatsEnv {
                 ),
             });
         }
-        let auth = match (self.token, self.creds_file) {
+        let auth = match (self.nats_token, self.nats_creds_file) {
             (Some(_), Some(_)) => {
                 return Err(ConfigError::Invalid {
                     variable: "NATS_TOKEN",
                     problem: "set NATS_TOKEN or NATS_CREDS_FILE, not both".into(),
                 })
             }
-            (Some(token), None) => NatsAuth::Token(token),
+            (Some(token), None) => NatsAuth::Token(NatsSecret::new(token)),
             (None, Some(file)) => NatsAuth::CredsFile(file),
             (None, None) => NatsAuth::None,
         };
-        if let Some(ca) = &self.ca_file {
+        if let Some(ca) = &self.nats_ca_file {
             std::fs::metadata(ca).map_err(|e| ConfigError::Invalid {
                 variable: "NATS_CA_FILE",
                 problem: format!("{}: {e}", ca.display()),
@@ -221,8 +184,8 @@ impl NatsEnv {
             subject,
             queue_id,
             auth,
-            ca_file: self.ca_file,
-            require_tls: self.require_tls,
+            ca_file: self.nats_ca_file,
+            require_tls: self.nats_require_tls,
         })
     }
 }
@@ -258,52 +221,52 @@ mod tests {
 
     #[test]
     fn explicit_values_need_no_credentials_file() {
-        let settings = OrbitEnv {
-            url: Some("http://127.0.0.1:8080".into()),
-            token: Some(Token::new("t")),
+        let settings = OrbitArgs {
+            orbit_url: Some("http://127.0.0.1:8080".into()),
+            token: Some("t".into()),
             queue_id: Some(Q.into()),
             ..Default::default()
         }
-        .resolve()
+        .settings()
         .unwrap();
         assert_eq!(settings.queue_id.as_str(), Q);
     }
 
     #[test]
     fn a_missing_setting_is_named() {
-        let err = OrbitEnv {
-            url: Some("http://127.0.0.1:8080".into()),
+        let err = OrbitArgs {
+            orbit_url: Some("http://127.0.0.1:8080".into()),
             queue_id: Some(Q.into()),
             ..Default::default()
         }
-        .resolve()
+        .settings()
         .unwrap_err();
         assert!(err.to_string().starts_with("ORBIT_TOKEN"), "{err}");
     }
 
     #[test]
     fn a_bad_queue_id_is_refused() {
-        let err = OrbitEnv {
-            url: Some("http://127.0.0.1:8080".into()),
-            token: Some(Token::new("t")),
+        let err = OrbitArgs {
+            orbit_url: Some("http://127.0.0.1:8080".into()),
+            token: Some("t".into()),
             queue_id: Some("inbox-demo".into()),
             ..Default::default()
         }
-        .resolve()
+        .settings()
         .unwrap_err();
         assert!(err.to_string().starts_with("ORBIT_QUEUE_ID"), "{err}");
     }
 
     #[test]
     fn an_unreadable_ca_file_is_named_before_any_connection() {
-        let err = OrbitEnv {
-            url: Some("https://127.0.0.1:8443".into()),
-            token: Some(Token::new("sentinel-token")),
+        let err = OrbitArgs {
+            orbit_url: Some("https://127.0.0.1:8443".into()),
+            token: Some("sentinel-token".into()),
             queue_id: Some(Q.into()),
-            ca_file: Some("/nonexistent/orbit-ca.pem".into()),
+            orbit_ca_file: Some("/nonexistent/orbit-ca.pem".into()),
             ..Default::default()
         }
-        .resolve()
+        .settings()
         .unwrap_err();
         let text = err.to_string();
         assert!(text.starts_with("ORBIT_CA_FILE"), "{text}");
@@ -313,13 +276,13 @@ mod tests {
 
     #[test]
     fn without_a_ca_file_only_the_public_roots_are_trusted() {
-        let settings = OrbitEnv {
-            url: Some("https://orbit.example".into()),
-            token: Some(Token::new("t")),
+        let settings = OrbitArgs {
+            orbit_url: Some("https://orbit.example".into()),
+            token: Some("t".into()),
             queue_id: Some(Q.into()),
             ..Default::default()
         }
-        .resolve()
+        .settings()
         .unwrap();
         assert!(settings.url.is_tls());
         assert_eq!(settings.tls.private_cas(), 0);
@@ -327,56 +290,55 @@ mod tests {
 
     #[test]
     fn an_unreadable_credentials_file_is_reported_with_its_path() {
-        let err = OrbitEnv {
+        let err = OrbitArgs {
             credentials_file: Some("/nonexistent/creds.json".into()),
             ..Default::default()
         }
-        .resolve()
+        .settings()
         .unwrap_err();
         assert!(err.to_string().contains("/nonexistent/creds.json"), "{err}");
     }
 
-    fn nats() -> NatsEnv {
-        NatsEnv {
-            url: Some("nats://127.0.0.1:4222".into()),
-            stream: Some("ORBIT".into()),
-            consumer: Some("receiver".into()),
-            queue_id: Some(Q.into()),
+    fn nats() -> NatsArgs {
+        NatsArgs {
+            nats_url: Some("nats://127.0.0.1:4222".into()),
+            nats_stream: Some("ORBIT".into()),
+            nats_consumer: Some("receiver".into()),
             ..Default::default()
         }
     }
 
     #[test]
     fn the_queue_subject_defaults_to_orbit_results_and_the_queue() {
-        let settings = nats().resolve().unwrap();
+        let settings = nats().settings(Some(Q.into())).unwrap();
         assert_eq!(settings.subject, format!("orbit.results.{Q}"));
     }
 
     #[test]
     fn a_wildcard_subject_or_a_dotted_stream_name_is_refused_by_name() {
-        let err = NatsEnv {
-            subject: Some("orbit.results.>".into()),
+        let err = NatsArgs {
+            nats_subject: Some("orbit.results.>".into()),
             ..nats()
         }
-        .resolve()
+        .settings(Some(Q.into()))
         .unwrap_err();
         assert!(err.to_string().starts_with("NATS_SUBJECT"), "{err}");
-        let err = NatsEnv {
-            stream: Some("a.b".into()),
+        let err = NatsArgs {
+            nats_stream: Some("a.b".into()),
             ..nats()
         }
-        .resolve()
+        .settings(Some(Q.into()))
         .unwrap_err();
         assert!(err.to_string().starts_with("NATS_STREAM"), "{err}");
     }
 
     #[test]
     fn a_missing_nats_setting_is_named_and_no_orbit_credentials_are_needed() {
-        let err = NatsEnv {
-            consumer: None,
+        let err = NatsArgs {
+            nats_consumer: None,
             ..nats()
         }
-        .resolve()
+        .settings(Some(Q.into()))
         .unwrap_err();
         assert!(
             err.to_string().starts_with("NATS_CONSUMER is not set"),
@@ -386,12 +348,12 @@ mod tests {
 
     #[test]
     fn a_token_and_a_creds_file_together_are_refused_without_showing_the_token() {
-        let err = NatsEnv {
-            token: Some(result_inbox::nats::NatsSecret::new("sentinel-nats-token")),
-            creds_file: Some("/etc/receiver.creds".into()),
+        let err = NatsArgs {
+            nats_token: Some("sentinel-nats-token".into()),
+            nats_creds_file: Some("/etc/receiver.creds".into()),
             ..nats()
         }
-        .resolve()
+        .settings(Some(Q.into()))
         .unwrap_err();
         let text = err.to_string();
         assert!(text.contains("not both"), "{text}");

@@ -13,14 +13,33 @@ pub(crate) const EXIT_CONFIG: u8 = 2;
 /// Exit code: the input was rejected.
 pub(crate) const EXIT_REJECTED: u8 = 3;
 
-pub(crate) fn fail(code: u8, message: impl std::fmt::Display) -> ExitCode {
+/// A failure already reported on stderr, with the exit code it ends in.
+#[derive(Debug)]
+pub(crate) struct Failed(ExitCode);
+
+/// What a command ends in: its exit code, or a reported failure.
+pub(crate) type Outcome = Result<ExitCode, Failed>;
+
+/// Reports `message` on stderr as the receiver's; the process ends in
+/// `code`.
+pub(crate) fn fail(code: u8, message: impl std::fmt::Display) -> Failed {
     eprintln!("receiver: {message}");
-    ExitCode::from(code)
+    Failed(ExitCode::from(code))
 }
 
-/// The exit code of a database failure: the configuration's to fix (a
-/// refused login, an unknown database, a missing grant) or a failure.
-pub(crate) fn database_failure(what: &str, e: DbError) -> ExitCode {
+/// A usage or configuration error (exit code 2).
+pub(crate) fn config(message: impl std::fmt::Display) -> Failed {
+    fail(EXIT_CONFIG, message)
+}
+
+/// The exit code of a command's outcome.
+pub(crate) fn exit_code(outcome: Outcome) -> ExitCode {
+    outcome.unwrap_or_else(|Failed(code)| code)
+}
+
+/// A database failure: the configuration's to fix (a refused login, an
+/// unknown database, a missing grant) or a failure.
+pub(crate) fn database_failure(what: &str, e: DbError) -> Failed {
     let configuration = e.is_refusal() || e.number() == Some(errno::NO_SUCH_TABLE);
     let code = if configuration {
         EXIT_CONFIG

@@ -24,7 +24,7 @@ use tokio::task::JoinHandle;
 use result_inbox::consumer::Health;
 use result_inbox::telemetry;
 
-use crate::exit::{EXIT_CONFIG, EXIT_FAILED};
+use crate::exit::{config, fail, Failed, EXIT_FAILED};
 
 /// Buckets of the apply-duration histogram, in seconds: from a fast local
 /// apply (about a millisecond) to the 5 s transaction budget.
@@ -159,24 +159,23 @@ fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
 pub(crate) async fn metrics_endpoint(
     addr: Option<String>,
     health: &Health,
-) -> Result<Option<Endpoint>, (u8, String)> {
+) -> Result<Option<Endpoint>, Failed> {
     let Some(addr) = addr else {
         return Ok(None);
     };
     let addr: SocketAddr = addr.parse().map_err(|_| {
-        (
-            EXIT_CONFIG,
-            format!("RECEIVER_METRICS_ADDR: {addr:?} is not an address like 127.0.0.1:9464"),
-        )
+        config(format!(
+            "RECEIVER_METRICS_ADDR: {addr:?} is not an address like 127.0.0.1:9464"
+        ))
     })?;
-    let handle = install_recorder().map_err(|e| (EXIT_FAILED, format!("metrics recorder: {e}")))?;
+    let handle =
+        install_recorder().map_err(|e| fail(EXIT_FAILED, format!("metrics recorder: {e}")))?;
     let endpoint = Endpoint::start(addr, handle, health.clone())
         .await
         .map_err(|e| {
-            (
-                EXIT_CONFIG,
-                format!("RECEIVER_METRICS_ADDR: cannot listen on {addr}: {e}"),
-            )
+            config(format!(
+                "RECEIVER_METRICS_ADDR: cannot listen on {addr}: {e}"
+            ))
         })?;
     tracing::info!(addr = %endpoint.addr, "metrics endpoint listening (/metrics, /healthz, /readyz)");
     Ok(Some(endpoint))

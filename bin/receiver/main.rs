@@ -6,21 +6,19 @@
 //! rejected.
 //!
 //! The application lives here, beside the library: one file per command in
-//! `commands/`, the flows several of them share (`check/`, `consume.rs`,
-//! `demo/`, `subscribe.rs`), configuration from the environment
+//! `commands/`, the flows too large for one (`check/`, shared with
+//! `consume` and `demo`; `demo/`), configuration from the environment
 //! (`config.rs`, `args.rs`), the health endpoint, logging, signals.
 
 mod args;
 mod check;
 mod commands;
 mod config;
-mod consume;
 mod demo;
 mod exit;
 mod health;
 mod logging;
 mod runtime;
-mod subscribe;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -30,7 +28,7 @@ use clap::{Parser, Subcommand};
 use crate::args::{DatabaseArgs, NatsArgs, OrbitArgs, Receiver, SourceKind};
 use crate::commands::consume::ConsumeArgs;
 use crate::commands::subscribe::NatsConsumerArgs;
-use crate::exit::{fail, EXIT_CONFIG};
+use crate::exit::{exit_code, fail, EXIT_CONFIG};
 use crate::logging::init_logging;
 
 #[derive(Parser)]
@@ -200,9 +198,9 @@ fn main() -> ExitCode {
         Err(e) => return usage_error(e),
     };
     if let Err(e) = init_logging() {
-        return fail(EXIT_CONFIG, e);
+        return exit_code(Err(crate::exit::config(e)));
     }
-    match cli.command {
+    exit_code(match cli.command {
         Command::Init { dsn, keep_existing } => commands::init::run_init(dsn, keep_existing),
         Command::Digest { file } => commands::digest::run_digest(file),
         Command::Demo(receiver) => commands::demo::run_demo(receiver),
@@ -232,13 +230,17 @@ fn main() -> ExitCode {
         Command::Verify { database } => commands::verify::run_verify(database),
         Command::Stats { database, json } => commands::stats::run_stats(database, json),
         Command::Inspect { database, what } => commands::inspect::run_inspect(database, what),
-    }
+    })
 }
 
 /// Help and version go out as clap writes them; a usage error becomes one
 /// line (clap's first, with the missing arguments when that is the error),
 /// exit code 2, like every other configuration error.
 fn usage_error(e: clap::Error) -> ExitCode {
+    exit_code(Err(usage_failure(e)))
+}
+
+fn usage_failure(e: clap::Error) -> crate::exit::Failed {
     use clap::error::{ContextKind, ContextValue, ErrorKind};
     match e.kind() {
         ErrorKind::DisplayHelp

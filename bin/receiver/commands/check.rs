@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use crate::args::{required_subscription, NatsArgs, Receiver};
 use crate::check::{self, CheckConfig};
-use crate::exit::{fail, EXIT_CONFIG, EXIT_FAILED};
+use crate::exit::{config, Outcome, EXIT_FAILED};
 use crate::runtime::runtime;
 
 use super::{NATS_CALL_TIMEOUT, ORBIT_CALL_TIMEOUT};
@@ -13,21 +13,15 @@ pub(crate) fn run_check(
     receiver: Receiver,
     subscription_id: Option<String>,
     demo: bool,
-) -> ExitCode {
-    let resolved = match receiver.resolve() {
-        Ok(r) => r,
-        Err(e) => return fail(EXIT_CONFIG, e),
-    };
+) -> Outcome {
+    let resolved = receiver.resolve().map_err(config)?;
     // `consume` needs a subscription; `demo` creates its own, and checks
     // one only when it is given.
     let subscription = match (demo, subscription_id) {
         (true, None) => None,
-        (_, id) => match required_subscription(id) {
-            Ok(s) => Some(s),
-            Err(e) => return fail(EXIT_CONFIG, e),
-        },
+        (_, id) => Some(required_subscription(id).map_err(config)?),
     };
-    let config = CheckConfig {
+    let settings = CheckConfig {
         orbit: resolved.orbit,
         dsn: resolved.dsn,
         name: resolved.name,
@@ -35,29 +29,26 @@ pub(crate) fn run_check(
         demo,
         orbit_call_timeout: ORBIT_CALL_TIMEOUT,
     };
-    match runtime().block_on(check::run(config)) {
+    match runtime().block_on(check::run(settings)) {
         Ok(findings) => print_findings(&findings),
-        Err(e) => fail(EXIT_CONFIG, format!("ORBIT_URL: {e}")),
+        Err(e) => Err(config(format!("ORBIT_URL: {e}"))),
     }
 }
 
-pub(crate) fn run_check_nats(receiver: Receiver, nats: NatsArgs) -> ExitCode {
-    let (dsn, name, settings) = match receiver.resolve_for_nats(nats) {
-        Ok(r) => r,
-        Err(e) => return fail(EXIT_CONFIG, e),
-    };
+pub(crate) fn run_check_nats(receiver: Receiver, nats: NatsArgs) -> Outcome {
+    let (dsn, name, settings) = receiver.resolve_for_nats(nats).map_err(config)?;
     let findings = runtime().block_on(check::run_nats(&dsn, name, &settings, NATS_CALL_TIMEOUT));
     print_findings(&findings)
 }
 
 /// One line per check; exit 0 only if all passed.
-pub(crate) fn print_findings(findings: &[check::Finding]) -> ExitCode {
+pub(crate) fn print_findings(findings: &[check::Finding]) -> Outcome {
     for finding in findings {
         println!("{finding}");
     }
     if findings.iter().all(|f| f.ok()) {
-        ExitCode::SUCCESS
+        Ok(ExitCode::SUCCESS)
     } else {
-        ExitCode::from(EXIT_FAILED)
+        Ok(ExitCode::from(EXIT_FAILED))
     }
 }

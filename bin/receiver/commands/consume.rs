@@ -1,17 +1,44 @@
-//! `receiver consume`: the arguments, and the exit code of a run (the
-//! flow itself is [`crate::consume`]).
+//! `receiver consume`: check everything, then consume one source into the
+//! task view until shutdown.
+//!
+//! Before anything is leased the command checks its database (tables,
+//! columns, grants: `check::database`) and its source. For Orbit: the
+//! token and the scopes `consume` needs (`check::orbit_access`) and the
+//! subscription's queue (`OrbitSource::connect`); for NATS JetStream: the
+//! stream, the durable pull consumer and its filter subject
+//! (`JetStreamSource::connect`). A server that cannot be reached yet —
+//! connection refused or reset, a time-out, a 5xx answer — is waited for
+//! with backoff and one warning per attempt; a permanent answer stops at
+//! once. A shutdown during any of this ends it at once too: nothing was
+//! leased.
+//!
+//! Then the consumer runs the inbox over the task view, with the store as
+//! the probe of its breaker, until the shutdown token is cancelled.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
+use tokio_util::sync::CancellationToken;
+use tower::ServiceBuilder;
+use tracing::info;
 
-use result_inbox::consumer::{ConsumerOptions, Health};
+use result_inbox::consumer::{Consumer, ConsumerError, ConsumerOptions, ConsumerReport, Health};
+use result_inbox::db::Dsn;
+use result_inbox::ids::{QueueId, SubscriptionId};
+use result_inbox::inbox::{InboxLayer, InboxStore, StoreOptions};
+use result_inbox::nats::{JetStreamSource, NatsError, NatsSettings};
+use result_inbox::orbit::{OrbitError, OrbitSource, Scope};
+use result_inbox::retry::until_answered;
+use result_inbox::scope::{InboxScope, ReceiverName};
+use result_inbox::source::{Source, SourceError};
+use result_inbox::task_view::TaskView;
 
 use super::{CONSUME_GRACE, NATS_CALL_TIMEOUT, ORBIT_CALL_TIMEOUT};
 use crate::args::{required_subscription, NatsArgs, Receiver, SourceKind};
-use crate::consume::{self, ConsumeConfig, SourceConfig};
-use crate::exit::{fail, EXIT_CONFIG, EXIT_FAILED};
+use crate::check::{self, Problem};
+use crate::config::OrbitSettings;
+use crate::exit::{config, fail, Outcome, EXIT_FAILED};
 use crate::health::metrics_endpoint;
 use crate::runtime::{runtime, shutdown_on_signal};
 
@@ -44,21 +71,15 @@ pub(crate) struct ConsumeArgs {
     pub(crate) prefetch: Option<u32>,
 }
 
-pub(crate) fn run_consume(args: ConsumeArgs) -> ExitCode {
+pub(crate) fn run_consume(args: ConsumeArgs) -> Outcome {
     let metrics_addr = args.metrics_addr.clone();
-    let config = match consume_config(args) {
-        Ok(config) => config,
-        Err(e) => return fail(EXIT_CONFIG, e),
-    };
+    let settings = consume_config(args).map_err(config)?;
     let runtime = runtime();
     let shutdown = shutdown_on_signal(&runtime);
     let code = runtime.block_on(async {
         let health = Health::new();
-        let endpoint = match metrics_endpoint(metrics_addr, &health).await {
-            Ok(endpoint) => endpoint,
-            Err((code, e)) => return fail(code, e),
-        };
-        let outcome = consume::run(config, health, shutdown).await;
+        let endpoint = metrics_endpoint(metrics_addr, &health).await?;
+        let outcome = run(settings, health, shutdown).await;
         if let Some(endpoint) = endpoint {
             endpoint.stop();
         }
@@ -74,21 +95,21 @@ pub(crate) fn run_consume(args: ConsumeArgs) -> ExitCode {
                     released = report.released,
                     "stopped"
                 );
-                ExitCode::SUCCESS
+                Ok(ExitCode::SUCCESS)
             }
             Ok(None) => {
                 tracing::info!("stopped during start-up; nothing was leased");
-                ExitCode::SUCCESS
+                Ok(ExitCode::SUCCESS)
             }
-            Err(e) if e.is_configuration() => fail(EXIT_CONFIG, e),
-            Err(e) => fail(EXIT_FAILED, e),
+            Err(e) if e.is_configuration() => Err(config(e)),
+            Err(e) => Err(fail(EXIT_FAILED, e)),
         }
     });
     runtime.shutdown_timeout(Duration::from_secs(1));
     code
 }
 
-pub(crate) fn consume_config(args: ConsumeArgs) -> Result<ConsumeConfig, String> {
+fn consume_config(args: ConsumeArgs) -> Result<ConsumeConfig, String> {
     let ConsumeArgs {
         receiver,
         source,
@@ -131,4 +152,172 @@ pub(crate) fn consume_config(args: ConsumeArgs) -> Result<ConsumeConfig, String>
         name,
         consumer,
     })
+}
+
+/// Everything `receiver consume` runs with.
+#[derive(Debug, Clone)]
+struct ConsumeConfig {
+    /// Where the deliveries come from.
+    source: SourceConfig,
+    /// The receiver's own database.
+    dsn: Dsn,
+    /// The receiver's fixed name.
+    name: ReceiverName,
+    /// How the consumer behaves.
+    consumer: ConsumerOptions,
+}
+
+/// Where `receiver consume` takes its deliveries from.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+enum SourceConfig {
+    /// An Orbit subscription's WebSocket stream.
+    Orbit {
+        /// Where Orbit is and the token and queue to use there.
+        settings: OrbitSettings,
+        /// The subscription to consume.
+        subscription: SubscriptionId,
+        /// Timeout of every single call to Orbit.
+        call_timeout: Duration,
+    },
+    /// A NATS JetStream durable pull consumer.
+    Nats {
+        /// The server, stream, consumer, subject and queue.
+        settings: NatsSettings,
+        /// Timeout of every request to NATS (and of an acknowledgement's
+        /// answer).
+        call_timeout: Duration,
+    },
+}
+
+impl SourceConfig {
+    /// The queue whose events the source carries.
+    fn queue_id(&self) -> &QueueId {
+        match self {
+            SourceConfig::Orbit { settings, .. } => &settings.queue_id,
+            SourceConfig::Nats { settings, .. } => &settings.queue_id,
+        }
+    }
+}
+
+/// Why `receiver consume` did not start or stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+enum ConsumeError {
+    /// The Orbit client could not be built from the settings.
+    #[error("ORBIT_URL: {0}")]
+    Client(OrbitError),
+    /// A start-up check failed for good.
+    #[error("{0}")]
+    Check(Problem),
+    /// The consumer was refused or had to stop.
+    #[error("{0}")]
+    Consumer(ConsumerError),
+}
+
+impl ConsumeError {
+    /// Whether the configuration has to change (exit code 2) rather than an
+    /// operation having failed (exit code 1).
+    fn is_configuration(&self) -> bool {
+        match self {
+            ConsumeError::Client(_) => true,
+            ConsumeError::Check(p) => p.is_configuration(),
+            ConsumeError::Consumer(e) => e.is_configuration(),
+        }
+    }
+}
+
+/// Runs `receiver consume` until `shutdown` is cancelled. `Ok(None)` means
+/// the shutdown came during start-up, before anything was leased.
+async fn run(
+    config: ConsumeConfig,
+    health: Health,
+    shutdown: CancellationToken,
+) -> Result<Option<ConsumerReport>, ConsumeError> {
+    let scope = InboxScope::new(config.name.clone(), config.source.queue_id().clone());
+    // No connection yet: the check below makes the first, and waits for a
+    // database that is not up yet.
+    let store = InboxStore::connect_lazy(&config.dsn, scope, StoreOptions::default());
+    let checked = tokio::select! {
+        biased;
+        _ = shutdown.cancelled() => return Ok(None),
+        checked = until_answered(config.consumer.backoff(), "database", Problem::is_transient, || check::database(&store)) => checked,
+    };
+    checked.map_err(ConsumeError::Check)?;
+    match &config.source {
+        SourceConfig::Orbit {
+            settings,
+            subscription,
+            call_timeout,
+        } => {
+            let started = tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => return Ok(None),
+                started = orbit(settings, subscription, *call_timeout, &config.consumer) => started?,
+            };
+            let consumer = Consumer::new(started, config.consumer.clone());
+            serve(consumer, store, health, &config, shutdown).await
+        }
+        SourceConfig::Nats {
+            settings,
+            call_timeout,
+        } => {
+            let connect = until_answered(
+                config.consumer.backoff(),
+                "NATS",
+                |e: &NatsError| e.is_retryable(),
+                || JetStreamSource::connect(settings, *call_timeout),
+            );
+            let source = tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => return Ok(None),
+                source = connect => source.map_err(|e| ConsumeError::Consumer(e.into()))?,
+            };
+            info!(url = %settings.shown_url(), stream = source.stream(), consumer = source.consumer(), subject = %settings.subject, "stream and durable consumer checked");
+            let consumer = Consumer::new(source, config.consumer.clone());
+            serve(consumer, store, health, &config, shutdown).await
+        }
+    }
+}
+
+/// The inbox over the task view, fed by `consumer` until shutdown.
+async fn serve<Src: Source>(
+    consumer: Consumer<Src>,
+    store: InboxStore,
+    health: Health,
+    config: &ConsumeConfig,
+    shutdown: CancellationToken,
+) -> Result<Option<ConsumerReport>, ConsumeError> {
+    let service = ServiceBuilder::new()
+        .layer(InboxLayer::new(store.clone()))
+        .service(TaskView::new());
+    info!(receiver = %config.name, queue = %config.source.queue_id(), "consuming");
+    let report = consumer
+        .with_probe(store)
+        .with_health(health)
+        .run(service, shutdown.cancelled_owned())
+        .await
+        .map_err(ConsumeError::Consumer)?;
+    Ok(Some(report))
+}
+
+/// Orbit before the first credit: the token's scopes, waiting for an Orbit
+/// that is not up yet, the subscription's queue.
+async fn orbit(
+    settings: &OrbitSettings,
+    subscription: &SubscriptionId,
+    call_timeout: Duration,
+    options: &ConsumerOptions,
+) -> Result<OrbitSource, ConsumeError> {
+    let client = settings
+        .client(call_timeout)
+        .map_err(ConsumeError::Client)?;
+    until_answered(options.backoff(), "Orbit", Problem::is_transient, || {
+        check::orbit_access(&client, &Scope::CONSUME)
+    })
+    .await
+    .map_err(ConsumeError::Check)?;
+    OrbitSource::connect(client, subscription.clone(), &settings.queue_id)
+        .await
+        .map_err(|e| ConsumeError::Consumer(e.into()))
 }

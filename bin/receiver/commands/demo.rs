@@ -9,18 +9,12 @@ use result_inbox::scope::InboxScope;
 use super::orbit_client;
 use crate::args::Receiver;
 use crate::demo::{self, DemoOptions};
-use crate::exit::{fail, EXIT_CONFIG, EXIT_FAILED};
+use crate::exit::{config, fail, Outcome, EXIT_CONFIG, EXIT_FAILED};
 use crate::runtime::{runtime, shutdown_on_signal};
 
-pub(crate) fn run_demo(receiver: Receiver) -> ExitCode {
-    let resolved = match receiver.resolve() {
-        Ok(r) => r,
-        Err(e) => return fail(EXIT_CONFIG, e),
-    };
-    let client = match orbit_client(&resolved.orbit) {
-        Ok(c) => c,
-        Err(e) => return fail(EXIT_CONFIG, e),
-    };
+pub(crate) fn run_demo(receiver: Receiver) -> Outcome {
+    let resolved = receiver.resolve().map_err(config)?;
+    let client = orbit_client(&resolved.orbit).map_err(config)?;
     let options = DemoOptions::default();
     let runtime = runtime();
     let shutdown = shutdown_on_signal(&runtime);
@@ -29,7 +23,7 @@ pub(crate) fn run_demo(receiver: Receiver) -> ExitCode {
         // The demo's own check reports a database that cannot be reached.
         let store = InboxStore::connect_lazy(&resolved.dsn, scope, StoreOptions::default());
         let outcome = tokio::select! {
-            _ = shutdown.cancelled() => return fail(EXIT_FAILED, "demo interrupted by a signal"),
+            _ = shutdown.cancelled() => return Err(fail(EXIT_FAILED, "demo interrupted by a signal")),
             outcome = demo::run(client, store, options) => outcome,
         };
         match outcome {
@@ -37,17 +31,17 @@ pub(crate) fn run_demo(receiver: Receiver) -> ExitCode {
                 for line in report.lines() {
                     println!("{line}");
                 }
-                ExitCode::SUCCESS
+                Ok(ExitCode::SUCCESS)
             }
             Err(failure) => {
                 let code = match &failure.error {
                     demo::DemoError::Check(p) if p.is_configuration() => EXIT_CONFIG,
                     _ => EXIT_FAILED,
                 };
-                fail(
+                Err(fail(
                     code,
                     format!("demo failed: {}; {}", failure.error, failure.kept),
-                )
+                ))
             }
         }
     });

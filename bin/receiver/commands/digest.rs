@@ -6,14 +6,19 @@ use std::process::ExitCode;
 
 use result_inbox::digest::{self, MAX_EVENT_BYTES};
 
-use crate::exit::{fail, EXIT_CONFIG, EXIT_REJECTED};
+use crate::exit::{config, fail, Outcome, EXIT_CONFIG, EXIT_REJECTED};
 
-pub(crate) fn run_digest(file: Option<PathBuf>) -> ExitCode {
+pub(crate) fn run_digest(file: Option<PathBuf>) -> Outcome {
     let source = file.filter(|p| p.as_os_str() != "-");
     let reader: Box<dyn Read> = match &source {
         Some(path) => match std::fs::File::open(path) {
             Ok(f) => Box::new(f),
-            Err(e) => return fail(EXIT_CONFIG, format!("cannot read {}: {e}", path.display())),
+            Err(e) => {
+                return Err(fail(
+                    EXIT_CONFIG,
+                    format!("cannot read {}: {e}", path.display()),
+                ))
+            }
         },
         None => Box::new(std::io::stdin()),
     };
@@ -24,19 +29,19 @@ pub(crate) fn run_digest(file: Option<PathBuf>) -> ExitCode {
         .take(MAX_EVENT_BYTES as u64 + 1)
         .read_to_end(&mut input)
     {
-        return fail(EXIT_CONFIG, format!("cannot read input: {e}"));
+        return Err(config(format!("cannot read input: {e}")));
     }
     if input.len() > MAX_EVENT_BYTES {
-        return fail(
+        return Err(fail(
             EXIT_REJECTED,
             format!("invalid document: larger than {MAX_EVENT_BYTES} bytes (512 KiB)"),
-        );
+        ));
     }
     match digest::digest(&input) {
         Ok(d) => {
             println!("sha256={d}");
-            ExitCode::SUCCESS
+            Ok(ExitCode::SUCCESS)
         }
-        Err(e) => fail(EXIT_REJECTED, format!("invalid document: {e}")),
+        Err(e) => Err(fail(EXIT_REJECTED, format!("invalid document: {e}"))),
     }
 }

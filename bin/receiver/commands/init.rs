@@ -5,14 +5,11 @@ use std::process::ExitCode;
 use result_inbox::db::schema;
 
 use crate::args::required_dsn;
-use crate::exit::{fail, EXIT_CONFIG, EXIT_FAILED};
+use crate::exit::{config, fail, Outcome, EXIT_FAILED};
 use crate::runtime::runtime;
 
-pub(crate) fn run_init(dsn: Option<String>, keep_existing: bool) -> ExitCode {
-    let dsn = match required_dsn(dsn) {
-        Ok(dsn) => dsn,
-        Err(e) => return fail(EXIT_CONFIG, e),
-    };
+pub(crate) fn run_init(dsn: Option<String>, keep_existing: bool) -> Outcome {
+    let dsn = required_dsn(dsn).map_err(config)?;
     let existing = if keep_existing {
         schema::Existing::Report
     } else {
@@ -24,9 +21,9 @@ pub(crate) fn run_init(dsn: Option<String>, keep_existing: bool) -> ExitCode {
                 "receiver_schema_initialized=true foreign_keys={}",
                 report.foreign_keys
             );
-            ExitCode::SUCCESS
+            Ok(ExitCode::SUCCESS)
         }
-        Err(e) if e.is_configuration() => fail(EXIT_CONFIG, format!("init on {dsn}: {e}")),
-        Err(e) => fail(EXIT_FAILED, format!("init on {dsn}: {e}")),
+        Err(e) if e.is_configuration() => Err(config(format!("init on {dsn}: {e}"))),
+        Err(e) => Err(fail(EXIT_FAILED, format!("init on {dsn}: {e}"))),
     }
 }

@@ -5,28 +5,25 @@ use std::process::ExitCode;
 use result_inbox::stats;
 
 use crate::args::{required_dsn, DatabaseArgs};
-use crate::exit::{database_failure, fail, EXIT_CONFIG};
+use crate::exit::{config, database_failure, Outcome};
 use crate::runtime::runtime;
 
-pub(crate) fn run_stats(database: DatabaseArgs, json: bool) -> ExitCode {
-    let dsn = match required_dsn(database.dsn) {
-        Ok(dsn) => dsn,
-        Err(e) => return fail(EXIT_CONFIG, e),
-    };
+pub(crate) fn run_stats(database: DatabaseArgs, json: bool) -> Outcome {
+    let dsn = required_dsn(database.dsn).map_err(config)?;
     match runtime().block_on(stats::run(&dsn)) {
         Ok(stats) if json => {
             println!(
                 "{}",
                 serde_json::to_string(&stats).expect("stats serialize")
             );
-            ExitCode::SUCCESS
+            Ok(ExitCode::SUCCESS)
         }
         Ok(stats) => {
             for line in stats.lines() {
                 println!("{line}");
             }
-            ExitCode::SUCCESS
+            Ok(ExitCode::SUCCESS)
         }
-        Err(e) => database_failure("stats", e),
+        Err(e) => Err(database_failure("stats", e)),
     }
 }

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use result_inbox::verify;
 
 use crate::args::{required_dsn, DatabaseArgs};
-use crate::exit::{database_failure, fail, EXIT_CONFIG, EXIT_FAILED};
+use crate::exit::{config, database_failure, Outcome, EXIT_FAILED};
 use crate::runtime::runtime;
 
 /// `receiver verify`'s progress bar on stderr (drawn only on a terminal)
@@ -28,11 +28,8 @@ impl verify::Report for VerifyProgress {
     }
 }
 
-pub(crate) fn run_verify(database: DatabaseArgs) -> ExitCode {
-    let dsn = match required_dsn(database.dsn) {
-        Ok(dsn) => dsn,
-        Err(e) => return fail(EXIT_CONFIG, e),
-    };
+pub(crate) fn run_verify(database: DatabaseArgs) -> Outcome {
+    let dsn = required_dsn(database.dsn).map_err(config)?;
     let bar =
         indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr());
     bar.set_style(
@@ -46,11 +43,11 @@ pub(crate) fn run_verify(database: DatabaseArgs) -> ExitCode {
         Ok(summary) => {
             println!("{summary}");
             if summary.ok() {
-                ExitCode::SUCCESS
+                Ok(ExitCode::SUCCESS)
             } else {
-                ExitCode::from(EXIT_FAILED)
+                Ok(ExitCode::from(EXIT_FAILED))
             }
         }
-        Err(e) => database_failure("verify", e),
+        Err(e) => Err(database_failure("verify", e)),
     }
 }

@@ -1,0 +1,295 @@
+//! The architecture invariants of `ARCHITECTURE.md` ("Layers"), held by
+//! reading every `crate::…` path in `src/`: no module imports a layer
+//! above it or beside it, the modules form no circle, and only `lib.rs`
+//! gates modules by the `mysql` feature. No server needed.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The vocabulary every part may speak (and the crate root's `BoxError`).
+const VOCABULARY: &[&str] = &[
+    "ids",
+    "digest",
+    "event",
+    "delivery",
+    "scope",
+    "failure",
+    "probe",
+    "retry",
+    "telemetry",
+    "BoxError",
+];
+
+/// What each module above the vocabulary may know, besides the vocabulary
+/// and itself. Everything not listed here is out of bounds.
+const ABOVE: &[(&str, &[&str])] = &[
+    ("db", &[]),
+    ("source", &[]),
+    ("inbox", &["db"]),
+    ("task_view", &["db", "inbox"]),
+    ("consumer", &["source"]),
+    ("orbit", &["source"]),
+    ("nats", &["source"]),
+    ("verify", &["db"]),
+    ("stats", &["db"]),
+    ("inspect", &["db"]),
+];
+
+/// One import against the grain: in `file`, a path into `target`.
+#[derive(Debug, PartialEq, Eq)]
+struct Violation {
+    file: String,
+    module: String,
+    target: String,
+    line: String,
+}
+
+/// The top-level module a file of `src/` belongs to (`None` for `lib.rs`).
+fn module_of(relative: &Path) -> Option<String> {
+    let first = relative.components().next()?.as_os_str().to_str()?;
+    if first == "lib.rs" {
+        return None;
+    }
+    Some(first.trim_end_matches(".rs").to_owned())
+}
+
+/// The code of `text` without its comments (line comments and doc
+/// comments: an intra-doc link is not a dependency).
+fn code_lines(text: &str) -> impl Iterator<Item = &str> {
+    text.lines().map(|line| match line.find("//") {
+        Some(at) => &line[..at],
+        None => line,
+    })
+}
+
+/// The top-level modules that the `crate::…` paths of `code` name, each
+/// with the line it is on. Grouped imports (`crate::{a, b::c}`) name each.
+fn crate_paths(code: &str) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    let joined: Vec<&str> = code_lines(code).collect();
+    let text = joined.join("\n");
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find("crate::") {
+        let line_start = rest[..at].rfind('\n').map_or(0, |n| n + 1);
+        let line_end = rest[at..].find('\n').map_or(rest.len(), |n| at + n);
+        let line = rest[line_start..line_end].trim().to_owned();
+        let after = &rest[at + "crate::".len()..];
+        // `$crate::` of a macro and `result_inbox::crate` never occur;
+        // a preceding identifier character means another path's tail.
+        let preceded = rest[..at]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '$');
+        if !preceded {
+            if let Some(group) = after.strip_prefix('{') {
+                let end = group.find('}').unwrap_or(group.len());
+                for item in group[..end].split(',') {
+                    let name: String = item
+                        .trim()
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_')
+                        .collect();
+                    if !name.is_empty() {
+                        found.push((name, line.clone()));
+                    }
+                }
+            } else {
+                let name: String = after
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                if !name.is_empty() {
+                    found.push((name, line.clone()));
+                }
+            }
+        }
+        rest = after;
+    }
+    found
+}
+
+fn allowed(module: &str, target: &str) -> bool {
+    if target == module || target == "self" || VOCABULARY.contains(&target) {
+        return true;
+    }
+    if VOCABULARY.contains(&module) {
+        return false;
+    }
+    ABOVE
+        .iter()
+        .find(|(m, _)| *m == module)
+        .is_some_and(|(_, may)| may.contains(&target))
+}
+
+/// Checks one file's text as the file `relative` of `src/`.
+fn check_file(relative: &Path, text: &str) -> Vec<Violation> {
+    let Some(module) = module_of(relative) else {
+        return Vec::new();
+    };
+    crate_paths(text)
+        .into_iter()
+        .filter(|(target, _)| !allowed(&module, target))
+        .map(|(target, line)| Violation {
+            file: format!("src/{}", relative.display()),
+            module: module.clone(),
+            target,
+            line,
+        })
+        .collect()
+}
+
+fn source_files() -> Vec<(PathBuf, String)> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    walk(&src, &mut files);
+    files.sort();
+    files
+        .into_iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(&path).unwrap();
+            (path.strip_prefix(&src).unwrap().to_path_buf(), text)
+        })
+        .collect()
+}
+
+#[test]
+fn no_module_of_src_imports_a_layer_above_or_beside_it() {
+    let mut modules = BTreeSet::new();
+    let mut violations = Vec::new();
+    for (relative, text) in source_files() {
+        if let Some(module) = module_of(&relative) {
+            modules.insert(module);
+        }
+        violations.extend(check_file(&relative, &text));
+    }
+    // Every module has a place in the table, so that a new one is placed
+    // on purpose.
+    for module in &modules {
+        assert!(
+            VOCABULARY.contains(&module.as_str()) || ABOVE.iter().any(|(m, _)| m == module),
+            "src/{module} has no layer: add it to ARCHITECTURE.md's layers and to this test"
+        );
+    }
+    let report: Vec<String> = violations
+        .iter()
+        .map(|v| {
+            format!(
+                "{}: `{}` may not know `{}`: {}",
+                v.file, v.module, v.target, v.line
+            )
+        })
+        .collect();
+    assert!(
+        report.is_empty(),
+        "imports against the grain:\n{}",
+        report.join("\n")
+    );
+}
+
+#[test]
+fn the_modules_of_src_form_no_circle() {
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (relative, text) in source_files() {
+        let Some(module) = module_of(&relative) else {
+            continue;
+        };
+        let edges = graph.entry(module.clone()).or_default();
+        for (target, _) in crate_paths(&text) {
+            if target != module && target != "BoxError" && target != "self" {
+                edges.insert(target);
+            }
+        }
+    }
+    // Depth-first search; a module met again on the current path closes a
+    // circle.
+    fn visit(
+        node: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|n| n == node) {
+            let mut circle = path[at..].to_vec();
+            circle.push(node.to_owned());
+            return Some(circle);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.to_owned());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(circle) = visit(next, graph, path, done) {
+                return Some(circle);
+            }
+        }
+        path.pop();
+        done.insert(node.to_owned());
+        None
+    }
+    let mut done = BTreeSet::new();
+    for node in graph.keys() {
+        if let Some(circle) = visit(node, &graph, &mut Vec::new(), &mut done) {
+            panic!("a circle among the modules: {}", circle.join(" -> "));
+        }
+    }
+}
+
+#[test]
+fn only_lib_rs_gates_a_module_by_the_database_feature() {
+    for (relative, text) in source_files() {
+        if relative == Path::new("lib.rs") {
+            continue;
+        }
+        for line in code_lines(&text) {
+            assert!(
+                !(line.contains("cfg(")
+                    && line.contains("feature = \"mysql\"")
+                    && !line.contains("allow(dead_code)")),
+                "src/{} is gated by the mysql feature inside: {line}",
+                relative.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn the_check_names_the_file_and_the_import_that_break_a_layer() {
+    let consumer =
+        "use crate::source::Source;\nuse crate::inbox::InboxError; // against the grain\n";
+    let found = check_file(Path::new("consumer/run.rs"), consumer);
+    assert_eq!(
+        found,
+        [Violation {
+            file: "src/consumer/run.rs".into(),
+            module: "consumer".into(),
+            target: "inbox".into(),
+            line: "use crate::inbox::InboxError;".into(),
+        }]
+    );
+    let grouped = "use crate::{event::Event, orbit::OrbitError};";
+    let found = check_file(Path::new("nats/pull.rs"), grouped);
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].target, "orbit");
+    let vocabulary = "    let _ = crate::consumer::ConsumerOptions::default();";
+    assert_eq!(
+        check_file(Path::new("event.rs"), vocabulary)[0].target,
+        "consumer"
+    );
+}
+
+#[test]
+fn a_doc_link_or_a_comment_is_not_a_dependency() {
+    let text =
+        "/// See [`crate::consumer::Consumer`].\n//! [`crate::inbox`]\nfn f() {} // crate::nats\n";
+    assert!(check_file(Path::new("db/mod.rs"), text).is_empty());
+}
