@@ -2,10 +2,11 @@
 //! receiver stored about one event or one task, in every scope (receiver
 //! name and queue) of the database.
 //!
-//! The lines carry ids, digests, flags, versions, states, times and the
-//! size of a result — never a result. The stored canonical event, which
-//! contains the result, is printed only when the caller asks for it
-//! ([`Inspect::show_canonical`]).
+//! The rows are data for the caller to print: ids, digests, flags,
+//! versions, states, times and the size of a result. The stored canonical
+//! event, which contains the result, is there too
+//! ([`InboxRow::canonical`]); `receiver inspect` prints it only when asked
+//! to.
 //!
 //! An event is found by its primary key. A task's inbox rows are found by
 //! the place its id has in the canonical form (`"task":{"id":"…"`), which
@@ -15,18 +16,10 @@
 use sqlx::mysql::{MySqlConnection, MySqlRow};
 use sqlx::{Connection, Row};
 
-use crate::db::Dsn;
+use crate::db::{DbError, Dsn};
 use crate::event::{Event, EventId, TaskId};
-use crate::db::DbError;
 
-/// What to print.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Inspect {
-    /// Also print the stored canonical event (it contains the result).
-    pub show_canonical: bool,
-}
-
-/// One stored inbox row, as printed.
+/// One stored inbox row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InboxRow {
     /// Receiver name.
@@ -53,40 +46,40 @@ impl InboxRow {
         self.parsed.as_ref().map_or(0, |e| e.task().version)
     }
 
-    /// The row as one line, and the canonical text on a line of its own
-    /// when asked for.
-    pub fn lines(&self, options: Inspect) -> Vec<String> {
-        let described = match &self.parsed {
-            Some(e) => format!(
-                "type={} task={} version={} state={} occurred_at={} result_bytes={}",
-                e.event_type().as_str(),
-                e.task().id,
-                e.task().version,
-                e.task().state.as_str(),
-                e.occurred_at(),
-                e.task()
-                    .result
-                    .as_ref()
-                    .map_or_else(|| "none".to_owned(), |r| r.len().to_string()),
-            ),
-            None => "stored_text=unreadable (run receiver verify)".to_owned(),
-        };
-        let mut lines = vec![format!(
-            "inbox consumer={} queue={} event={} digest=sha256:{} applied={} received_at={} {described}",
-            self.consumer, self.queue, self.event, self.digest, self.applied, self.received_at
-        )];
-        if options.show_canonical {
-            lines.push(format!("canonical={}", self.canonical));
-        }
-        lines
+    /// The event read from the stored text (`None` if it is damaged).
+    pub fn event(&self) -> Option<&Event> {
+        self.parsed.as_ref()
+    }
+
+    /// The stored canonical text. It contains the task's result.
+    pub fn canonical(&self) -> &str {
+        &self.canonical
     }
 }
 
-/// One stored task view, as printed.
+/// One stored task view (without its result).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ViewRow {
-    /// The line (no result).
-    pub line: String,
+    /// Receiver name.
+    pub consumer: String,
+    /// Queue.
+    pub queue: String,
+    /// Task id.
+    pub task: String,
+    /// The highest version applied.
+    pub version: u64,
+    /// The event that brought it.
+    pub last_event: String,
+    /// The state it brought.
+    pub state: String,
+    /// How many events advanced the view.
+    pub applied_events: u64,
+    /// The stored result's length in bytes; `None` when there is none.
+    pub result_bytes: Option<u64>,
+    /// When the view was created (UTC).
+    pub created_at: String,
+    /// When it last advanced (UTC).
+    pub updated_at: String,
 }
 
 /// What `inspect task` found.
@@ -152,22 +145,18 @@ pub async fn task(dsn: &Dsn, id: &TaskId) -> Result<TaskReport, DbError> {
     let views = views
         .iter()
         .map(|row| {
-            let version: u64 = row.try_get(3).map_err(DbError::from)?;
             let result: Option<i64> = row.try_get(6).map_err(DbError::from)?;
-            let applied: u64 = row.try_get(7).map_err(DbError::from)?;
-            let created: String = row.try_get(8).map_err(DbError::from)?;
-            let updated: String = row.try_get(9).map_err(DbError::from)?;
             Ok(ViewRow {
-                line: format!(
-                    "view consumer={} queue={} task={} version={version} state={} last_event={} \
-                     applied_events={applied} result_bytes={} created_at={created} updated_at={updated}",
-                    text(row, 0)?,
-                    text(row, 1)?,
-                    text(row, 2)?,
-                    text(row, 5)?,
-                    text(row, 4)?,
-                    result.map_or_else(|| "none".to_owned(), |n| n.to_string()),
-                ),
+                consumer: text(row, 0)?,
+                queue: text(row, 1)?,
+                task: text(row, 2)?,
+                version: row.try_get(3).map_err(DbError::from)?,
+                last_event: text(row, 4)?,
+                state: text(row, 5)?,
+                applied_events: row.try_get(7).map_err(DbError::from)?,
+                result_bytes: result.map(|n| n.unsigned_abs()),
+                created_at: row.try_get(8).map_err(DbError::from)?,
+                updated_at: row.try_get(9).map_err(DbError::from)?,
             })
         })
         .collect::<Result<Vec<_>, DbError>>()?;

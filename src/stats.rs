@@ -10,9 +10,8 @@ use serde::Serialize;
 use sqlx::mysql::MySqlConnection;
 use sqlx::{Connection, Executor, Row};
 
-use crate::db::Dsn;
-use crate::db::DbError;
 use crate::db::schema::TABLES;
+use crate::db::{DbError, Dsn};
 
 /// Days of daily counts reported, today (UTC) included.
 pub const DAYS: u32 = 30;
@@ -69,45 +68,6 @@ pub struct DayCount {
     pub day: String,
     /// Inbox rows received that day.
     pub events: u64,
-}
-
-impl Stats {
-    /// The text report: one `key=value` line per fact.
-    pub fn lines(&self) -> Vec<String> {
-        let mut lines: Vec<String> = self
-            .tables
-            .iter()
-            .map(|t| {
-                format!(
-                    "table={} rows={} data_bytes={} index_bytes={}",
-                    t.table, t.rows, t.data_bytes, t.index_bytes
-                )
-            })
-            .collect();
-        lines.push(format!(
-            "received_at oldest={} newest={}",
-            self.oldest_received_at.as_deref().unwrap_or("-"),
-            self.newest_received_at.as_deref().unwrap_or("-")
-        ));
-        lines.push(format!(
-            "inbox applied={} stale={}",
-            self.applied, self.stale
-        ));
-        lines.push(format!(
-            "event_bytes average={:.0} largest={}",
-            self.average_event_bytes, self.largest_event_bytes
-        ));
-        lines.extend(
-            self.events_per_day
-                .iter()
-                .map(|d| format!("day={} events={}", d.day, d.events)),
-        );
-        lines.push(format!(
-            "growth bytes_per_event={:.0} events_per_day={:.1} bytes_per_day={:.0}",
-            self.inbox_bytes_per_event, self.average_events_per_day, self.growth_bytes_per_day
-        ));
-        lines
-    }
 }
 
 /// Reads the statistics of the receiver's tables in the DSN's database.

@@ -1,7 +1,8 @@
 //! The architecture invariants of `ARCHITECTURE.md` ("Layers"), held by
 //! reading every `crate::…` path in `src/`: no module imports a layer
 //! above it or beside it, the modules form no circle, and only `lib.rs`
-//! gates modules by the `mysql` feature. No server needed.
+//! gates modules by the `mysql` feature; and no file of the binary needs a
+//! scroll bar of 400 lines. No server needed.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -138,17 +139,19 @@ fn check_file(relative: &Path, text: &str) -> Vec<Violation> {
         .collect()
 }
 
-fn source_files() -> Vec<(PathBuf, String)> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                walk(&path, out);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                out.push(path);
-            }
+/// The `.rs` files below `dir`.
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            walk(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
         }
     }
+}
+
+fn source_files() -> Vec<(PathBuf, String)> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
     walk(&src, &mut files);
@@ -292,4 +295,22 @@ fn a_doc_link_or_a_comment_is_not_a_dependency() {
     let text =
         "/// See [`crate::consumer::Consumer`].\n//! [`crate::inbox`]\nfn f() {} // crate::nats\n";
     assert!(check_file(Path::new("db/mod.rs"), text).is_empty());
+}
+
+#[test]
+fn no_file_of_the_binary_is_over_400_lines() {
+    let mut files = Vec::new();
+    walk(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("bin"),
+        &mut files,
+    );
+    assert!(!files.is_empty());
+    for file in files {
+        let lines = std::fs::read_to_string(&file).unwrap().lines().count();
+        assert!(
+            lines <= 400,
+            "{} has {lines} lines: split it by concept",
+            file.display()
+        );
+    }
 }

@@ -273,6 +273,41 @@ async fn a_rejected_event_whose_id_can_be_read_is_logged_with_that_id() {
 }
 
 #[tokio::test]
+async fn a_failed_delivery_is_logged_once_per_attempt() {
+    let (orbit, creds, sub) = OrbitDev::subscribed(1_000, 2, "log-once").await;
+    let db = TestDb::initialized().await;
+    let mut consume = Consume::on_test_db(&orbit, &creds, &db, &sub, &[]);
+    let task = random_hex(16);
+    let contradictory = EventSpec {
+        id: random_hex(16),
+        queue_id: &creds.queue_id,
+        task_id: &task,
+        version: 1,
+        event_type: "task.cancelled",
+        state: "PENDING",
+        result: None,
+    };
+    orbit.inject(&sub, &contradictory.json()).await;
+    orbit
+        .wait_for_counts(&creds, &sub, Duration::from_secs(20), |c| c["expired"] == 1)
+        .await;
+    assert!(consume.terminate().success());
+    let log = consume.output();
+    let delivery = log
+        .lines()
+        .find(|l| l.contains(r#"class="rejected""#))
+        .and_then(|l| l.split("delivery=").nth(1))
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no rejected line with a delivery id: {log}"))
+        .to_owned();
+    let mentioning: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(&format!("delivery={delivery}")))
+        .collect();
+    assert_eq!(mentioning.len(), 2, "two attempts, one line each: {log}");
+}
+
+#[tokio::test]
 async fn json_logs_are_one_object_per_line_with_the_stable_fields() {
     let (orbit, creds, sub) = OrbitDev::subscribed(30_000, 5, "log-json").await;
     let db = TestDb::initialized().await;

@@ -56,3 +56,44 @@ impl std::error::Error for ConsumerError {
         Some(&*self.error)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("refused by the broker")]
+    struct Refused;
+
+    impl SourceError for Refused {
+        fn is_retryable(&self) -> bool {
+            false
+        }
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("broker answered nonsense")]
+    struct Nonsense;
+
+    impl SourceError for Nonsense {
+        fn is_retryable(&self) -> bool {
+            false
+        }
+
+        fn is_configuration(&self) -> bool {
+            false
+        }
+    }
+
+    #[test]
+    fn a_source_error_keeps_its_class_and_its_text_through_the_consumer() {
+        let refused = ConsumerError::from(Refused);
+        assert!(refused.is_configuration());
+        assert_eq!(refused.to_string(), "refused by the broker");
+        let source = std::error::Error::source(&refused).expect("the source's error");
+        assert!(source.is::<Refused>());
+        let nonsense = ConsumerError::from(Nonsense);
+        assert!(!nonsense.is_configuration());
+        assert!(nonsense.into_inner().is::<Nonsense>());
+    }
+}

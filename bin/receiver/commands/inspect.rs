@@ -1,63 +1,99 @@
-//! `receiver inspect event|task`: what is stored about one event or task.
+//! `receiver inspect event|task`: what is stored about one event or task,
+//! one line per row; never a result unless `--show-canonical`.
 
 use std::process::ExitCode;
 
 use result_inbox::event::{EventId, TaskId};
-use result_inbox::inspect::{self, Inspect};
+use result_inbox::inspect::{self, InboxRow, ViewRow};
 
 use crate::args::{required_dsn, DatabaseArgs};
-use crate::exit::{config, database_failure, fail, Outcome, EXIT_CONFIG, EXIT_FAILED};
+use crate::exit::{config, database_failure, fail, Outcome, EXIT_FAILED};
 use crate::runtime::runtime;
 use crate::InspectWhat;
 
 pub(crate) fn run_inspect(database: DatabaseArgs, what: InspectWhat) -> Outcome {
     let dsn = required_dsn(database.dsn).map_err(config)?;
     let runtime = runtime();
-    match what {
+    let lines: Vec<String> = match what {
         InspectWhat::Event { id, show_canonical } => {
-            let Some(id) = EventId::parse(&id) else {
-                return Err(fail(
-                    EXIT_CONFIG,
-                    "the event id must be 32 lowercase hexadecimal characters",
-                ));
-            };
-            let options = Inspect { show_canonical };
-            match runtime.block_on(inspect::event(&dsn, &id)) {
-                Ok(rows) if rows.is_empty() => {
-                    Err(fail(EXIT_FAILED, format!("no inbox row for event {id}")))
-                }
-                Ok(rows) => {
-                    for line in rows.iter().flat_map(|r| r.lines(options)) {
-                        println!("{line}");
-                    }
-                    Ok(ExitCode::SUCCESS)
-                }
-                Err(e) => Err(database_failure("inspect", e)),
+            let id = EventId::parse(&id).ok_or_else(|| {
+                config("the event id must be 32 lowercase hexadecimal characters")
+            })?;
+            let rows = runtime
+                .block_on(inspect::event(&dsn, &id))
+                .map_err(|e| database_failure("inspect", e))?;
+            if rows.is_empty() {
+                return Err(fail(EXIT_FAILED, format!("no inbox row for event {id}")));
             }
+            rows.iter()
+                .flat_map(|r| inbox_lines(r, show_canonical))
+                .collect()
         }
         InspectWhat::Task { id, show_canonical } => {
-            let Some(id) = TaskId::parse(&id) else {
-                return Err(fail(
-                    EXIT_CONFIG,
-                    "the task id must be 32 lowercase hexadecimal characters",
-                ));
-            };
-            let options = Inspect { show_canonical };
-            match runtime.block_on(inspect::task(&dsn, &id)) {
-                Ok(report) if report.views.is_empty() && report.events.is_empty() => {
-                    Err(fail(EXIT_FAILED, format!("nothing stored for task {id}")))
-                }
-                Ok(report) => {
-                    for view in &report.views {
-                        println!("{}", view.line);
-                    }
-                    for line in report.events.iter().flat_map(|r| r.lines(options)) {
-                        println!("{line}");
-                    }
-                    Ok(ExitCode::SUCCESS)
-                }
-                Err(e) => Err(database_failure("inspect", e)),
+            let id = TaskId::parse(&id)
+                .ok_or_else(|| config("the task id must be 32 lowercase hexadecimal characters"))?;
+            let report = runtime
+                .block_on(inspect::task(&dsn, &id))
+                .map_err(|e| database_failure("inspect", e))?;
+            if report.views.is_empty() && report.events.is_empty() {
+                return Err(fail(EXIT_FAILED, format!("nothing stored for task {id}")));
             }
+            let views = report.views.iter().map(view_line);
+            let events = report
+                .events
+                .iter()
+                .flat_map(|r| inbox_lines(r, show_canonical));
+            views.chain(events).collect()
         }
+    };
+    for line in lines {
+        println!("{line}");
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The row as one line, and the canonical text (which holds the result)
+/// on a line of its own when asked for.
+fn inbox_lines(row: &InboxRow, show_canonical: bool) -> Vec<String> {
+    let described = match row.event() {
+        Some(e) => format!(
+            "type={} task={} version={} state={} occurred_at={} result_bytes={}",
+            e.event_type().as_str(),
+            e.task().id,
+            e.task().version,
+            e.task().state.as_str(),
+            e.occurred_at(),
+            e.task()
+                .result
+                .as_ref()
+                .map_or_else(|| "none".to_owned(), |r| r.len().to_string()),
+        ),
+        None => "stored_text=unreadable (run receiver verify)".to_owned(),
+    };
+    let mut lines = vec![format!(
+        "inbox consumer={} queue={} event={} digest=sha256:{} applied={} received_at={} {described}",
+        row.consumer, row.queue, row.event, row.digest, row.applied, row.received_at
+    )];
+    if show_canonical {
+        lines.push(format!("canonical={}", row.canonical()));
+    }
+    lines
+}
+
+fn view_line(view: &ViewRow) -> String {
+    format!(
+        "view consumer={} queue={} task={} version={} state={} last_event={} \
+         applied_events={} result_bytes={} created_at={} updated_at={}",
+        view.consumer,
+        view.queue,
+        view.task,
+        view.version,
+        view.state,
+        view.last_event,
+        view.applied_events,
+        view.result_bytes
+            .map_or_else(|| "none".to_owned(), |n| n.to_string()),
+        view.created_at,
+        view.updated_at
+    )
 }

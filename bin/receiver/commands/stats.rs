@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use result_inbox::stats;
+use result_inbox::stats::{self, Stats};
 
 use crate::args::{required_dsn, DatabaseArgs};
 use crate::exit::{config, database_failure, Outcome};
@@ -19,11 +19,49 @@ pub(crate) fn run_stats(database: DatabaseArgs, json: bool) -> Outcome {
             Ok(ExitCode::SUCCESS)
         }
         Ok(stats) => {
-            for line in stats.lines() {
+            for line in lines(&stats) {
                 println!("{line}");
             }
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => Err(database_failure("stats", e)),
     }
+}
+
+/// The text report: one `key=value` line per fact.
+fn lines(stats: &Stats) -> Vec<String> {
+    let mut lines: Vec<String> = stats
+        .tables
+        .iter()
+        .map(|t| {
+            format!(
+                "table={} rows={} data_bytes={} index_bytes={}",
+                t.table, t.rows, t.data_bytes, t.index_bytes
+            )
+        })
+        .collect();
+    lines.push(format!(
+        "received_at oldest={} newest={}",
+        stats.oldest_received_at.as_deref().unwrap_or("-"),
+        stats.newest_received_at.as_deref().unwrap_or("-")
+    ));
+    lines.push(format!(
+        "inbox applied={} stale={}",
+        stats.applied, stats.stale
+    ));
+    lines.push(format!(
+        "event_bytes average={:.0} largest={}",
+        stats.average_event_bytes, stats.largest_event_bytes
+    ));
+    lines.extend(
+        stats
+            .events_per_day
+            .iter()
+            .map(|d| format!("day={} events={}", d.day, d.events)),
+    );
+    lines.push(format!(
+        "growth bytes_per_event={:.0} events_per_day={:.1} bytes_per_day={:.0}",
+        stats.inbox_bytes_per_event, stats.average_events_per_day, stats.growth_bytes_per_day
+    ));
+    lines
 }
