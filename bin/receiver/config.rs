@@ -43,7 +43,6 @@ impl OrbitSettings {
 
 /// A configuration that cannot work.
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
 pub enum ConfigError {
     /// A required setting is absent.
     #[error("{0} is not set (and no credentials file supplies it)")]

@@ -96,7 +96,12 @@ impl<Src: Source> Consumer<Src> {
         }
     }
 
-    /// Gives the consumer a breaker on `probe` (see [`Probe`]).
+    /// Gives the consumer a breaker on `probe` (see [`Probe`]), and the
+    /// probe's knowledge of its dependency's errors: with the inbox's store
+    /// as the probe, a failed delivery's class is the inbox's, and the
+    /// consumer leaves its logging to the inbox. Without a probe the
+    /// consumer logs each failure itself, with the class the vocabulary
+    /// finds (`error` for an inbox error).
     pub fn with_probe(mut self, probe: impl Probe) -> Self {
         self.probe = Some(Arc::new(probe));
         self

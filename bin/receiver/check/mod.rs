@@ -22,85 +22,14 @@ mod problem;
 
 use std::fmt;
 
-use result_inbox::db::Dsn;
-use result_inbox::ids::SubscriptionId;
-use result_inbox::inbox::{InboxStore, StoreOptions};
-use result_inbox::orbit::{OrbitError, Scope};
-use result_inbox::scope::{InboxScope, ReceiverName};
-
 pub use self::database::{database, DATABASE_CHECKS};
 pub use self::orbit::{orbit_access, subscription, ORBIT_CHECKS};
 pub use self::problem::Problem;
-use crate::config::OrbitSettings;
-
-/// What `receiver check` checks.
-#[derive(Debug, Clone)]
-pub struct CheckConfig {
-    /// Where Orbit is and the token and queue to use there.
-    pub orbit: OrbitSettings,
-    /// The receiver's own database, with the runtime account.
-    pub dsn: Dsn,
-    /// The receiver's fixed name.
-    pub name: ReceiverName,
-    /// The subscription `consume` would consume, checked when given.
-    pub subscription: Option<SubscriptionId>,
-    /// Check the scopes `demo` needs (all five) instead of those of
-    /// `consume`.
-    pub demo: bool,
-    /// Timeout of every single call to Orbit.
-    pub orbit_call_timeout: std::time::Duration,
-}
-
-/// Runs every check once, waiting for nothing: the database checks, then
-/// the Orbit checks (the scopes of `consume` or of `demo`, and the
-/// subscription when one is given). Fails only when the Orbit client cannot
-/// be built from the settings.
-pub async fn run(config: CheckConfig) -> Result<Vec<Finding>, OrbitError> {
-    let client = config.orbit.client(config.orbit_call_timeout)?;
-    let scope = InboxScope::new(config.name.clone(), config.orbit.queue_id.clone());
-    let store = InboxStore::connect_lazy(&config.dsn, scope, StoreOptions::default());
-    let mut all = findings(&DATABASE_CHECKS, &database(&store).await);
-
-    let scopes: &[Scope] = if config.demo {
-        &Scope::DEMO
-    } else {
-        &Scope::CONSUME
-    };
-    let checks: &[&'static str] = match config.subscription {
-        Some(_) => &ORBIT_CHECKS,
-        None => &ORBIT_CHECKS[..3],
-    };
-    let mut outcome = orbit_access(&client, scopes).await;
-    if let (Ok(()), Some(id)) = (&outcome, &config.subscription) {
-        outcome = subscription(&client, id, &config.orbit.queue_id).await;
-    }
-    all.extend(findings(checks, &outcome));
-    Ok(all)
-}
 
 /// The NATS checks of `receiver check --source nats`, in order: `nats`
 /// (reachable, login, TLS), `consumer` (the stream and its durable pull
 /// consumer exist, explicit acks, filter subject = the queue's subject).
 pub const NATS_CHECKS: [&str; 2] = ["nats", "consumer"];
-
-/// Runs the database checks and the NATS checks once, waiting for nothing,
-/// as `receiver consume --source nats` runs them before fetching anything.
-pub async fn run_nats(
-    dsn: &Dsn,
-    name: ReceiverName,
-    settings: &result_inbox::nats::NatsSettings,
-    timeout: std::time::Duration,
-) -> Vec<Finding> {
-    let scope = InboxScope::new(name, settings.queue_id.clone());
-    let store = InboxStore::connect_lazy(dsn, scope, StoreOptions::default());
-    let mut all = findings(&DATABASE_CHECKS, &database(&store).await);
-    let outcome = result_inbox::nats::JetStreamSource::connect(settings, timeout)
-        .await
-        .map(drop)
-        .map_err(Problem::Nats);
-    all.extend(findings(&NATS_CHECKS, &outcome));
-    all
-}
 
 /// One named check and what it found: printed as `check=<name> ok` or
 /// `check=<name> FAIL <reason>`.

@@ -5,7 +5,6 @@ use result_inbox::orbit::{OrbitError, Scope};
 
 /// Why a check failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
 pub enum Problem {
     /// The database cannot be reached now; it may answer later.
     #[error("database unreachable: {0}")]

@@ -1,13 +1,20 @@
-//! `receiver check`: every check once, one line each.
+//! `receiver check`: every check once, waiting for nothing, one line each:
+//! the database checks, then Orbit's (the scopes of `consume` or of `demo`,
+//! and the subscription when one is given) or, with `--source nats`, NATS
+//! and the durable consumer, as `consume` checks them before it leases.
 
 use std::process::ExitCode;
 
-use crate::args::{required_subscription, NatsArgs, Receiver};
-use crate::check::{self, CheckConfig};
-use crate::exit::{config, Outcome, EXIT_FAILED};
-use crate::runtime::runtime;
+use result_inbox::inbox::{InboxStore, StoreOptions};
+use result_inbox::nats::JetStreamSource;
+use result_inbox::orbit::Scope;
+use result_inbox::scope::InboxScope;
 
 use super::{NATS_CALL_TIMEOUT, ORBIT_CALL_TIMEOUT};
+use crate::args::{required_subscription, NatsArgs, Receiver};
+use crate::check::{self, findings, Finding, Problem, DATABASE_CHECKS, NATS_CHECKS, ORBIT_CHECKS};
+use crate::exit::{config, Outcome, EXIT_FAILED};
+use crate::runtime::runtime;
 
 pub(crate) fn run_check(
     receiver: Receiver,
@@ -21,28 +28,47 @@ pub(crate) fn run_check(
         (true, None) => None,
         (_, id) => Some(required_subscription(id).map_err(config)?),
     };
-    let settings = CheckConfig {
-        orbit: resolved.orbit,
-        dsn: resolved.dsn,
-        name: resolved.name,
-        subscription,
-        demo,
-        orbit_call_timeout: ORBIT_CALL_TIMEOUT,
+    let client = resolved
+        .orbit
+        .client(ORBIT_CALL_TIMEOUT)
+        .map_err(|e| config(format!("ORBIT_URL: {e}")))?;
+    let scope = InboxScope::new(resolved.name, resolved.orbit.queue_id.clone());
+    let scopes: &[Scope] = if demo { &Scope::DEMO } else { &Scope::CONSUME };
+    let checks: &[&'static str] = match subscription {
+        Some(_) => &ORBIT_CHECKS,
+        None => &ORBIT_CHECKS[..3],
     };
-    match runtime().block_on(check::run(settings)) {
-        Ok(findings) => print_findings(&findings),
-        Err(e) => Err(config(format!("ORBIT_URL: {e}"))),
-    }
+    let all = runtime().block_on(async {
+        let store = InboxStore::connect_lazy(&resolved.dsn, scope, StoreOptions::default());
+        let mut all = findings(&DATABASE_CHECKS, &check::database(&store).await);
+        let mut outcome = check::orbit_access(&client, scopes).await;
+        if let (Ok(()), Some(id)) = (&outcome, &subscription) {
+            outcome = check::subscription(&client, id, &resolved.orbit.queue_id).await;
+        }
+        all.extend(findings(checks, &outcome));
+        all
+    });
+    print_findings(&all)
 }
 
 pub(crate) fn run_check_nats(receiver: Receiver, nats: NatsArgs) -> Outcome {
     let (dsn, name, settings) = receiver.resolve_for_nats(nats).map_err(config)?;
-    let findings = runtime().block_on(check::run_nats(&dsn, name, &settings, NATS_CALL_TIMEOUT));
-    print_findings(&findings)
+    let scope = InboxScope::new(name, settings.queue_id.clone());
+    let all = runtime().block_on(async {
+        let store = InboxStore::connect_lazy(&dsn, scope, StoreOptions::default());
+        let mut all = findings(&DATABASE_CHECKS, &check::database(&store).await);
+        let outcome = JetStreamSource::connect(&settings, NATS_CALL_TIMEOUT)
+            .await
+            .map(drop)
+            .map_err(Problem::Nats);
+        all.extend(findings(&NATS_CHECKS, &outcome));
+        all
+    });
+    print_findings(&all)
 }
 
 /// One line per check; exit 0 only if all passed.
-pub(crate) fn print_findings(findings: &[check::Finding]) -> Outcome {
+fn print_findings(findings: &[Finding]) -> Outcome {
     for finding in findings {
         println!("{finding}");
     }

@@ -133,16 +133,12 @@ fn consume_config(args: ConsumeArgs) -> Result<ConsumeConfig, String> {
             let source = SourceConfig::Orbit {
                 settings: resolved.orbit,
                 subscription,
-                call_timeout: ORBIT_CALL_TIMEOUT,
             };
             (source, resolved.dsn, resolved.name)
         }
         SourceKind::Nats => {
             let (dsn, name, settings) = receiver.resolve_for_nats(nats)?;
-            let source = SourceConfig::Nats {
-                settings,
-                call_timeout: NATS_CALL_TIMEOUT,
-            };
+            let source = SourceConfig::Nats { settings };
             (source, dsn, name)
         }
     };
@@ -169,7 +165,6 @@ struct ConsumeConfig {
 
 /// Where `receiver consume` takes its deliveries from.
 #[derive(Debug, Clone)]
-#[non_exhaustive]
 enum SourceConfig {
     /// An Orbit subscription's WebSocket stream.
     Orbit {
@@ -177,16 +172,11 @@ enum SourceConfig {
         settings: OrbitSettings,
         /// The subscription to consume.
         subscription: SubscriptionId,
-        /// Timeout of every single call to Orbit.
-        call_timeout: Duration,
     },
     /// A NATS JetStream durable pull consumer.
     Nats {
         /// The server, stream, consumer, subject and queue.
         settings: NatsSettings,
-        /// Timeout of every request to NATS (and of an acknowledgement's
-        /// answer).
-        call_timeout: Duration,
     },
 }
 
@@ -202,7 +192,6 @@ impl SourceConfig {
 
 /// Why `receiver consume` did not start or stopped.
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
 enum ConsumeError {
     /// The Orbit client could not be built from the settings.
     #[error("ORBIT_URL: {0}")]
@@ -248,25 +237,21 @@ async fn run(
         SourceConfig::Orbit {
             settings,
             subscription,
-            call_timeout,
         } => {
             let started = tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => return Ok(None),
-                started = orbit(settings, subscription, *call_timeout, &config.consumer) => started?,
+                started = orbit(settings, subscription, &config.consumer) => started?,
             };
             let consumer = Consumer::new(started, config.consumer.clone());
             serve(consumer, store, health, &config, shutdown).await
         }
-        SourceConfig::Nats {
-            settings,
-            call_timeout,
-        } => {
+        SourceConfig::Nats { settings } => {
             let connect = until_answered(
                 config.consumer.backoff(),
                 "NATS",
                 |e: &NatsError| e.is_retryable(),
-                || JetStreamSource::connect(settings, *call_timeout),
+                || JetStreamSource::connect(settings, NATS_CALL_TIMEOUT),
             );
             let source = tokio::select! {
                 biased;
@@ -306,11 +291,10 @@ async fn serve<Src: Source>(
 async fn orbit(
     settings: &OrbitSettings,
     subscription: &SubscriptionId,
-    call_timeout: Duration,
     options: &ConsumerOptions,
 ) -> Result<OrbitSource, ConsumeError> {
     let client = settings
-        .client(call_timeout)
+        .client(ORBIT_CALL_TIMEOUT)
         .map_err(ConsumeError::Client)?;
     until_answered(options.backoff(), "Orbit", Problem::is_transient, || {
         check::orbit_access(&client, &Scope::CONSUME)

@@ -133,7 +133,6 @@ fn subscribe_failure(e: SubscribeError) -> Failed {
 
 /// Why no usable subscription came out of it.
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
 enum SubscribeError {
     /// Orbit refused or could not be reached; nothing was created.
     #[error("{0}")]

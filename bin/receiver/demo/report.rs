@@ -63,7 +63,6 @@ impl DemoReport {
 
 /// Why the demo failed. Everything it created is kept.
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
 pub enum DemoError {
     /// A check before the demo created anything failed: the database
     /// (tables, columns, grants) or the token's scopes.
