@@ -241,9 +241,11 @@ async fn a_conflict_is_logged_with_both_digests_as_receiver_digest_computes_them
     );
 }
 
-#[tokio::test]
-async fn a_rejected_event_whose_id_can_be_read_is_logged_with_that_id() {
-    let (orbit, creds, sub) = OrbitDev::subscribed(1_000, 1, "log-rejected").await;
+/// Runs `receiver consume` until an event whose type and state disagree
+/// has spent its `budget` of attempts (each one rejected); the event's id
+/// and the receiver's log.
+async fn a_contradictory_event_expires(name: &str, budget: u32) -> (String, String) {
+    let (orbit, creds, sub) = OrbitDev::subscribed(1_000, budget, name).await;
     let db = TestDb::initialized().await;
     let mut consume = Consume::on_test_db(&orbit, &creds, &db, &sub, &[]);
     let task = random_hex(16);
@@ -261,38 +263,22 @@ async fn a_rejected_event_whose_id_can_be_read_is_logged_with_that_id() {
         .wait_for_counts(&creds, &sub, Duration::from_secs(20), |c| c["expired"] == 1)
         .await;
     assert!(consume.terminate().success());
-    let log = consume.output();
+    (contradictory.id, consume.output())
+}
+
+#[tokio::test]
+async fn a_rejected_event_whose_id_can_be_read_is_logged_with_that_id() {
+    let (event, log) = a_contradictory_event_expires("log-rejected", 1).await;
     let line = log
         .lines()
         .find(|l| l.contains(r#"class="rejected""#))
         .unwrap_or_else(|| panic!("no rejected line: {log}"));
-    assert!(
-        line.contains(&format!("event={}", contradictory.id)),
-        "{line}"
-    );
+    assert!(line.contains(&format!("event={event}")), "{line}");
 }
 
 #[tokio::test]
 async fn a_failed_delivery_is_logged_once_per_attempt() {
-    let (orbit, creds, sub) = OrbitDev::subscribed(1_000, 2, "log-once").await;
-    let db = TestDb::initialized().await;
-    let mut consume = Consume::on_test_db(&orbit, &creds, &db, &sub, &[]);
-    let task = random_hex(16);
-    let contradictory = EventSpec {
-        id: random_hex(16),
-        queue_id: &creds.queue_id,
-        task_id: &task,
-        version: 1,
-        event_type: "task.cancelled",
-        state: "PENDING",
-        result: None,
-    };
-    orbit.inject(&sub, &contradictory.json()).await;
-    orbit
-        .wait_for_counts(&creds, &sub, Duration::from_secs(20), |c| c["expired"] == 1)
-        .await;
-    assert!(consume.terminate().success());
-    let log = consume.output();
+    let (_, log) = a_contradictory_event_expires("log-once", 2).await;
     let delivery = log
         .lines()
         .find(|l| l.contains(r#"class="rejected""#))

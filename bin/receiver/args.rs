@@ -158,7 +158,7 @@ impl Receiver {
         Ok((dsn, name, nats.resolve(self.orbit.queue_id)?))
     }
 
-    pub(crate) fn database_and_name(&self) -> Result<(Dsn, ReceiverName), String> {
+    fn database_and_name(&self) -> Result<(Dsn, ReceiverName), String> {
         let dsn = required_dsn(self.dsn.clone())?;
         let name =
             ReceiverName::parse(&self.receiver_name).map_err(|e| format!("RECEIVER_NAME: {e}"))?;

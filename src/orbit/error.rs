@@ -86,15 +86,27 @@ impl OrbitError {
 
     /// Whether Orbit refused for good what was configured: the token (401),
     /// its scopes or queue (403), an id that names nothing (404), a
-    /// subscription of another queue. Waiting
-    /// does not help; the configuration has to change.
+    /// subscription this receiver cannot consume. Waiting does not help;
+    /// the configuration has to change.
     pub fn is_refusal(&self) -> bool {
         match self {
             OrbitError::Status { status, .. } => matches!(status, 401 | 403 | 404),
-            OrbitError::MissingScope { .. } | OrbitError::UnknownSubscription { .. } => true,
-            OrbitError::QueueMismatch { .. } | OrbitError::OtherQueue { .. } => true,
-            _ => false,
+            OrbitError::MissingScope { .. } => true,
+            other => other.is_subscription_refusal(),
         }
+    }
+
+    /// Whether the subscription cannot be consumed by this receiver, as
+    /// [`OrbitSource::check`](super::OrbitSource::check) found: unknown,
+    /// of another queue than the token's, or bound to another queue than
+    /// the configured one.
+    pub fn is_subscription_refusal(&self) -> bool {
+        matches!(
+            self,
+            OrbitError::QueueMismatch { .. }
+                | OrbitError::OtherQueue { .. }
+                | OrbitError::UnknownSubscription { .. }
+        )
     }
 
     /// Orbit's error code, when it answered with one.

@@ -38,11 +38,7 @@ pub async fn subscription(
         .await
     {
         Ok(()) => Ok(()),
-        Err(
-            refused @ (OrbitError::QueueMismatch { .. }
-            | OrbitError::OtherQueue { .. }
-            | OrbitError::UnknownSubscription { .. }),
-        ) => Err(Problem::Subscription(refused.to_string())),
+        Err(e) if e.is_subscription_refusal() => Err(Problem::Subscription(e.to_string())),
         Err(e) => Err(orbit_problem(e)),
     }
 }

@@ -10,7 +10,7 @@ use result_inbox::nats::JetStreamSource;
 use result_inbox::orbit::Scope;
 use result_inbox::scope::InboxScope;
 
-use super::{NATS_CALL_TIMEOUT, ORBIT_CALL_TIMEOUT};
+use super::{orbit_client, NATS_CALL_TIMEOUT};
 use crate::args::{required_subscription, NatsArgs, Receiver};
 use crate::check::{self, findings, Finding, Problem, DATABASE_CHECKS, NATS_CHECKS, ORBIT_CHECKS};
 use crate::exit::{config, Outcome, EXIT_FAILED};
@@ -28,10 +28,7 @@ pub(crate) fn run_check(
         (true, None) => None,
         (_, id) => Some(required_subscription(id).map_err(config)?),
     };
-    let client = resolved
-        .orbit
-        .client(ORBIT_CALL_TIMEOUT)
-        .map_err(|e| config(format!("ORBIT_URL: {e}")))?;
+    let client = orbit_client(&resolved.orbit).map_err(config)?;
     let scope = InboxScope::new(resolved.name, resolved.orbit.queue_id.clone());
     let scopes: &[Scope] = if demo { &Scope::DEMO } else { &Scope::CONSUME };
     let checks: &[&'static str] = match subscription {

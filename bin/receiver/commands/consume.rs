@@ -28,16 +28,15 @@ use result_inbox::db::Dsn;
 use result_inbox::ids::{QueueId, SubscriptionId};
 use result_inbox::inbox::{InboxLayer, InboxStore, StoreOptions};
 use result_inbox::nats::{JetStreamSource, NatsError, NatsSettings};
-use result_inbox::orbit::{OrbitError, OrbitSource, Scope};
+use result_inbox::orbit::{OrbitClient, OrbitSource, Scope};
 use result_inbox::retry::until_answered;
 use result_inbox::scope::{InboxScope, ReceiverName};
 use result_inbox::source::{Source, SourceError};
 use result_inbox::task_view::TaskView;
 
-use super::{CONSUME_GRACE, NATS_CALL_TIMEOUT, ORBIT_CALL_TIMEOUT};
+use super::{orbit_client, CONSUME_GRACE, NATS_CALL_TIMEOUT};
 use crate::args::{required_subscription, NatsArgs, Receiver, SourceKind};
 use crate::check::{self, Problem};
-use crate::config::OrbitSettings;
 use crate::exit::{config, fail, Outcome, EXIT_FAILED};
 use crate::health::metrics_endpoint;
 use crate::runtime::{runtime, shutdown_on_signal};
@@ -131,7 +130,8 @@ fn consume_config(args: ConsumeArgs) -> Result<ConsumeConfig, String> {
             let subscription = required_subscription(subscription_id)?;
             let resolved = receiver.resolve()?;
             let source = SourceConfig::Orbit {
-                settings: resolved.orbit,
+                client: orbit_client(&resolved.orbit)?,
+                queue_id: resolved.orbit.queue_id,
                 subscription,
             };
             (source, resolved.dsn, resolved.name)
@@ -168,8 +168,10 @@ struct ConsumeConfig {
 enum SourceConfig {
     /// An Orbit subscription's WebSocket stream.
     Orbit {
-        /// Where Orbit is and the token and queue to use there.
-        settings: OrbitSettings,
+        /// Orbit, with the token to use there.
+        client: OrbitClient,
+        /// The queue this receiver consumes.
+        queue_id: QueueId,
         /// The subscription to consume.
         subscription: SubscriptionId,
     },
@@ -184,7 +186,7 @@ impl SourceConfig {
     /// The queue whose events the source carries.
     fn queue_id(&self) -> &QueueId {
         match self {
-            SourceConfig::Orbit { settings, .. } => &settings.queue_id,
+            SourceConfig::Orbit { queue_id, .. } => queue_id,
             SourceConfig::Nats { settings, .. } => &settings.queue_id,
         }
     }
@@ -193,9 +195,6 @@ impl SourceConfig {
 /// Why `receiver consume` did not start or stopped.
 #[derive(Debug, thiserror::Error)]
 enum ConsumeError {
-    /// The Orbit client could not be built from the settings.
-    #[error("ORBIT_URL: {0}")]
-    Client(OrbitError),
     /// A start-up check failed for good.
     #[error("{0}")]
     Check(Problem),
@@ -209,7 +208,6 @@ impl ConsumeError {
     /// operation having failed (exit code 1).
     fn is_configuration(&self) -> bool {
         match self {
-            ConsumeError::Client(_) => true,
             ConsumeError::Check(p) => p.is_configuration(),
             ConsumeError::Consumer(e) => e.is_configuration(),
         }
@@ -235,13 +233,14 @@ async fn run(
     checked.map_err(ConsumeError::Check)?;
     match &config.source {
         SourceConfig::Orbit {
-            settings,
+            client,
+            queue_id,
             subscription,
         } => {
             let started = tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => return Ok(None),
-                started = orbit(settings, subscription, &config.consumer) => started?,
+                started = orbit(client.clone(), queue_id, subscription, &config.consumer) => started?,
             };
             let consumer = Consumer::new(started, config.consumer.clone());
             serve(consumer, store, health, &config, shutdown).await
@@ -289,19 +288,17 @@ async fn serve<Src: Source>(
 /// Orbit before the first credit: the token's scopes, waiting for an Orbit
 /// that is not up yet, the subscription's queue.
 async fn orbit(
-    settings: &OrbitSettings,
+    client: OrbitClient,
+    queue_id: &QueueId,
     subscription: &SubscriptionId,
     options: &ConsumerOptions,
 ) -> Result<OrbitSource, ConsumeError> {
-    let client = settings
-        .client(ORBIT_CALL_TIMEOUT)
-        .map_err(ConsumeError::Client)?;
     until_answered(options.backoff(), "Orbit", Problem::is_transient, || {
         check::orbit_access(&client, &Scope::CONSUME)
     })
     .await
     .map_err(ConsumeError::Check)?;
-    OrbitSource::connect(client, subscription.clone(), &settings.queue_id)
+    OrbitSource::connect(client, subscription.clone(), queue_id)
         .await
         .map_err(|e| ConsumeError::Consumer(e.into()))
 }
