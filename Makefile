@@ -7,7 +7,7 @@ WITH_GALERA := scripts/with-galera.sh
 # features leave it (and its dependencies) out.
 CLI := --features result-inbox/cli
 
-.PHONY: demo test bench build check fmt-check clippy doc deps-check unit integration cluster-test toolchain fuzz nats-server
+.PHONY: demo test bench build check fmt-check clippy doc deps-check package-check unit integration cluster-test toolchain fuzz nats-server
 
 ## demo: the whole local demo (orbit-dev, a throwaway database unless ORBIT_RECEIVER_DSN is set, init, demo)
 demo: toolchain build
@@ -21,8 +21,8 @@ test: check build nats-server
 build:
 	$(CARGO) build --workspace --bins --locked $(CLI)
 
-## check: formatting, clippy with warnings as errors, documentation without warnings, a lean default dependency tree
-check: toolchain fmt-check clippy doc deps-check
+## check: formatting, clippy with warnings as errors, documentation without warnings, a lean default dependency tree, a package that builds on its own
+check: toolchain fmt-check clippy doc deps-check package-check
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
@@ -45,6 +45,20 @@ deps-check:
 		fi; \
 	done; \
 	echo "deps-check: default features compile none of: $(CLI_ONLY_CRATES)"
+
+## package-check: the published package holds what a user needs and not the repository's test apparatus, and it builds on its own (cargo verifies it outside the workspace, with the binary)
+PACKAGE_NEEDS := Cargo.toml README.md LICENSE-APACHE LICENSE-MIT schema.sql src/lib.rs bin/receiver/main.rs
+PACKAGE_KEEPS_OUT := tests/ benches/ fuzz/ scripts/ .ci/ Makefile
+package-check:
+	@list=$$($(CARGO) package --locked --allow-dirty -p result-inbox --list 2>/dev/null) || { $(CARGO) package --locked --allow-dirty -p result-inbox --list; exit 1; }; \
+	for file in $(PACKAGE_NEEDS); do \
+		echo "$$list" | grep -qx "$$file" || { echo "package-check: the package lacks $$file"; exit 1; }; \
+	done; \
+	for prefix in $(PACKAGE_KEEPS_OUT); do \
+		if echo "$$list" | grep -q "^$$prefix"; then echo "package-check: the package holds $$prefix (not for users)"; exit 1; fi; \
+	done
+	@out=$$($(CARGO) package --locked --allow-dirty -p result-inbox --features cli 2>&1) || { echo "$$out" | grep -v '^warning: ignoring '; echo "package-check: the packaged crate does not build on its own"; exit 1; }; \
+	echo "$$out" | grep -E '^ *(Packaged|Finished)'
 
 ## unit: the tests that need no database
 unit:
