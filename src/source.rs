@@ -66,6 +66,13 @@ pub trait SourceError: std::error::Error + Send + Sync + 'static {
     fn is_configuration(&self) -> bool {
         !self.is_retryable()
     }
+
+    /// A stable one-word cause for the metric of broken streams
+    /// (`receiver_stream_errors_total{cause}`): a small fixed set, never an
+    /// id or a text. Default: `error`.
+    fn cause(&self) -> &'static str {
+        "error"
+    }
 }
 
 /// A source of leased deliveries.

@@ -34,6 +34,10 @@ pub const HELD: &str = "receiver_deliveries_held";
 pub const TRANSACTION_RETRIES: &str = "receiver_transaction_retries_total";
 /// Delivery streams reopened after they broke or fell silent.
 pub const STREAM_RECONNECTS: &str = "receiver_stream_reconnects_total";
+/// Delivery streams that broke, by the source's `cause` (Orbit:
+/// `transport`, `timeout`, `status`, `protocol`, `unreadable_message`;
+/// NATS: `unreachable`, `disconnected`, `jetstream`; otherwise `error`).
+pub const STREAM_ERRORS: &str = "receiver_stream_errors_total";
 /// Whether the delivery stream is open (1) or not (0).
 pub const STREAM_OPEN: &str = "receiver_stream_open";
 /// Whether the last probe of the database answered (1) or not (0).
@@ -63,6 +67,7 @@ pub fn describe() {
         "Transactions run again inside their time budget, by cause."
     );
     describe_counter!(STREAM_RECONNECTS, "Delivery streams reopened.");
+    describe_counter!(STREAM_ERRORS, "Delivery streams that broke, by cause.");
     describe_gauge!(STREAM_OPEN, "1 while the delivery stream is open.");
     describe_gauge!(
         DATABASE_REACHABLE,
@@ -84,6 +89,11 @@ pub(crate) fn delivery(class: &'static str, took: Duration) {
 /// Counts one ACK report of `result`.
 pub(crate) fn ack(result: &'static str) {
     metrics::counter!(ACKS, "result" => result).increment(1);
+}
+
+/// Counts one delivery stream that broke for `cause`.
+pub(crate) fn stream_error(cause: &'static str) {
+    metrics::counter!(STREAM_ERRORS, "cause" => cause).increment(1);
 }
 
 /// Counts one transaction run again for `cause`.

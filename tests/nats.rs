@@ -9,7 +9,7 @@ use std::time::Duration;
 use common::consume::Consume;
 use common::nats::{AckFault, AckLosingProxy, JetStreamQueue, NatsServer, NatsServerOptions};
 use common::tls::TestPki;
-use common::{dsn_for, random_hex, EventSpec, TestDb};
+use common::{dsn_for, random_hex, unreadable_bodies, EventSpec, TestDb};
 use futures::StreamExt;
 use result_inbox::event::{QueueId, TaskId};
 use result_inbox::scope::{InboxScope, ReceiverName};
@@ -234,6 +234,48 @@ async fn bytes_that_can_never_be_an_event_are_terminated_after_one_delivery() {
         "{out}"
     );
     assert_eq!(acknowledged(&out), 1, "{out}");
+}
+
+#[tokio::test]
+async fn messages_that_are_not_events_are_terminated_while_their_neighbours_are_applied() {
+    let s = Setup::new(Duration::from_secs(1), 3).await;
+    let mut terminated = s.advisories("MSG_TERMINATED").await;
+    let mut bad = Vec::new();
+    for (_, body) in unreadable_bodies() {
+        s.queue.publish(s.submitted(&random_hex(16))).await;
+        bad.push(s.queue.publish(body).await);
+    }
+    s.queue.publish(s.submitted(&random_hex(16))).await;
+    let valid = bad.len() as i64 + 1;
+    let mut consume = s.consume();
+
+    let mut seen = Vec::new();
+    for _ in 0..bad.len() {
+        let advisory = tokio::time::timeout(Duration::from_secs(20), terminated.next())
+            .await
+            .expect("a message that is not an event is terminated")
+            .unwrap();
+        let advisory: serde_json::Value = serde_json::from_slice(&advisory.payload).unwrap();
+        seen.push(advisory["stream_seq"].as_u64().unwrap());
+    }
+    let info = s.queue.wait_all_acked(Duration::from_secs(10)).await;
+    assert!(consume.terminate().success());
+    seen.sort();
+    assert_eq!(seen, bad);
+    assert_eq!(info.num_ack_pending, 0);
+    let out = consume.output();
+    assert_eq!(
+        consume.handled(),
+        bad.len() + valid as usize,
+        "each once: {out}"
+    );
+    assert_eq!(
+        s.totals().await,
+        (valid, valid, valid),
+        "every event applied, nothing else"
+    );
+    assert_eq!(acknowledged(&out), valid as usize, "{out}");
+    assert_eq!(out.matches("delivery stream open").count(), 1, "{out}");
 }
 
 #[tokio::test]

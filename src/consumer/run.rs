@@ -252,7 +252,10 @@ impl<Src: Source> Consumer<Src> {
                     Some(Ok(Incoming::Notice(code))) => {
                         warn!(%code, "the source reported a stream error");
                     }
-                    Some(Err(e)) => link.lost(&format!("delivery stream broke: {e}")),
+                    Some(Err(e)) => {
+                        telemetry::stream_error(e.cause());
+                        link.lost(&format!("delivery stream broke: {e}"));
+                    }
                     None => link.lost("delivery stream closed by the source"),
                 }},
                 probed = breaker.finished(), if breaker.is_probing() => breaker.record(probed),

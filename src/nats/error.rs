@@ -121,6 +121,15 @@ impl SourceError for NatsError {
     fn is_configuration(&self) -> bool {
         NatsError::is_configuration(self)
     }
+
+    fn cause(&self) -> &'static str {
+        match self {
+            NatsError::Unreachable { .. } => "unreachable",
+            NatsError::Disconnected => "disconnected",
+            NatsError::JetStream(_) => "jetstream",
+            _ => "error",
+        }
+    }
 }
 
 #[cfg(test)]

@@ -37,6 +37,14 @@ pub enum OrbitError {
     /// The answer was not what the protocol describes.
     #[error("unexpected answer from Orbit: {0}")]
     Protocol(&'static str),
+    /// A stream message that could not be read as any delivery (not even
+    /// around an unreadable event). Only its length is kept: its content
+    /// may hold a lease proof or a result.
+    #[error("unexpected answer from Orbit: an unreadable stream message of {bytes} bytes that names no delivery")]
+    UnreadableMessage {
+        /// The message's length.
+        bytes: usize,
+    },
     /// The client is misconfigured.
     #[error("{0}")]
     Config(&'static str),
@@ -77,6 +85,7 @@ impl OrbitError {
             OrbitError::Transport(_) | OrbitError::Timeout => true,
             OrbitError::MissingScope { .. }
             | OrbitError::Protocol(_)
+            | OrbitError::UnreadableMessage { .. }
             | OrbitError::Config(_)
             | OrbitError::QueueMismatch { .. }
             | OrbitError::OtherQueue { .. }
@@ -142,6 +151,17 @@ impl crate::source::SourceError for OrbitError {
 
     fn is_configuration(&self) -> bool {
         self.is_refusal()
+    }
+
+    fn cause(&self) -> &'static str {
+        match self {
+            OrbitError::Transport(_) => "transport",
+            OrbitError::Timeout => "timeout",
+            OrbitError::Status { .. } | OrbitError::MissingScope { .. } => "status",
+            OrbitError::Protocol(_) => "protocol",
+            OrbitError::UnreadableMessage { .. } => "unreadable_message",
+            _ => "error",
+        }
     }
 }
 

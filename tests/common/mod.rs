@@ -247,6 +247,27 @@ impl<'a> EventSpec<'a> {
 }
 
 /// Sends SIGTERM, as a service manager would.
+/// Bodies that are not events, each unreadable in its own way: a delivery
+/// carrying one must be refused on its own, its neighbours applied.
+pub fn unreadable_bodies() -> Vec<(&'static str, String)> {
+    let object = r#"{"id":"0123456789abcdef0123456789abcdef","queue_id":"x"}"#;
+    vec![
+        ("not json", "garbage{".to_owned()),
+        ("empty", String::new()),
+        (
+            "a truncated object",
+            r#"{"id":"0123456789abcdef","type":"task.su"#.to_owned(),
+        ),
+        ("600 KiB of non-JSON", "x{".repeat(300 * 1024)),
+        (
+            "a delivery id and braces in odd places",
+            r#"},"delivery_id":"ffffffffffffffffffffffffffffffff","lease_proof":"lp_spoof"} {"#
+                .to_owned(),
+        ),
+        ("an object and trailing garbage", format!("{object}garbage")),
+    ]
+}
+
 pub fn sigterm(pid: u32) {
     // SAFETY: kill(2) takes plain integers and touches no memory of ours.
     // A failure means the process is already gone, which the caller notices
