@@ -361,6 +361,33 @@ async fn inspect_of_something_not_stored_exits_1_and_a_bad_id_exits_2() {
 }
 
 #[tokio::test]
+async fn the_database_tools_on_a_database_without_the_tables_say_to_run_init_and_exit_2() {
+    let db = TestDb::empty().await;
+    let task = random_hex(16);
+    let event = random_hex(16);
+    for args in [
+        vec!["verify"],
+        vec!["stats"],
+        vec!["inspect", "event", &event],
+        vec!["inspect", "task", &task],
+    ] {
+        let o = receiver()
+            .args(&args)
+            .env("ORBIT_RECEIVER_DSN", common::dsn_for(&db.name))
+            .output()
+            .unwrap();
+        let (_, stderr) = out(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(&format!("receiver: {}: table receiver_", args[0]))
+                && stderr.contains("is missing (run `receiver init`"),
+            "{args:?}: {stderr}"
+        );
+        assert!(!stderr.contains("1146"), "{args:?}: {stderr}");
+    }
+}
+
+#[tokio::test]
 async fn subscribe_creates_a_subscription_on_the_queue_for_the_types_asked() {
     let orbit = OrbitDev::start(30_000, 5);
     let creds = orbit.bootstrap("tools-subscribe", None).await;

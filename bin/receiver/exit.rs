@@ -6,6 +6,8 @@ use std::process::ExitCode;
 
 use result_inbox::db::{errno, DbError};
 
+use crate::check::Problem;
+
 /// Exit code: the operation failed.
 pub(crate) const EXIT_FAILED: u8 = 1;
 /// Exit code: usage or configuration error.
@@ -40,6 +42,12 @@ pub(crate) fn exit_code(outcome: Outcome) -> ExitCode {
 /// A database failure: the configuration's to fix (a refused login, an
 /// unknown database, a missing grant) or a failure.
 pub(crate) fn database_failure(what: &str, e: DbError) -> Failed {
+    if let Some(table) = e.missing_table() {
+        return fail(
+            EXIT_CONFIG,
+            format!("{what}: {}", Problem::MissingTable { table }),
+        );
+    }
     let configuration = e.is_refusal() || e.number() == Some(errno::NO_SUCH_TABLE);
     let code = if configuration {
         EXIT_CONFIG

@@ -44,6 +44,9 @@ pub struct DbError {
     /// What an operator can act on, where the kind alone says too little
     /// (`connection refused`, `wrong user or password`, …).
     detail: Option<&'static str>,
+    /// The receiver table that does not exist, for error 1146 on one of
+    /// them.
+    missing_table: Option<&'static str>,
 }
 
 impl DbError {
@@ -55,6 +58,13 @@ impl DbError {
     /// The MySQL error number, when the server answered with one.
     pub fn number(&self) -> Option<u16> {
         self.number
+    }
+
+    /// The receiver table (`receiver_inbox` or `receiver_task_views`) that
+    /// the statement found missing (error 1146), so that a command can say
+    /// what to run instead of quoting an error number.
+    pub fn missing_table(&self) -> Option<&'static str> {
+        self.missing_table
     }
 
     pub(crate) fn inconsistent() -> Self {
@@ -80,6 +90,7 @@ impl DbError {
             number: None,
             sqlstate: None,
             detail: None,
+            missing_table: None,
         }
     }
 
@@ -141,11 +152,21 @@ impl From<sqlx::Error> for DbError {
                     .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
                     .map(|m| m.number());
                 let (kind, detail) = (errno::kind_of(number), errno::detail_of(number));
+                // 1146 names the table as 'database.table'; only the name of
+                // one of the receiver's own tables is taken from it.
+                let missing_table = (number == Some(errno::NO_SUCH_TABLE))
+                    .then(|| {
+                        super::schema::TABLES
+                            .into_iter()
+                            .find(|table| db.message().contains(&format!(".{table}'")))
+                    })
+                    .flatten();
                 DbError {
                     kind,
                     number,
                     sqlstate: db.code().map(|c| c.into_owned()),
                     detail,
+                    missing_table,
                 }
             }
             sqlx::Error::PoolTimedOut => DbError::of(DbErrorKind::PoolTimeout),
