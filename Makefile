@@ -66,6 +66,7 @@ unit:
 
 ## integration: only the integration tests, against a throwaway server
 integration: build nats-server
+	$(CARGO) build --workspace --examples --locked $(CLI)
 	$(WITH_MYSQL) $(WITH_GALERA) $(CARGO) test --workspace --test '*' --locked $(CLI)
 
 ## cluster-test: only the tests on a throwaway three-node MariaDB Galera cluster
@@ -93,7 +94,7 @@ bench: toolchain nats-server
 
 ## fuzz: every fuzz target in fuzz/ for FUZZ_SECONDS each (default 60), on stable Rust (no sanitizer); installs cargo-fuzz if missing
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := canonicalize event
+FUZZ_TARGETS := canonicalize event delivery_message
 fuzz:
 	@$(CARGO) fuzz --version >/dev/null 2>&1 || $(CARGO) install --locked cargo-fuzz
 	cd fuzz && for target in $(FUZZ_TARGETS); do \
