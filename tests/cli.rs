@@ -97,6 +97,40 @@ fn digest_of_an_oversized_document_is_refused_without_reading_it_all() {
 }
 
 #[test]
+fn help_shows_an_unset_variable_without_a_value_and_a_set_one_with_its_value() {
+    let help = |queue: Option<&str>| {
+        let mut command = Command::new(receiver_bin());
+        command
+            .args(["consume", "--help"])
+            .env_remove("ORBIT_QUEUE_ID");
+        if let Some(queue) = queue {
+            command.env("ORBIT_QUEUE_ID", queue);
+        }
+        text(&command.output().unwrap().stdout)
+    };
+    let unset = help(None);
+    assert!(unset.contains("[env: ORBIT_QUEUE_ID]"), "{unset}");
+    assert!(!unset.contains("ORBIT_QUEUE_ID=]"), "{unset}");
+    let set = help(Some("0123456789abcdef0123456789abcdef"));
+    assert!(
+        set.contains("[env: ORBIT_QUEUE_ID=0123456789abcdef0123456789abcdef]"),
+        "{set}"
+    );
+}
+
+#[test]
+fn digest_of_a_directory_names_it_and_exits_2() {
+    let dir = std::env::temp_dir();
+    let out = receiver(&["digest", dir.to_str().unwrap()], b"");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.starts_with(&format!("receiver: cannot read {}: ", dir.display())),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn digest_of_a_missing_file_exits_2() {
     let out = receiver(&["digest", "/nonexistent/event.json"], b"");
     assert_eq!(out.status.code(), Some(2));
@@ -261,6 +295,75 @@ fn an_invalid_log_filter_or_format_is_a_configuration_error_not_a_silent_default
         assert_eq!(out.status.code(), Some(2), "{variable}={value}: {err}");
         assert!(err.starts_with(&format!("receiver: {variable}: ")), "{err}");
         assert_eq!(err.lines().count(), 1, "{err}");
+    }
+}
+
+#[test]
+fn a_filter_the_readme_calls_unreadable_exits_2_and_one_without_the_receiver_s_lines_says_so() {
+    let run = |filter: &str| {
+        Command::new(receiver_bin())
+            .arg("consume")
+            .env_remove("RECEIVER_LOG")
+            .env("RUST_LOG", filter)
+            .env_remove("ORBIT_RECEIVER_DSN")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    for unreadable in ["debugg", "info,foo bar"] {
+        let out = run(unreadable);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{unreadable}: {err}");
+        assert!(
+            err.starts_with("receiver: RUST_LOG: invalid log filter: "),
+            "{err}"
+        );
+    }
+    let quiet = text(&run("warn").stderr);
+    assert_eq!(
+        quiet
+            .matches("leaves out the receiver's own info lines")
+            .count(),
+        1,
+        "{quiet}"
+    );
+    let own = text(&run("warn,receiver=info,result_inbox=info").stderr);
+    assert!(!own.contains("leaves out"), "{own}");
+}
+
+#[test]
+fn a_nats_address_that_cannot_be_read_is_a_configuration_error_not_waited_for() {
+    for url in ["garbage", "http://127.0.0.1:4222", "nats://127.0.0.1:port"] {
+        let mut child = Command::new(receiver_bin())
+            .args(["consume", "--source", "nats"])
+            .env("NATS_URL", url)
+            .env("NATS_STREAM", "S")
+            .env("NATS_CONSUMER", "C")
+            .env("ORBIT_QUEUE_ID", "0123456789abcdef0123456789abcdef")
+            .env("ORBIT_RECEIVER_DSN", "mysql://root@127.0.0.1:1/receiver")
+            .env_remove("NATS_TOKEN")
+            .env_remove("NATS_CREDS_FILE")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while child.try_wait().unwrap().is_none() {
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("{url}: still waiting after 10 s");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let out = child.wait_with_output().unwrap();
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{url}: {err}");
+        assert!(
+            err.contains("NATS_URL")
+                && (err.contains("not a server address") || err.contains("the scheme must be")),
+            "{url}: {err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{url}: {err}");
     }
 }
 

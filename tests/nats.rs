@@ -276,6 +276,16 @@ async fn messages_that_are_not_events_are_terminated_while_their_neighbours_are_
     );
     assert_eq!(acknowledged(&out), valid as usize, "{out}");
     assert_eq!(out.matches("delivery stream open").count(), 1, "{out}");
+    assert_eq!(
+        out.matches(&format!("connected to NATS url={}", s.server.url()))
+            .count(),
+        1,
+        "the receiver's own line, with host and port: {out}"
+    );
+    assert!(
+        !out.contains("async_nats"),
+        "the client's info lines are kept out: {out}"
+    );
 }
 
 #[tokio::test]
@@ -546,6 +556,13 @@ async fn receiver_check_with_source_nats_checks_the_database_the_server_and_the_
         "check=database ok\ncheck=schema ok\ncheck=privileges ok\ncheck=nats ok\ncheck=consumer ok\n"
     );
     assert!(ok.status.success());
+    let quiet = check(&[("RECEIVER_LOG", "warn")]);
+    assert!(quiet.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&quiet.stderr),
+        "",
+        "warn silences every crate's info lines"
+    );
 
     let wrong = check(&[("NATS_CONSUMER", "nobody")]);
     let out = String::from_utf8_lossy(&wrong.stdout);

@@ -172,6 +172,7 @@ async fn a_second_init_fails_clearly_and_leaves_both_tables_exactly_as_they_were
     assert!(out.stdout.is_empty());
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(stderr.contains("already exist"), "{stderr}");
+    assert!(stderr.contains("receiver init --keep-existing"), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
 
     assert_eq!(show_create(&db.admin, &db.name).await, before);

@@ -429,7 +429,7 @@ async fn subscribe_creates_a_subscription_on_the_queue_for_the_types_asked() {
 }
 
 #[tokio::test]
-async fn subscribe_refuses_an_unknown_type_or_a_token_without_events_manage() {
+async fn subscribe_refuses_an_unknown_type_a_token_without_events_manage_or_a_wrong_token() {
     let orbit = OrbitDev::start(30_000, 5);
     let creds = orbit.bootstrap("tools-subscribe-refused", None).await;
     let o = receiver()
@@ -461,6 +461,21 @@ async fn subscribe_refuses_an_unknown_type_or_a_token_without_events_manage() {
             .1
             .contains("the token lacks the scope events:manage"),
         "{}",
+        out(&o).1
+    );
+
+    let o = receiver()
+        .arg("subscribe")
+        .env("ORBIT_CREDENTIALS_FILE", &creds.file)
+        .env("ORBIT_TOKEN", "not-the-token")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        out(&o)
+            .1
+            .contains("Orbit refused the token: Orbit answered 401"),
+        "named as check and consume name it: {}",
         out(&o).1
     );
     let subs = orbit.get(&creds, "/v1/subscriptions").await;

@@ -125,6 +125,10 @@ impl NatsArgs {
             variable: "NATS_URL",
             what: "the NATS server(s), e.g. nats://127.0.0.1:4222",
         })?;
+        NatsSettings::check_servers(&url).map_err(|problem| ConfigError::Invalid {
+            variable: "NATS_URL",
+            problem,
+        })?;
         let stream = name(
             self.nats_stream,
             "NATS_STREAM",

@@ -7,14 +7,16 @@
 /// itself, redacted).
 pub(crate) const DEFAULT_LOG_FILTER: &str = "warn,result_inbox=info,receiver=info,sqlx=error";
 
-/// The most the NATS client may log, whatever the filter says.
-pub(crate) const NATS_CLIENT_LOG_CAP: &str = "async_nats=info";
-
 /// stderr logging as RECEIVER_LOG (else RUST_LOG) and RECEIVER_LOG_FORMAT
 /// say. A filter or format that cannot be read is a configuration error,
-/// never a silent fall-back to the default.
-pub(crate) fn init_logging() -> Result<(), String> {
-    use tracing_subscriber::EnvFilter;
+/// never a silent fall-back to the default. For a command that logs a
+/// start-up line (`announces`), a filter that leaves the receiver's own
+/// info lines out says so once.
+pub(crate) fn init_logging(announces: bool) -> Result<(), String> {
+    use tracing_subscriber::filter::{filter_fn, FilterExt};
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::{EnvFilter, Layer};
     // An empty variable is taken as unset, as env_logger does.
     let set = |name| std::env::var(name).ok().filter(|f| !f.trim().is_empty());
     let (variable, filter) = match (set("RECEIVER_LOG"), set("RUST_LOG")) {
@@ -22,12 +24,23 @@ pub(crate) fn init_logging() -> Result<(), String> {
         (None, Some(f)) => ("RUST_LOG", f),
         (None, None) => ("", DEFAULT_LOG_FILTER.to_owned()),
     };
-    let filter = EnvFilter::builder()
+    let own_level =
+        readable(&filter).map_err(|e| format!("{variable}: invalid log filter: {e}"))?;
+    let env_filter = EnvFilter::builder()
         .parse(&filter)
-        .map_err(|e| format!("{variable}: invalid log filter: {e}"))?
-        // At debug and below the NATS client prints server addresses with
-        // their passwords and every message's payload (result bodies).
-        .add_directive(NATS_CLIENT_LOG_CAP.parse().expect("a valid directive"));
+        .map_err(|e| format!("{variable}: invalid log filter: {e}"))?;
+    if announces && own_level < tracing::level_filters::LevelFilter::INFO {
+        eprintln!(
+            "receiver: {variable}={filter:?} leaves out the receiver's own info lines (its start-up line, one line per delivery); add receiver=info,result_inbox=info to see them"
+        );
+    }
+    // At debug and below the NATS client prints server addresses with their
+    // passwords and every message's payload (result bodies): never more than
+    // info from it, whatever the filter allows, and no more than it allows.
+    let cap = filter_fn(|meta| {
+        !(meta.target().starts_with(NATS_CLIENT) && *meta.level() > tracing::Level::INFO)
+    });
+    let filter = env_filter.and(cap);
     let json = match std::env::var("RECEIVER_LOG_FORMAT").as_deref() {
         Err(_) | Ok("text") => false,
         Ok("json") => true,
@@ -37,14 +50,59 @@ pub(crate) fn init_logging() -> Result<(), String> {
             ))
         }
     };
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let layer = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(false);
+    let registry = tracing_subscriber::registry();
     if json {
-        builder.json().flatten_event(true).init();
+        registry
+            .with(layer.json().flatten_event(true).with_filter(filter))
+            .init();
     } else {
-        builder.init();
+        registry.with(layer.with_filter(filter)).init();
     }
     Ok(())
 }
+
+/// Reads each directive of a filter as the README describes them (`level`
+/// or `target=level`, comma-separated), refusing what `EnvFilter` would
+/// take for something else: a bare word that is no level (`debugg` would
+/// be a target, logging nothing else) or a directive with a space in it.
+/// Returns the level the filter gives the receiver's own lines.
+fn readable(filter: &str) -> Result<tracing::level_filters::LevelFilter, String> {
+    use tracing::level_filters::LevelFilter;
+    let level = |text: &str| text.parse::<LevelFilter>().ok();
+    let mut own: Option<(usize, LevelFilter)> = None;
+    let mut everything = LevelFilter::ERROR;
+    for directive in filter.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        if directive.chars().any(char::is_whitespace) {
+            return Err(format!("{directive:?} holds a space"));
+        }
+        match directive.rsplit_once('=') {
+            None if directive.contains('[') => {}
+            None => {
+                everything = level(directive).ok_or_else(|| {
+                    format!("{directive:?} is neither a level (trace, debug, info, warn, error, off) nor target=level")
+                })?;
+            }
+            Some((target, value)) => {
+                let Some(value) = level(value) else {
+                    // A span field's value (`target[span{field=value}]`):
+                    // EnvFilter reads it.
+                    continue;
+                };
+                let longer = own.is_none_or(|(len, _)| target.len() >= len);
+                if !target.contains('[') && OWN_TARGET.starts_with(target) && longer {
+                    own = Some((target.len(), value));
+                }
+            }
+        }
+    }
+    Ok(own.map_or(everything, |(_, level)| level))
+}
+
+/// The target of the receiver's start-up line.
+const OWN_TARGET: &str = "receiver::commands::consume";
+
+/// The NATS client's log target.
+const NATS_CLIENT: &str = "async_nats";

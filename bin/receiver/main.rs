@@ -23,7 +23,7 @@ mod runtime;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::args::{DatabaseArgs, NatsArgs, OrbitArgs, Receiver, SourceKind};
 use crate::commands::consume::ConsumeArgs;
@@ -193,11 +193,14 @@ pub(crate) enum InspectWhat {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match without_unset_values(Cli::command())
+        .try_get_matches()
+        .and_then(|matches| Cli::from_arg_matches(&matches))
+    {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
     };
-    if let Err(e) = init_logging() {
+    if let Err(e) = init_logging(matches!(cli.command, Command::Consume(_))) {
         return exit_code(Err(crate::exit::config(e)));
     }
     exit_code(match cli.command {
@@ -230,6 +233,29 @@ fn main() -> ExitCode {
         Command::Verify { database } => commands::verify::run_verify(database),
         Command::Stats { database, json } => commands::stats::run_stats(database, json),
         Command::Inspect { database, what } => commands::inspect::run_inspect(database, what),
+    })
+}
+
+/// `--help` shows `[env: NAME=value]` for a variable that is set and
+/// `[env: NAME]` for one that is not (clap would print `NAME=`, as if it
+/// were set to nothing).
+fn without_unset_values(command: clap::Command) -> clap::Command {
+    let command = command.mut_args(|arg| {
+        let unset = arg
+            .get_env()
+            .is_some_and(|name| std::env::var_os(name).is_none());
+        if unset {
+            arg.hide_env_values(true)
+        } else {
+            arg
+        }
+    });
+    let subcommands: Vec<String> = command
+        .get_subcommands()
+        .map(|c| c.get_name().to_owned())
+        .collect();
+    subcommands.into_iter().fold(command, |command, name| {
+        command.mut_subcommand(name, without_unset_values)
     })
 }
 

@@ -63,6 +63,9 @@ pub(super) async fn connect_client(
                 reason: e.to_string(),
             },
         })?;
+    // The client's own lines say only the port and come at info from a
+    // crate the default filter keeps at warn: this one is the receiver's.
+    tracing::info!(url = %settings.shown_url(), server_version = %client.server_info().version, "connected to NATS");
     Ok((client, disconnects))
 }
 

@@ -68,6 +68,48 @@ impl NatsSettings {
     pub fn shown_url(&self) -> String {
         shown_url(&self.url)
     }
+
+    /// Whether `url` can be read as a list of NATS servers: each
+    /// `scheme://[user:password@]host[:port]` with the scheme `nats`,
+    /// `tls`, `ws` or `wss`, or `host:port`. The problem names the server
+    /// without its credentials. An address that cannot be read is a
+    /// configuration error, where a server that does not answer is only
+    /// waited for.
+    pub fn check_servers(url: &str) -> Result<(), String> {
+        for server in url.split(',').map(str::trim) {
+            let shown = shown_url(server);
+            let (scheme, rest) = match server.split_once("://") {
+                Some((scheme, rest)) => (Some(scheme), rest),
+                None => (None, server),
+            };
+            if let Some(scheme) = scheme {
+                if !matches!(scheme, "nats" | "tls" | "ws" | "wss") {
+                    return Err(format!(
+                        "{shown:?}: the scheme must be nats://, tls://, ws:// or wss://"
+                    ));
+                }
+            }
+            let address = rest.rsplit_once('@').map_or(rest, |(_, address)| address);
+            let address = address.trim_end_matches('/');
+            let (host, port) = match address.rsplit_once(':') {
+                Some((host, port)) if !host.ends_with(':') && !address.ends_with(']') => {
+                    (host, Some(port))
+                }
+                _ => (address, None),
+            };
+            let host_ok = !host.is_empty()
+                && host
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '[' | ']' | ':'));
+            let port_ok = port.is_none_or(|p| p.parse::<u16>().is_ok_and(|p| p > 0));
+            if !host_ok || !port_ok || (scheme.is_none() && port.is_none()) {
+                return Err(format!(
+                    "{shown:?} is not a server address (nats://host:port, tls://host:port or host:port)"
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 fn shown_url(url: &str) -> String {
@@ -86,6 +128,25 @@ fn shown_url(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn server_addresses_are_read_as_nats_reads_them_and_anything_else_is_named() {
+        for good in [
+            "nats://127.0.0.1:4222",
+            "tls://nats.example.com",
+            "nats://alice:s3cret@h1:4222, nats://h2:4222",
+            "localhost:4222",
+            "ws://[::1]:8080",
+            "nats://[::1]",
+        ] {
+            assert_eq!(NatsSettings::check_servers(good), Ok(()), "{good}");
+        }
+        for bad in ["garbage", "", "http://h:4222", "nats://:4222", "nats://h:port", "h:0"] {
+            assert!(NatsSettings::check_servers(bad).is_err(), "{bad}");
+        }
+        let problem = NatsSettings::check_servers("nats://alice:s3cret@h 1:4222").unwrap_err();
+        assert!(!problem.contains("s3cret"), "{problem}");
+    }
 
     #[test]
     fn a_shown_url_never_carries_credentials() {

@@ -31,29 +31,44 @@ pub use self::problem::Problem;
 /// consumer exist, explicit acks, filter subject = the queue's subject).
 pub const NATS_CHECKS: [&str; 2] = ["nats", "consumer"];
 
-/// One named check and what it found: printed as `check=<name> ok` or
-/// `check=<name> FAIL <reason>`.
+/// One named check and what it found: printed as `check=<name> ok`,
+/// `check=<name> FAIL <reason>` or `check=<name> not run (check <name>
+/// failed)`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finding {
     /// The check: `database`, `schema`, `privileges`, `orbit`, `token`,
     /// `scopes` or `subscription`.
     pub check: &'static str,
-    /// Why it failed; `None` when it passed.
-    pub problem: Option<String>,
+    /// What it found.
+    pub verdict: Verdict,
+}
+
+/// What one check found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// It passed.
+    Passed,
+    /// It failed, for this reason.
+    Failed(String),
+    /// It was not run because the named check before it failed.
+    NotRun(&'static str),
 }
 
 impl Finding {
     /// Whether the check passed.
     pub fn ok(&self) -> bool {
-        self.problem.is_none()
+        self.verdict == Verdict::Passed
     }
 }
 
 impl fmt::Display for Finding {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.problem {
-            None => write!(f, "check={} ok", self.check),
-            Some(why) => write!(f, "check={} FAIL {why}", self.check),
+        match &self.verdict {
+            Verdict::Passed => write!(f, "check={} ok", self.check),
+            Verdict::Failed(why) => write!(f, "check={} FAIL {why}", self.check),
+            Verdict::NotRun(failed) => {
+                write!(f, "check={} not run (check {failed} failed)", self.check)
+            }
         }
     }
 }
@@ -74,12 +89,10 @@ pub fn findings(checks: &[&'static str], outcome: &Result<(), Problem>) -> Vec<F
         .enumerate()
         .map(|(i, &check)| Finding {
             check,
-            problem: match (i.cmp(&failed_at), outcome) {
-                (std::cmp::Ordering::Less, _) | (_, Ok(())) => None,
-                (std::cmp::Ordering::Equal, Err(p)) => Some(p.to_string()),
-                (std::cmp::Ordering::Greater, Err(_)) => {
-                    Some(format!("not run (check {} failed)", checks[failed_at]))
-                }
+            verdict: match (i.cmp(&failed_at), outcome) {
+                (std::cmp::Ordering::Less, _) | (_, Ok(())) => Verdict::Passed,
+                (std::cmp::Ordering::Equal, Err(p)) => Verdict::Failed(p.to_string()),
+                (std::cmp::Ordering::Greater, Err(_)) => Verdict::NotRun(checks[failed_at]),
             },
         })
         .collect()
@@ -100,9 +113,6 @@ mod tests {
             .collect();
         assert_eq!(lines[0], "check=database ok");
         assert!(lines[1].starts_with("check=schema FAIL table receiver_inbox is missing"));
-        assert_eq!(
-            lines[2],
-            "check=privileges FAIL not run (check schema failed)"
-        );
+        assert_eq!(lines[2], "check=privileges not run (check schema failed)");
     }
 }

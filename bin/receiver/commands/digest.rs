@@ -10,6 +10,9 @@ use crate::exit::{config, fail, Outcome, EXIT_CONFIG, EXIT_REJECTED};
 
 pub(crate) fn run_digest(file: Option<PathBuf>) -> Outcome {
     let source = file.filter(|p| p.as_os_str() != "-");
+    let input_name = source
+        .as_ref()
+        .map_or_else(|| "standard input".to_owned(), |p| p.display().to_string());
     let reader: Box<dyn Read> = match &source {
         Some(path) => match std::fs::File::open(path) {
             Ok(f) => Box::new(f),
@@ -29,7 +32,7 @@ pub(crate) fn run_digest(file: Option<PathBuf>) -> Outcome {
         .take(MAX_EVENT_BYTES as u64 + 1)
         .read_to_end(&mut input)
     {
-        return Err(config(format!("cannot read input: {e}")));
+        return Err(config(format!("cannot read {input_name}: {e}")));
     }
     if input.len() > MAX_EVENT_BYTES {
         return Err(fail(

@@ -16,6 +16,7 @@ use result_inbox::orbit::{OrbitClient, OrbitError};
 
 use super::{orbit_client, NATS_CALL_TIMEOUT};
 use crate::args::{NatsArgs, OrbitArgs};
+use crate::check::Problem;
 use crate::exit::{config, fail, Failed, Outcome, EXIT_CONFIG, EXIT_FAILED};
 use crate::runtime::runtime;
 
@@ -134,8 +135,12 @@ fn subscribe_failure(e: SubscribeError) -> Failed {
 /// Why no usable subscription came out of it.
 #[derive(Debug, thiserror::Error)]
 enum SubscribeError {
-    /// Orbit refused or could not be reached; nothing was created.
-    #[error("{0}")]
+    /// Orbit refused or could not be reached; nothing was created. A
+    /// refused token is named as `check` and `consume` name it.
+    #[error("{}", match .0 {
+        OrbitError::Status { status: 401, .. } => Problem::Token(.0.clone()).to_string(),
+        other => other.to_string(),
+    })]
     Orbit(#[from] OrbitError),
     /// Orbit created the subscription on the token's queue, which is not
     /// the configured one: `consume` with this configuration would refuse
