@@ -71,7 +71,7 @@ integration: build nats-server
 
 ## cluster-test: only the tests on a throwaway three-node MariaDB Galera cluster
 cluster-test: build
-	$(WITH_GALERA) $(CARGO) test --locked $(CLI) --test cluster --test cluster_node_loss
+	$(WITH_GALERA) $(CARGO) test --locked $(CLI) --test cluster --test cluster_node_loss --test cluster_isolation
 
 ## nats-server: the NATS server the JetStream tests start (installs Debian's package when missing)
 nats-server:

@@ -173,6 +173,12 @@ impl<Src: Source> Consumer<Src> {
                 }
             }
 
+            // A delivery that found the database away opens the breaker at
+            // once, before it fails: nothing more starts on a database that
+            // a probe has not seen answer again.
+            if self.probe.as_ref().is_some_and(|p| p.is_unavailable()) {
+                breaker.trip();
+            }
             // A held delivery starts as soon as a slot is free, unless the
             // database is known to be away: then it waits for the probe
             // that closes the breaker, not for a failure of its own.
@@ -238,11 +244,15 @@ impl<Src: Source> Consumer<Src> {
                     Some(Ok(Incoming::Delivery(delivery, proof))) => {
                         report.received += 1;
                         link.outstanding = link.outstanding.saturating_sub(1);
-                        // Into a free slot at once, even with the breaker
-                        // open (credit granted before it opened), as
-                        // before there was a prefetch; behind the held
-                        // ones otherwise, in the order they came.
-                        if handlers.len() < concurrency as usize && held.is_empty() {
+                        // Into a free slot at once; behind the held ones
+                        // otherwise, in the order they came, and held too
+                        // while the breaker is open (credit granted before
+                        // it opened): started now it would only spend an
+                        // attempt on a database that is away.
+                        if self.probe.as_ref().is_some_and(|p| p.is_unavailable()) {
+                            breaker.trip();
+                        }
+                        if handlers.len() < concurrency as usize && held.is_empty() && !breaker.is_open() {
                             handlers.spawn(handle(service.clone(), delivery, proof, self.probe.clone()));
                         } else {
                             held.push_back((delivery, proof));

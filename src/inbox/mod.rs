@@ -350,7 +350,14 @@ where
         }
     };
     let event_id = event.id().clone();
-    let answer = apply_event(store, inner, delivery, event).await;
+    let answer = apply_event(store.clone(), inner, delivery, event).await;
+    match &answer {
+        Ok(_) => store.mark_reachable(),
+        Err(InboxError::Database(e)) if e.is_unavailable() => {
+            store.mark_unreachable();
+        }
+        Err(_) => {}
+    }
     match &answer {
         Ok(receipt) => {
             tracing::info!(class = receipt.outcome.class(), delivery = %delivery_id, attempt, event = %event_id, "delivery");
@@ -388,6 +395,7 @@ where
     // ready.
     let spare = inner.clone();
     let mut ready = Some(inner);
+    let mut retried_connection = false;
     loop {
         // Waiting for a connection is told apart from waiting inside the
         // transaction: only the first says the database cannot be reached.
@@ -414,9 +422,26 @@ where
         };
         match attempt {
             Err(InboxError::Database(e)) if e.is_rolled_back() => {
+                // A connection that broke is run again once, and only by the
+                // first delivery to meet one since the database last
+                // answered (a pooled connection the server had dropped
+                // explains one); after that the database counts as
+                // unreachable: the delivery fails now, unacknowledged, and
+                // the consumer's breaker and its probe take over, instead
+                // of every delivery retrying until its budget is gone.
+                let pause = if e.is_unavailable() {
+                    let first = store.mark_unreachable();
+                    if retried_connection || !first {
+                        return Err(InboxError::Database(e));
+                    }
+                    retried_connection = true;
+                    CONNECTION_RETRY_PAUSE
+                } else {
+                    RETRY_PAUSE
+                };
                 store.record_retry(e.kind());
                 tracing::info!(event = %event.id(), cause = %e, "transaction rolled back; retrying");
-                timeout_at(deadline, tokio::time::sleep(RETRY_PAUSE))
+                timeout_at(deadline, tokio::time::sleep(pause))
                     .await
                     .map_err(|_| InboxError::Database(e.clone()))?;
             }
@@ -467,6 +492,10 @@ async fn settle_phase(phase: Phase, deadline: Instant) -> Result<Receipt, InboxE
 /// Pause before running a rolled-back transaction again, so that the
 /// transaction that won the lock can finish.
 const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Pause before running a transaction again whose connection broke: long
+/// enough for a pool to hand out a fresh connection, short against a lease.
+const CONNECTION_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Everything up to, not including, COMMIT.
 async fn prepare<S>(

@@ -1,6 +1,6 @@
 //! The inbox table and the connection pool the inbox runs its transactions on.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -71,6 +71,10 @@ struct Counters {
     deadlock_retries: AtomicU64,
     lock_wait_retries: AtomicU64,
     connection_retries: AtomicU64,
+    /// Set by a delivery that could not reach the database, cleared by one
+    /// that committed or a probe that answered: shared by every clone, so
+    /// the first such failure is known to all deliveries and the consumer.
+    unreachable: AtomicBool,
 }
 
 /// What the store has counted since it was connected.
@@ -128,6 +132,17 @@ impl InboxStore {
             lock_wait_retries: self.stats.lock_wait_retries.load(Ordering::Relaxed),
             connection_retries: self.stats.connection_retries.load(Ordering::Relaxed),
         }
+    }
+
+    /// Notes that a delivery could not reach the database; `true` if no
+    /// other had noted it since the database last answered.
+    pub(crate) fn mark_unreachable(&self) -> bool {
+        !self.stats.unreachable.swap(true, Ordering::Relaxed)
+    }
+
+    /// Notes that the database answered (a COMMIT, a probe).
+    pub(crate) fn mark_reachable(&self) {
+        self.stats.unreachable.store(false, Ordering::Relaxed);
     }
 
     pub(crate) fn record_retry(&self, kind: DbErrorKind) {
@@ -356,7 +371,15 @@ pub(crate) async fn mark_stale(
 impl Probe for InboxStore {
     fn probe(&self) -> futures::future::BoxFuture<'static, Result<(), crate::BoxError>> {
         let store = self.clone();
-        Box::pin(async move { store.ping().await.map_err(Into::into) })
+        Box::pin(async move {
+            store.ping().await?;
+            store.mark_reachable();
+            Ok(())
+        })
+    }
+
+    fn is_unavailable(&self) -> bool {
+        self.stats.unreachable.load(Ordering::Relaxed)
     }
 
     fn recognize(&self, error: &(dyn std::error::Error + 'static)) -> Option<Failure> {

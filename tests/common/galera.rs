@@ -184,6 +184,21 @@ pub fn kill_node(node: usize) {
     }
 }
 
+/// Cuts node `node` off from the others (`gmcast.isolate=1`: it drops its
+/// group connections and leaves the primary component, so it answers 1047
+/// to application statements) or lets it rejoin (`0`).
+pub async fn isolate_node(node: usize, isolated: bool) {
+    let pool = MySqlPoolOptions::new()
+        .max_connections(1)
+        .connect_with(MySqlConnectOptions::from_str(&node_dsns()[node]).unwrap())
+        .await
+        .unwrap();
+    let value = if isolated { 1 } else { 0 };
+    pool.execute(format!("SET GLOBAL wsrep_provider_options = 'gmcast.isolate={value}'").as_str())
+        .await
+        .unwrap();
+}
+
 /// Starts node `node` again and waits until it is back in the cluster and
 /// synced (a killed node rejoins by a state transfer).
 pub async fn restart_node(node: usize) {
@@ -198,7 +213,7 @@ pub async fn restart_node(node: usize) {
 /// Waits until node `node` answers and is `Synced`: in the primary
 /// component, with the cluster's whole state. Panics with its last state
 /// after `within`.
-async fn wait_until_synced(node: usize, within: Duration) {
+pub async fn wait_until_synced(node: usize, within: Duration) {
     let deadline = tokio::time::Instant::now() + within;
     let mut last = String::from("not answering");
     loop {
