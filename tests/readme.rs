@@ -1,12 +1,14 @@
-//! The README's path from nothing to `receiver consume`, run exactly as it
-//! is written there: the same commands, with only the port, the database
-//! and the working directory made the test's own. What they print is held
-//! to the output the README shows.
+//! The documented paths from nothing to consumed results, run exactly as
+//! they are written: the README's (Orbit) and `docs/nats.md`'s (NATS
+//! JetStream, fed by `orbit-dev bridge`). The same commands, with only the
+//! ports, the database and the working directory made the test's own. What
+//! they print is held to the output the document shows.
 
 mod common;
 
 use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::orbit::{bin_dir, http};
@@ -14,11 +16,11 @@ use common::{dsn_for, random_hex, TestDb};
 use result_inbox::orbit::{OrbitClient, OrbitUrl, Token};
 use result_inbox::scope::{InboxScope, ReceiverName};
 
-/// The fenced block that follows `marker` in the README.
-fn block_after(readme: &str, marker: &str) -> String {
-    let after = readme
+/// The fenced block that follows `marker` in `document`.
+fn block_after(document: &str, marker: &str) -> String {
+    let after = document
         .split_once(marker)
-        .unwrap_or_else(|| panic!("README has no {marker}"))
+        .unwrap_or_else(|| panic!("the document has no {marker}"))
         .1;
     let start = after.find("```").unwrap();
     let body = &after[start..];
@@ -38,91 +40,134 @@ fn matches(line: &str, expected: &str) -> bool {
     true
 }
 
-#[tokio::test]
-async fn the_readme_path_from_nothing_to_consume_works_as_written() {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let commands = block_after(&readme, "<!-- consume-path:commands -->");
-    let expected = block_after(&readme, "<!-- consume-path:output -->");
-
-    let db = TestDb::empty().await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
-        .port();
-    let script = commands
-        .replace("127.0.0.1:8080", &format!("127.0.0.1:{port}"))
-        .replace(
-            "'mysql://root@127.0.0.1:3306/receiver_example'",
-            &format!("'{}'", dsn_for(&db.name)),
-        );
-    assert_ne!(script, commands, "the README's port or DSN changed");
-    let expected = expected.replace("127.0.0.1:8080", &format!("127.0.0.1:{port}"));
-    let dir = std::env::temp_dir().join(format!("readme-path-{}", random_hex(4)));
-    std::fs::create_dir_all(&dir).unwrap();
-    let log = dir.join("output");
-    let path = format!(
-        "{}:{}",
-        bin_dir().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let mut run = Command::new("bash")
-        .args(["-c", &format!("set -e\n{script}")])
-        .current_dir(&dir)
-        .env("PATH", path)
-        .env_remove("RECEIVER_LOG")
-        .env_remove("RUST_LOG")
-        .env_remove("ORBIT_SUBSCRIPTION_ID")
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&log).unwrap())
-        .stderr(std::fs::File::create(dir.join("stderr")).unwrap())
-        // Its own process group, so that the test can stop all it started.
-        .process_group(0)
-        .spawn()
-        .unwrap();
-    let group = run.id() as i32;
-    let stop_all = || {
-        // SAFETY: kill(2) with a negative pid signals the process group.
-        unsafe {
-            libc::kill(-group, libc::SIGTERM);
-        }
-    };
-    let output = || {
-        std::fs::read_to_string(&log).unwrap()
-            + &std::fs::read_to_string(dir.join("stderr")).unwrap()
-    };
+        .port()
+}
 
-    // Wait for the last line the README promises.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let last = expected.lines().last().unwrap().to_owned();
-    while !output().lines().any(|l| matches(l, &last)) {
-        if run.try_wait().unwrap().is_some() || Instant::now() > deadline {
-            stop_all();
-            panic!(
-                "the README's commands did not reach {last:?}:\n{}",
-                output()
+/// A document's commands running in a directory of their own, in a process
+/// group of their own.
+struct Path {
+    run: Child,
+    dir: PathBuf,
+}
+
+impl Path {
+    /// Runs the commands after `<!-- {name}:commands -->` in `document`
+    /// with each `(from, to)` of `replace` applied (every one must occur),
+    /// and waits until every line after `<!-- {name}:output -->` has been
+    /// printed, in order (stdout first, then stderr, as the test reads
+    /// them).
+    async fn run(document: &str, name: &str, replace: &[(&str, String)]) -> Path {
+        let text = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(document),
+        )
+        .unwrap();
+        let commands = block_after(&text, &format!("<!-- {name}:commands -->"));
+        let mut expected = block_after(&text, &format!("<!-- {name}:output -->"));
+        let mut script = commands.clone();
+        for (from, to) in replace {
+            assert!(script.contains(from), "{document} no longer says {from}");
+            script = script.replace(from, to);
+            expected = expected.replace(from, to);
+        }
+        let dir = std::env::temp_dir().join(format!("{name}-{}", random_hex(4)));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = format!(
+            "{}:{}",
+            bin_dir().display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let run = Command::new("bash")
+            .args(["-c", &format!("set -e\n{script}")])
+            .current_dir(&dir)
+            .env("PATH", path)
+            .env_remove("RECEIVER_LOG")
+            .env_remove("RUST_LOG")
+            .env_remove("RECEIVER_SOURCE")
+            .env_remove("ORBIT_SUBSCRIPTION_ID")
+            .env_remove("ORBIT_QUEUE_ID")
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(dir.join("stdout")).unwrap())
+            .stderr(std::fs::File::create(dir.join("stderr")).unwrap())
+            // Its own process group, so that the test can stop all it started.
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let mut path = Path { run, dir };
+
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let last = expected.lines().last().unwrap().to_owned();
+        while !path.output().lines().any(|l| matches(l, &last)) {
+            if path.run.try_wait().unwrap().is_some() || Instant::now() > deadline {
+                path.stop();
+                panic!(
+                    "{document}'s commands did not reach {last:?}:\n{}",
+                    path.output()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let printed = path.output();
+        let mut lines = printed.lines();
+        for want in expected.lines() {
+            assert!(
+                lines.any(|l| matches(l, want)),
+                "{want:?} missing (or out of order) in:\n{printed}"
             );
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        path
     }
 
-    // Every promised line, in order.
-    let printed = output();
-    let mut lines = printed.lines();
-    for want in expected.lines() {
-        assert!(
-            lines.any(|l| matches(l, want)),
-            "{want:?} missing (or out of order) in:\n{printed}"
-        );
+    fn output(&self) -> String {
+        std::fs::read_to_string(self.dir.join("stdout")).unwrap()
+            + &std::fs::read_to_string(self.dir.join("stderr")).unwrap()
     }
+
+    fn file(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir.join(name)).unwrap()
+    }
+
+    fn stop(&mut self) {
+        // SAFETY: kill(2) with a negative pid signals the process group.
+        unsafe {
+            libc::kill(-(self.run.id() as i32), libc::SIGTERM);
+        }
+        let _ = self.run.wait();
+    }
+}
+
+impl Drop for Path {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[tokio::test]
+async fn the_readme_path_from_nothing_to_consume_works_as_written() {
+    let db = TestDb::empty().await;
+    let port = free_port();
+    let mut path = Path::run(
+        "README.md",
+        "consume-path",
+        &[
+            ("127.0.0.1:8080", format!("127.0.0.1:{port}")),
+            (
+                "'mysql://root@127.0.0.1:3306/receiver_example'",
+                format!("'{}'", dsn_for(&db.name)),
+            ),
+        ],
+    )
+    .await;
 
     // And it consumes: a task submitted and cancelled on the queue ends in
     // the view, both events acknowledged.
-    let credentials: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.join(".local/inbox.credentials.json")).unwrap(),
-    )
-    .unwrap();
+    let credentials: serde_json::Value =
+        serde_json::from_str(&path.file(".local/inbox.credentials.json")).unwrap();
     let token = credentials["token"].as_str().unwrap();
     let url = format!("http://127.0.0.1:{port}");
     let client = OrbitClient::new(
@@ -133,7 +178,7 @@ async fn the_readme_path_from_nothing_to_consume_works_as_written() {
     .unwrap();
     let task = client.submit_task().await.unwrap();
     client.cancel_task(&task.id).await.unwrap();
-    let subscription = std::fs::read_to_string(dir.join(".local/subscription")).unwrap();
+    let subscription = path.file(".local/subscription");
     let subscription = subscription.trim().trim_start_matches("subscription=");
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -151,12 +196,11 @@ async fn the_readme_path_from_nothing_to_consume_works_as_written() {
         assert!(
             Instant::now() < deadline,
             "not consumed: {body}\n{}",
-            output()
+            path.output()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    stop_all();
-    run.wait().unwrap();
+    path.stop();
     let queue =
         result_inbox::ids::QueueId::parse(credentials["queue_id"].as_str().unwrap()).unwrap();
     let scope = InboxScope::new(ReceiverName::default(), queue);
@@ -165,6 +209,48 @@ async fn the_readme_path_from_nothing_to_consume_works_as_written() {
         .unwrap()
         .expect("the task's view");
     assert_eq!(view.last_state, "CANCELLED");
-    assert!(!output().contains(token), "the token was printed");
-    let _ = std::fs::remove_dir_all(&dir);
+    assert!(!path.output().contains(token), "the token was printed");
+}
+
+#[cfg(feature = "nats")]
+#[tokio::test]
+async fn the_nats_guide_s_path_from_nothing_to_applied_results_works_as_written() {
+    let db = TestDb::empty().await;
+    let nats = free_port();
+    let mut path = Path::run(
+        "docs/nats.md",
+        "nats-path",
+        &[
+            ("127.0.0.1:8080", format!("127.0.0.1:{}", free_port())),
+            ("127.0.0.1:4222", format!("127.0.0.1:{nats}")),
+            ("--port 4222", format!("--port {nats}")),
+            (
+                "'mysql://root@127.0.0.1:3306/receiver_nats_example'",
+                format!("'{}'", dsn_for(&db.name)),
+            ),
+        ],
+    )
+    .await;
+    path.stop();
+
+    // The task it submitted went Orbit → bridge → JetStream → inbox.
+    let printed = path.output();
+    let task = printed
+        .lines()
+        .find_map(|l| l.strip_prefix("task="))
+        .expect("a submitted task");
+    let credentials: serde_json::Value =
+        serde_json::from_str(&path.file(".local/inbox.credentials.json")).unwrap();
+    let queue =
+        result_inbox::ids::QueueId::parse(credentials["queue_id"].as_str().unwrap()).unwrap();
+    let scope = InboxScope::new(ReceiverName::default(), queue);
+    let task = result_inbox::ids::TaskId::parse(task).expect("a task id");
+    let view = result_inbox::task_view::load(&db.pool().await, &scope, &task)
+        .await
+        .unwrap()
+        .expect("the task's view");
+    assert_eq!(view.last_state, "PENDING");
+    assert_eq!(view.applied_events, 1);
+    let token = credentials["token"].as_str().unwrap();
+    assert!(!printed.contains(token), "the token was printed");
 }

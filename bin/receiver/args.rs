@@ -155,7 +155,8 @@ impl Receiver {
         nats: NatsArgs,
     ) -> Result<(Dsn, ReceiverName, NatsSettings), String> {
         let (dsn, name) = self.database_and_name()?;
-        Ok((dsn, name, nats.resolve(self.orbit.queue_id)?))
+        let queue_id = self.orbit.queue_id().map_err(|e| e.to_string())?;
+        Ok((dsn, name, nats.resolve(queue_id)?))
     }
 
     fn database_and_name(&self) -> Result<(Dsn, ReceiverName), String> {

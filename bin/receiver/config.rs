@@ -69,6 +69,21 @@ pub enum ConfigError {
 }
 
 impl OrbitArgs {
+    /// The queue, as `--source nats` needs it of Orbit's settings:
+    /// `ORBIT_QUEUE_ID`, else the credentials file's (the file written by
+    /// `bootstrap` serves both sources), else none.
+    pub(crate) fn queue_id(&self) -> Result<Option<String>, ConfigError> {
+        if let Some(queue) = &self.queue_id {
+            return Ok(Some(queue.clone()));
+        }
+        let file = self
+            .credentials_file
+            .as_deref()
+            .map(Credentials::load)
+            .transpose()?;
+        Ok(file.map(|f| f.queue_id.to_string()))
+    }
+
     /// Resolves the settings: explicit values first, then the credentials
     /// file. Reads the CA file, if any, so that an unusable one is a
     /// configuration error before any connection.

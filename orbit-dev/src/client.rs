@@ -43,6 +43,11 @@ impl BaseUrl {
         &self.authority
     }
 
+    /// The `ws://` URL of `path` (starting with `/`) on this server.
+    pub fn ws_url(&self, path: &str) -> String {
+        format!("ws://{}{}{path}", self.authority, self.prefix)
+    }
+
     fn connect_address(&self) -> String {
         let has_port = match self.authority.rfind(':') {
             Some(i) => !self.authority[i..].contains(']'),

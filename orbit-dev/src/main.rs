@@ -34,6 +34,55 @@ enum Command {
     Finish(FinishArgs),
     /// Add retry budget to a delivery (admin); an EXPIRED one becomes PENDING.
     AddBudget(AddBudgetArgs),
+    /// Submit a task on the credentials' queue (its task.submitted event is
+    /// delivered to the queue's subscriptions); prints task=<id>.
+    Submit(QueueArgs),
+    /// Publish the events of a subscription to NATS JetStream, as a
+    /// platform's bridge would: on orbit.results.<queue_id>, Nats-Msg-Id =
+    /// the event id, each delivery acknowledged once JetStream has it.
+    Bridge(BridgeArgs),
+}
+
+/// A queue's credentials, as `bootstrap` wrote them.
+#[derive(Args)]
+struct QueueArgs {
+    /// The credentials file written by `bootstrap`.
+    #[arg(long, env = "ORBIT_CREDENTIALS_FILE")]
+    credentials_file: PathBuf,
+    /// Orbit's base URL; the credentials file's when absent.
+    #[arg(long, env = "ORBIT_URL")]
+    url: Option<String>,
+}
+
+#[derive(Args)]
+struct BridgeArgs {
+    #[command(flatten)]
+    queue: QueueArgs,
+    /// The subscription whose events are published.
+    #[arg(long, env = "ORBIT_SUBSCRIPTION_ID")]
+    subscription: String,
+    /// The NATS server.
+    #[arg(long, env = "NATS_URL")]
+    nats_url: String,
+    /// The subject [default: orbit.results.<queue_id>].
+    #[arg(long, env = "NATS_SUBJECT")]
+    subject: Option<String>,
+}
+
+impl QueueArgs {
+    /// The credentials and the base URL to reach Orbit at.
+    fn load(&self) -> Result<(Credentials, BaseUrl), String> {
+        let text = std::fs::read_to_string(&self.credentials_file)
+            .map_err(|e| format!("cannot read {}: {e}", self.credentials_file.display()))?;
+        let credentials: Credentials = serde_json::from_str(&text).map_err(|e| {
+            format!(
+                "{} is not a credentials file: {e}",
+                self.credentials_file.display()
+            )
+        })?;
+        let url = BaseUrl::parse(self.url.as_deref().unwrap_or(&credentials.orbit_url))?;
+        Ok((credentials, url))
+    }
 }
 
 #[derive(Args)]
@@ -150,6 +199,8 @@ fn main() -> ExitCode {
             Command::Bootstrap(args) => bootstrap(args).await,
             Command::Finish(args) => finish(args).await,
             Command::AddBudget(args) => add_budget(args).await,
+            Command::Submit(args) => submit(args).await,
+            Command::Bridge(args) => bridge(args).await,
         }
     });
     match outcome {
@@ -159,6 +210,77 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+async fn submit(args: QueueArgs) -> Result<(), String> {
+    let (credentials, url) = args.load()?;
+    let authorization = format!("Bearer {}", credentials.token);
+    let answer = client::send(
+        &url,
+        "POST",
+        "/v1/tasks",
+        &[("Authorization", &authorization)],
+        None,
+    )
+    .await
+    .map_err(|e| format!("cannot reach {}: {e}", url.authority()))?;
+    #[derive(Deserialize)]
+    struct Task {
+        id: String,
+    }
+    match answer.status {
+        200 | 201 => {
+            let task: Task = answer
+                .json()
+                .map_err(|e| format!("unexpected answer to the submission: {e}"))?;
+            println!("task={}", task.id);
+            Ok(())
+        }
+        status => Err(format!(
+            "Orbit answered {status} {} to the submission",
+            answer.error_code().unwrap_or_default()
+        )),
+    }
+}
+
+async fn bridge(args: BridgeArgs) -> Result<(), String> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("orbit_dev=info")),
+        )
+        .init();
+    let (credentials, orbit) = args.queue.load()?;
+    let subject = args
+        .subject
+        .unwrap_or_else(|| format!("orbit.results.{}", credentials.queue_id));
+    println!(
+        "orbit-dev: bridging subscription {} to {subject} on {}",
+        args.subscription, args.nats_url
+    );
+    let mut terminate =
+        signal(SignalKind::terminate()).map_err(|e| format!("cannot handle SIGTERM: {e}"))?;
+    let mut interrupt =
+        signal(SignalKind::interrupt()).map_err(|e| format!("cannot handle SIGINT: {e}"))?;
+    let shutdown = async move {
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+    };
+    orbit_dev::bridge::run(
+        orbit_dev::bridge::Bridge {
+            orbit,
+            token: credentials.token,
+            subscription: args.subscription,
+            nats_url: args.nats_url,
+            subject,
+        },
+        shutdown,
+    )
+    .await
 }
 
 async fn serve(args: ServeArgs) -> Result<(), String> {

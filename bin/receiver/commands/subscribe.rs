@@ -74,7 +74,8 @@ pub(crate) fn run_subscribe_nats(
             "--events is only for --source orbit: a JetStream consumer takes every event on the queue's subject",
         ));
     }
-    let settings = nats.resolve(orbit.queue_id).map_err(config)?;
+    let queue_id = orbit.queue_id().map_err(config)?;
+    let settings = nats.resolve(queue_id).map_err(config)?;
     let defaults = ConsumerSpec::default();
     let spec = ConsumerSpec {
         ack_wait: consumer

@@ -1,0 +1,210 @@
+//! The events of one subscription, published to NATS JetStream as a
+//! platform's bridge publishes them: each event's bytes unchanged, on the
+//! queue's subject, with the event id as `Nats-Msg-Id`, so that the stream's
+//! duplicate window drops what a restarted bridge publishes again. A
+//! delivery is acknowledged on Orbit only after JetStream confirmed the
+//! publish; until then it is redelivered, and published again.
+
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::client::{self, BaseUrl};
+
+/// Deliveries held at once: what the stream may send before the bridge
+/// has published and acknowledged.
+const CREDIT: u32 = 64;
+
+/// Pause before opening the stream again after it ended or failed.
+const REOPEN_PAUSE: Duration = Duration::from_secs(1);
+
+/// Where the bridge reads and where it publishes.
+#[derive(Debug)]
+pub struct Bridge {
+    /// Orbit's base URL (`http://`).
+    pub orbit: BaseUrl,
+    /// A token with `events:consume` on the subscription's queue. Secret.
+    pub token: String,
+    /// The subscription whose deliveries are published.
+    pub subscription: String,
+    /// The NATS server.
+    pub nats_url: String,
+    /// The subject: `orbit.results.<queue_id>` by default.
+    pub subject: String,
+}
+
+#[derive(Deserialize)]
+struct WireMessage<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    delivery_id: Option<&'a str>,
+    lease_proof: Option<&'a str>,
+    #[serde(borrow)]
+    event: Option<&'a RawValue>,
+    code: Option<&'a str>,
+}
+
+#[derive(Deserialize)]
+struct EventId {
+    id: String,
+}
+
+/// Publishes until `shutdown` resolves; fails only when NATS cannot be
+/// reached at the start. A stream that ends or fails is opened again.
+pub async fn run(
+    bridge: Bridge,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), String> {
+    let nats = async_nats::connect(bridge.nats_url.as_str())
+        .await
+        .map_err(|e| format!("cannot reach NATS at {}: {e}", bridge.nats_url))?;
+    let jetstream = async_nats::jetstream::new(nats);
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => return Ok(()),
+            ended = session(&bridge, &jetstream) => {
+                if let Err(e) = ended {
+                    tracing::warn!(error = %e, "bridge stream ended; opening it again");
+                }
+            }
+        }
+        tokio::select! {
+            _ = &mut shutdown => return Ok(()),
+            _ = tokio::time::sleep(REOPEN_PAUSE) => {}
+        }
+    }
+}
+
+/// One delivery stream: publish, then acknowledge, one delivery at a time.
+async fn session(
+    bridge: &Bridge,
+    jetstream: &async_nats::jetstream::Context,
+) -> Result<(), String> {
+    let authorization = format!("Bearer {}", bridge.token);
+    let url = bridge
+        .orbit
+        .ws_url(&format!("/v1/subscriptions/{}/stream", bridge.subscription));
+    let mut request = url
+        .into_client_request()
+        .map_err(|e| format!("stream URL: {e}"))?;
+    request.headers_mut().insert(
+        "authorization",
+        authorization
+            .parse()
+            .map_err(|_| "the token is not a valid header value".to_string())?,
+    );
+    let (mut socket, _) = tokio_tungstenite::connect_async(request)
+        .await
+        .map_err(|e| format!("cannot open the stream: {e}"))?;
+    let credit = |n: u32| Message::text(serde_json::json!({"type": "credit", "n": n}).to_string());
+    socket
+        .send(credit(CREDIT))
+        .await
+        .map_err(|e| e.to_string())?;
+    while let Some(frame) = socket.next().await {
+        let text = match frame.map_err(|e| e.to_string())? {
+            Message::Text(text) => text,
+            Message::Close(_) => return Ok(()),
+            _ => continue,
+        };
+        let Ok(message) = serde_json::from_str::<WireMessage<'_>>(text.as_str()) else {
+            // An event that is not JSON makes its message unreadable: it is
+            // not published, and expires on Orbit.
+            tracing::warn!(
+                bytes = text.len(),
+                "a stream message that cannot be read; skipped"
+            );
+            continue;
+        };
+        match (
+            message.kind,
+            message.delivery_id,
+            message.lease_proof,
+            message.event,
+        ) {
+            ("delivery", Some(delivery), Some(proof), Some(event)) => {
+                publish(bridge, jetstream, delivery, event.get()).await?;
+                acknowledge(bridge, &authorization, delivery, proof).await?;
+                socket.send(credit(1)).await.map_err(|e| e.to_string())?;
+            }
+            ("error", ..) => {
+                return Err(format!(
+                    "Orbit closed the stream: {}",
+                    message.code.unwrap_or("unknown")
+                ))
+            }
+            _ => tracing::warn!(bytes = text.len(), "an incomplete stream message; skipped"),
+        }
+    }
+    Ok(())
+}
+
+async fn publish(
+    bridge: &Bridge,
+    jetstream: &async_nats::jetstream::Context,
+    delivery: &str,
+    event: &str,
+) -> Result<(), String> {
+    // An event without a readable id still gets a stable message id.
+    let id = serde_json::from_str::<EventId>(event)
+        .map(|e| e.id)
+        .unwrap_or_else(|_| delivery.to_owned());
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("Nats-Msg-Id", id.as_str());
+    let ack = jetstream
+        .publish_with_headers(bridge.subject.clone(), headers, event.to_owned().into())
+        .await
+        .map_err(|e| format!("cannot publish on {}: {e}", bridge.subject))?
+        .await
+        .map_err(|e| {
+            format!(
+                "JetStream did not confirm the publish on {}: {e}",
+                bridge.subject
+            )
+        })?;
+    tracing::info!(
+        event = %id,
+        delivery = %delivery,
+        stream = %ack.stream,
+        sequence = ack.sequence,
+        duplicate = ack.duplicate,
+        "published"
+    );
+    Ok(())
+}
+
+async fn acknowledge(
+    bridge: &Bridge,
+    authorization: &str,
+    delivery: &str,
+    proof: &str,
+) -> Result<(), String> {
+    let body = serde_json::json!({ "lease_proof": proof }).to_string();
+    let answer = client::send(
+        &bridge.orbit,
+        "POST",
+        &format!("/v1/deliveries/{delivery}/ack"),
+        &[("Authorization", authorization)],
+        Some(body.as_bytes()),
+    )
+    .await
+    .map_err(|e| format!("cannot acknowledge delivery {delivery}: {e}"))?;
+    match answer.status {
+        200 => Ok(()),
+        // The lease passed to a newer attempt: that one publishes again,
+        // and the stream drops it as a duplicate.
+        409 => {
+            tracing::warn!(delivery = %delivery, "lease lost before the ACK; it comes again");
+            Ok(())
+        }
+        status => Err(format!(
+            "Orbit answered {status} {} to the ACK of delivery {delivery}",
+            answer.error_code().unwrap_or_default()
+        )),
+    }
+}
