@@ -9,10 +9,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::consume::Consume;
-use common::galera::{isolate_node, wait_until_synced, ClusterDb};
+use common::galera::{consuming_on_every_node, isolate_node, wait_until_synced, ClusterDb};
 use common::orbit::OrbitDev;
-use common::{random_hex, EventSpec};
 
 const TASKS: u64 = 200;
 
@@ -31,28 +29,8 @@ fn at(line: &str) -> f64 {
 async fn an_isolated_node_opens_its_consumer_s_breaker_at_the_first_1047_without_a_retry_storm() {
     let db = ClusterDb::initialized().await;
     let (orbit, creds, sub) = OrbitDev::subscribed(2_000, 30, "inbox-isolated").await;
-    for _ in 0..TASKS {
-        let task = random_hex(16);
-        orbit
-            .inject(&sub, &EventSpec::submitted(&creds.queue_id, &task).json())
-            .await;
-        let second = EventSpec {
-            version: 2,
-            event_type: "task.cancelled",
-            state: "CANCELLED",
-            ..EventSpec::submitted(&creds.queue_id, &task)
-        };
-        orbit.inject(&sub, &second.json()).await;
-    }
+    let mut consumers = consuming_on_every_node(&db, &orbit, &creds, &sub, TASKS).await;
     let total = 2 * TASKS;
-    let mut consumers: Vec<Consume> = (0..3)
-        .map(|node| Consume::start(&orbit, &creds, &db.dsn(node), &sub, "task-result-view", &[]))
-        .collect();
-    orbit
-        .wait_for_counts(&creds, &sub, Duration::from_secs(60), |c| {
-            c["acked"].as_u64().unwrap_or(0) >= 20
-        })
-        .await;
 
     let before = consumers[2].output().len();
     isolate_node(2, true).await;

@@ -7,10 +7,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::consume::Consume;
-use common::galera::{kill_node, restart_node, ClusterDb};
+use common::galera::{consuming_on_every_node, kill_node, restart_node, ClusterDb};
 use common::orbit::OrbitDev;
-use common::{random_hex, EventSpec};
 
 const TASKS: u64 = 200;
 
@@ -19,28 +17,8 @@ async fn a_node_killed_mid_stream_loses_nothing_and_every_node_ends_with_the_sam
     let db = ClusterDb::initialized().await;
     let (orbit, creds, sub) = OrbitDev::subscribed(2_000, 30, "inbox-cluster").await;
     // Each task's first event and a second version of it.
-    for _ in 0..TASKS {
-        let task = random_hex(16);
-        let first = EventSpec::submitted(&creds.queue_id, &task);
-        let second = EventSpec {
-            version: 2,
-            event_type: "task.cancelled",
-            state: "CANCELLED",
-            ..EventSpec::submitted(&creds.queue_id, &task)
-        };
-        orbit.inject(&sub, &first.json()).await;
-        orbit.inject(&sub, &second.json()).await;
-    }
+    let mut consumers = consuming_on_every_node(&db, &orbit, &creds, &sub, TASKS).await;
     let total = 2 * TASKS;
-
-    let mut consumers: Vec<Consume> = (0..3)
-        .map(|node| Consume::start(&orbit, &creds, &db.dsn(node), &sub, "task-result-view", &[]))
-        .collect();
-    orbit
-        .wait_for_counts(&creds, &sub, Duration::from_secs(60), |c| {
-            c["acked"].as_u64().unwrap_or(0) >= 20
-        })
-        .await;
 
     // Node 3 goes away; the consumers of nodes 1 and 2 carry on.
     let before_kill = consumers[2].output().len();

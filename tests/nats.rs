@@ -112,6 +112,21 @@ impl Setup {
 }
 
 /// The `acknowledged` lines of a receiver's log.
+/// The stream sequences of the next `n` terminated messages, as the
+/// server's advisories name them.
+async fn terminated_sequences(advisories: &mut async_nats::Subscriber, n: usize) -> Vec<u64> {
+    let mut seen = Vec::new();
+    for _ in 0..n {
+        let advisory = tokio::time::timeout(Duration::from_secs(20), advisories.next())
+            .await
+            .expect("a message that is not an event is terminated")
+            .unwrap();
+        let advisory: serde_json::Value = serde_json::from_slice(&advisory.payload).unwrap();
+        seen.push(advisory["stream_seq"].as_u64().unwrap());
+    }
+    seen
+}
+
 fn acknowledged(log: &str) -> usize {
     log.lines().filter(|l| l.contains(" acknowledged ")).count()
 }
@@ -201,15 +216,7 @@ async fn bytes_that_can_never_be_an_event_are_terminated_after_one_delivery() {
     s.queue.publish(event).await;
     let mut consume = s.consume();
 
-    let mut seen = Vec::new();
-    for _ in 0..3 {
-        let advisory = tokio::time::timeout(Duration::from_secs(20), terminated.next())
-            .await
-            .expect("a malformed message is terminated")
-            .unwrap();
-        let advisory: serde_json::Value = serde_json::from_slice(&advisory.payload).unwrap();
-        seen.push(advisory["stream_seq"].as_u64().unwrap());
-    }
+    let mut seen = terminated_sequences(&mut terminated, 3).await;
     let info = s.queue.wait_all_acked(Duration::from_secs(10)).await;
     assert!(consume.terminate().success());
     seen.sort();
@@ -249,15 +256,7 @@ async fn messages_that_are_not_events_are_terminated_while_their_neighbours_are_
     let valid = bad.len() as i64 + 1;
     let mut consume = s.consume();
 
-    let mut seen = Vec::new();
-    for _ in 0..bad.len() {
-        let advisory = tokio::time::timeout(Duration::from_secs(20), terminated.next())
-            .await
-            .expect("a message that is not an event is terminated")
-            .unwrap();
-        let advisory: serde_json::Value = serde_json::from_slice(&advisory.payload).unwrap();
-        seen.push(advisory["stream_seq"].as_u64().unwrap());
-    }
+    let mut seen = terminated_sequences(&mut terminated, bad.len()).await;
     let info = s.queue.wait_all_acked(Duration::from_secs(10)).await;
     assert!(consume.terminate().success());
     seen.sort();

@@ -170,6 +170,11 @@ async fn metrics_count_each_kind_of_delivery_and_ack_as_it_happened() {
         "deadlock",
         "lock_wait",
         "connection",
+        "transport",
+        "timeout",
+        "status",
+        "protocol",
+        "unreadable_message",
     ];
     for sample in &metrics.samples {
         for (key, label) in sample.labels.iter() {
@@ -369,4 +374,38 @@ async fn sqlx_slow_statement_warnings_stay_out_of_the_default_log() {
     // The same run with sqlx's warnings let through shows what was hidden.
     let verbose = one_slow_apply(&[("RECEIVER_LOG", "warn,result_inbox=info")]).await;
     assert!(verbose.contains("slow statement"), "{verbose}");
+}
+
+#[tokio::test]
+async fn a_stream_that_breaks_is_counted_by_its_cause() {
+    let (mut orbit, creds, sub) = OrbitDev::subscribed(30_000, 5, "metrics-stream-errors").await;
+    let db = TestDb::initialized().await;
+    let (mut consume, url) = consume_with_metrics(&orbit, &creds, &db, &sub, &[]).await;
+    consume
+        .wait_for_output(Duration::from_secs(20), |out| {
+            out.contains("delivery stream open")
+        })
+        .await;
+    let before = scrape(&url).await;
+    assert_eq!(value(&before, "receiver_stream_errors_total", &[]), None);
+
+    // Orbit goes away under an open stream.
+    orbit.kill();
+    consume
+        .wait_for_output(Duration::from_secs(20), |out| {
+            out.contains("delivery stream broke")
+        })
+        .await;
+    let after = scrape(&url).await;
+    assert_eq!(
+        value(
+            &after,
+            "receiver_stream_errors_total",
+            &[("cause", "transport")]
+        ),
+        Some(1.0),
+        "{}",
+        consume.output()
+    );
+    assert!(consume.terminate().success());
 }

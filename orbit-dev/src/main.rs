@@ -244,32 +244,16 @@ async fn submit(args: QueueArgs) -> Result<(), String> {
 }
 
 async fn bridge(args: BridgeArgs) -> Result<(), String> {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("orbit_dev=info")),
-        )
-        .init();
+    init_logging();
     let (credentials, orbit) = args.queue.load()?;
     let subject = args
         .subject
         .unwrap_or_else(|| format!("orbit.results.{}", credentials.queue_id));
+    let shutdown = stop_signal()?;
     println!(
         "orbit-dev: bridging subscription {} to {subject} on {}",
         args.subscription, args.nats_url
     );
-    let mut terminate =
-        signal(SignalKind::terminate()).map_err(|e| format!("cannot handle SIGTERM: {e}"))?;
-    let mut interrupt =
-        signal(SignalKind::interrupt()).map_err(|e| format!("cannot handle SIGINT: {e}"))?;
-    let shutdown = async move {
-        tokio::select! {
-            _ = terminate.recv() => {}
-            _ = interrupt.recv() => {}
-        }
-    };
     orbit_dev::bridge::run(
         orbit_dev::bridge::Bridge {
             orbit,
@@ -283,7 +267,8 @@ async fn bridge(args: BridgeArgs) -> Result<(), String> {
     .await
 }
 
-async fn serve(args: ServeArgs) -> Result<(), String> {
+/// stderr logging, `orbit_dev=info` unless `RUST_LOG` says otherwise.
+fn init_logging() {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
@@ -292,6 +277,26 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("orbit_dev=info")),
         )
         .init();
+}
+
+/// Resolves at SIGTERM or SIGINT. The handlers are registered here, before
+/// anything is announced, so that a signal sent right after an
+/// announcement is never the default (fatal) one.
+fn stop_signal() -> Result<impl std::future::Future<Output = ()>, String> {
+    let mut terminate =
+        signal(SignalKind::terminate()).map_err(|e| format!("cannot handle SIGTERM: {e}"))?;
+    let mut interrupt =
+        signal(SignalKind::interrupt()).map_err(|e| format!("cannot handle SIGINT: {e}"))?;
+    Ok(async move {
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+    })
+}
+
+async fn serve(args: ServeArgs) -> Result<(), String> {
+    init_logging();
     let admin_token = match args.admin_token {
         Some(token) => {
             if token.is_empty() || token.chars().any(|c| !c.is_ascii_graphic()) {
@@ -311,12 +316,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
             token
         }
     };
-    // Register the handlers before announcing the address, so that a signal
-    // sent right after the announcement is never the default (fatal) one.
-    let mut terminate =
-        signal(SignalKind::terminate()).map_err(|e| format!("cannot handle SIGTERM: {e}"))?;
-    let mut interrupt =
-        signal(SignalKind::interrupt()).map_err(|e| format!("cannot handle SIGINT: {e}"))?;
+    let stopped = stop_signal()?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
@@ -330,10 +330,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     config.ping_interval = Duration::from_millis(args.ping_ms);
     tracing::info!(lease_ms = args.lease_ms, budget = args.budget, "serving");
     let shutdown = async move {
-        tokio::select! {
-            _ = terminate.recv() => {}
-            _ = interrupt.recv() => {}
-        }
+        stopped.await;
         tracing::info!("stopping");
     };
     orbit_dev::serve(listener, config, shutdown)

@@ -220,4 +220,14 @@ mod tests {
         assert!(OrbitError::Timeout.is_retryable());
         assert!(OrbitError::Transport("reset".into()).is_retryable());
     }
+
+    #[test]
+    fn a_message_that_names_no_delivery_is_its_own_cause_of_a_broken_stream() {
+        use crate::source::SourceError;
+        assert_eq!(
+            OrbitError::UnreadableMessage { bytes: 9 }.cause(),
+            "unreadable_message"
+        );
+        assert_eq!(OrbitError::Transport("reset".into()).cause(), "transport");
+    }
 }

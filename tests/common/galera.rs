@@ -14,7 +14,10 @@ use result_inbox::verify::{self, Finding, Report};
 use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 use sqlx::{Executor, MySqlPool};
 
-use super::random_hex;
+use super::consume::Consume;
+use super::orbit::{OrbitDev, QueueCredentials};
+use super::{random_hex, EventSpec};
+use result_inbox::ids::SubscriptionId;
 
 /// The nodes' root DSNs (database `mysql`).
 pub fn node_dsns() -> Vec<String> {
@@ -242,4 +245,37 @@ pub async fn wait_until_synced(node: usize, within: Duration) {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// Injects two versions of each of `tasks` new tasks into `sub`, starts a
+/// `receiver consume` on every node of `db`, and returns them, running,
+/// once 20 events are acknowledged.
+pub async fn consuming_on_every_node(
+    db: &ClusterDb,
+    orbit: &OrbitDev,
+    creds: &QueueCredentials,
+    sub: &SubscriptionId,
+    tasks: u64,
+) -> Vec<Consume> {
+    for _ in 0..tasks {
+        let task = random_hex(16);
+        let first = EventSpec::submitted(&creds.queue_id, &task);
+        let second = EventSpec {
+            version: 2,
+            event_type: "task.cancelled",
+            state: "CANCELLED",
+            ..EventSpec::submitted(&creds.queue_id, &task)
+        };
+        orbit.inject(sub, &first.json()).await;
+        orbit.inject(sub, &second.json()).await;
+    }
+    let consumers = (0..3)
+        .map(|node| Consume::start(orbit, creds, &db.dsn(node), sub, "task-result-view", &[]))
+        .collect();
+    orbit
+        .wait_for_counts(creds, sub, Duration::from_secs(60), |c| {
+            c["acked"].as_u64().unwrap_or(0) >= 20
+        })
+        .await;
+    consumers
 }

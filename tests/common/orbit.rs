@@ -100,6 +100,12 @@ impl OrbitDev {
         }
     }
 
+    /// SIGKILL: the server ends at once, its connections with it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// The server's process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
