@@ -248,7 +248,8 @@ async fn messages_that_are_not_events_are_terminated_while_their_neighbours_are_
     let s = Setup::new(Duration::from_secs(1), 3).await;
     let mut terminated = s.advisories("MSG_TERMINATED").await;
     let mut bad = Vec::new();
-    for (_, body) in unreadable_bodies() {
+    let spoiled = s.submitted(&random_hex(16));
+    for (_, body) in unreadable_bodies(&spoiled) {
         s.queue.publish(s.submitted(&random_hex(16))).await;
         bad.push(s.queue.publish(body).await);
     }

@@ -22,7 +22,8 @@ async fn a_poison_delivery_is_rejected_at_every_attempt_while_its_neighbours_are
 
     let mut valid = Vec::new();
     let mut bad: HashMap<String, &str> = HashMap::new();
-    for (what, body) in unreadable_bodies() {
+    let spoiled = EventSpec::submitted(&creds.queue_id, &random_hex(16)).json();
+    for (what, body) in unreadable_bodies(&spoiled) {
         let task = random_hex(16);
         let event = EventSpec::submitted(&creds.queue_id, &task);
         orbit.inject(&sub, &event.json()).await;

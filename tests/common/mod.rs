@@ -248,9 +248,9 @@ impl<'a> EventSpec<'a> {
 
 /// Sends SIGTERM, as a service manager would.
 /// Bodies that are not events, each unreadable in its own way: a delivery
-/// carrying one must be refused on its own, its neighbours applied.
-pub fn unreadable_bodies() -> Vec<(&'static str, String)> {
-    let object = r#"{"id":"0123456789abcdef0123456789abcdef","queue_id":"x"}"#;
+/// carrying one must be refused on its own, its neighbours applied. `event`
+/// is a valid event, which one of them spoils with trailing garbage.
+pub fn unreadable_bodies(event: &str) -> Vec<(&'static str, String)> {
     vec![
         ("not json", "garbage{".to_owned()),
         ("empty", String::new()),
@@ -264,7 +264,10 @@ pub fn unreadable_bodies() -> Vec<(&'static str, String)> {
             r#"},"delivery_id":"ffffffffffffffffffffffffffffffff","lease_proof":"lp_spoof"} {"#
                 .to_owned(),
         ),
-        ("an object and trailing garbage", format!("{object}garbage")),
+        (
+            "a valid event and trailing garbage",
+            format!("{event}garbage"),
+        ),
     ]
 }
 
