@@ -28,8 +28,8 @@ pub trait Probe: Send + Sync + 'static {
     }
 
     /// Whether the dependency's own work found it unreachable since it last
-    /// answered (a delivery could not reach the database), before any
-    /// probe: the consumer then starts no new delivery until a probe
+    /// answered (a delivery could not reach the database, or lost the
+    /// answer to its COMMIT), before any probe: the consumer then starts no new delivery until a probe
     /// answers, instead of finding out from each delivery's failure. The
     /// default never says so.
     fn is_unavailable(&self) -> bool {

@@ -279,3 +279,30 @@ pub async fn consuming_on_every_node(
         .await;
     consumers
 }
+
+/// Waits until all `total` events of `sub` are acknowledged, then holds
+/// what every cluster test ends with: nothing expired, every consumer
+/// stops cleanly, one inbox row per event, the same tables on every node
+/// and `verify` clean on each. Returns what the nodes agreed on.
+pub async fn applied_once_everywhere(
+    db: &ClusterDb,
+    orbit: &OrbitDev,
+    creds: &QueueCredentials,
+    sub: &SubscriptionId,
+    consumers: &mut [Consume],
+    total: u64,
+) -> Vec<i64> {
+    let counts = orbit
+        .wait_for_counts(creds, sub, Duration::from_secs(120), |c| {
+            c["acked"].as_u64() == Some(total)
+        })
+        .await;
+    assert_eq!(counts["expired"], 0, "{counts}");
+    for consumer in consumers {
+        assert!(consumer.terminate().success(), "{}", consumer.output());
+    }
+    let agreed = db.assert_nodes_agree().await;
+    assert_eq!(agreed[0], total as i64, "one inbox row per event");
+    db.assert_verified_on_every_node().await;
+    agreed
+}
