@@ -14,8 +14,8 @@ use crate::telemetry;
 use crate::BoxError;
 
 /// Stops taking deliveries while the database cannot be reached: opened by
-/// a delivery that failed for that reason or by a failed probe, closed by a
-/// probe that answers. Without a probe it never opens.
+/// a delivery that failed for that reason, by the probe's dependency saying
+/// so, or by a failed probe, closed by a probe that answers. Without a probe it never opens.
 pub(super) struct Breaker {
     probe: Option<Arc<dyn Probe>>,
     open: bool,
@@ -49,7 +49,13 @@ impl Breaker {
         }
     }
 
-    pub(super) fn is_open(&self) -> bool {
+    /// Whether no delivery is to start now. A dependency whose own work
+    /// found it unreachable ([`Probe::is_unavailable`]) opens it here, before
+    /// any delivery fails for it.
+    pub(super) fn is_open(&mut self) -> bool {
+        if self.probe.as_ref().is_some_and(|p| p.is_unavailable()) {
+            self.trip();
+        }
         self.open
     }
 

@@ -173,12 +173,6 @@ impl<Src: Source> Consumer<Src> {
                 }
             }
 
-            // A delivery that found the database away opens the breaker at
-            // once, before it fails: nothing more starts on a database that
-            // a probe has not seen answer again.
-            if self.probe.as_ref().is_some_and(|p| p.is_unavailable()) {
-                breaker.trip();
-            }
             // A held delivery starts as soon as a slot is free, unless the
             // database is known to be away: then it waits for the probe
             // that closes the breaker, not for a failure of its own.
@@ -249,9 +243,6 @@ impl<Src: Source> Consumer<Src> {
                         // while the breaker is open (credit granted before
                         // it opened): started now it would only spend an
                         // attempt on a database that is away.
-                        if self.probe.as_ref().is_some_and(|p| p.is_unavailable()) {
-                            breaker.trip();
-                        }
                         if handlers.len() < concurrency as usize && held.is_empty() && !breaker.is_open() {
                             handlers.spawn(handle(service.clone(), delivery, proof, self.probe.clone()));
                         } else {

@@ -351,9 +351,12 @@ where
     };
     let event_id = event.id().clone();
     let answer = apply_event(store.clone(), inner, delivery, event).await;
+    // Whether the database answered: a COMMIT whose answer was lost or never
+    // came counts as no answer, and until a probe sees it answer nothing
+    // more is started on it.
     match &answer {
         Ok(_) => store.mark_reachable(),
-        Err(InboxError::Database(e)) if e.is_unavailable() => {
+        Err(e) if e.is_unavailable() || matches!(e, InboxError::CommitUnconfirmed) => {
             store.mark_unreachable();
         }
         Err(_) => {}
@@ -417,7 +420,7 @@ where
         .await
         {
             Err(_elapsed) => return Err(InboxError::Timeout),
-            Ok(Ok(phase)) => settle_phase(&store, phase, deadline).await,
+            Ok(Ok(phase)) => settle_phase(phase, deadline).await,
             Ok(Err(e)) => Err(e),
         };
         match attempt {
@@ -452,11 +455,7 @@ where
 
 /// A duplicate's digest comparison, or the COMMIT of an applied or stale
 /// event.
-async fn settle_phase(
-    store: &InboxStore,
-    phase: Phase,
-    deadline: Instant,
-) -> Result<Receipt, InboxError> {
+async fn settle_phase(phase: Phase, deadline: Instant) -> Result<Receipt, InboxError> {
     match phase {
         Phase::Duplicate {
             event,
@@ -476,22 +475,11 @@ async fn settle_phase(
         }
         Phase::ReadyToCommit(Verdict { applying, advanced }) => {
             let Applying { event, tx, .. } = applying;
-            let committed = match timeout_at(deadline, tx.commit()).await {
+            match timeout_at(deadline, tx.commit()).await {
                 Err(_elapsed) => Err(InboxError::CommitUnconfirmed),
                 // An error packet: the server did not commit.
                 Ok(Err(e)) => Err(error::commit_error(e)),
-                Ok(Ok(())) => Ok(()),
-            };
-            match committed {
-                // The server's answer was lost or never came: whether it
-                // committed is for the redelivery to find out, and until a
-                // probe sees it answer, nothing more is started on it.
-                Err(InboxError::CommitUnconfirmed) => {
-                    store.mark_unreachable();
-                    Err(InboxError::CommitUnconfirmed)
-                }
-                Err(e) => Err(e),
-                Ok(()) => {
+                Ok(Ok(())) => {
                     let outcome = if advanced {
                         Outcome::Applied
                     } else {

@@ -158,13 +158,7 @@ fn around_the_event(text: &str) -> Option<StreamMessage> {
         }
     }
 
-    let field = |name: &str| {
-        fields
-            .iter()
-            .filter(|(k, _)| *k == name)
-            .map(|(_, v)| *v)
-            .next()
-    };
+    let field = |name: &str| fields.iter().find(|(k, _)| *k == name).map(|(_, v)| *v);
     if fields.len() != FIELDS.len()
         || serde_json::from_str::<&str>(field("type")?).ok()? != "delivery"
     {
