@@ -36,7 +36,7 @@ doc:
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --locked $(CLI)
 
 ## deps-check: a library user's default features compile none of the command line's crates
-CLI_ONLY_CRATES := clap tracing-subscriber metrics-exporter-prometheus indicatif
+CLI_ONLY_CRATES := clap tracing-subscriber metrics-exporter-prometheus indicatif flate2
 deps-check:
 	@tree=$$($(CARGO) tree -e normal -p result-inbox --locked --prefix none --format '{p}' | cut -d' ' -f1 | sort -u); \
 	for crate in $(CLI_ONLY_CRATES); do \
@@ -47,7 +47,7 @@ deps-check:
 	echo "deps-check: default features compile none of: $(CLI_ONLY_CRATES)"
 
 ## package-check: the published package holds what a user needs and not the repository's test apparatus, and it builds on its own (cargo verifies it outside the workspace, with the binary)
-PACKAGE_NEEDS := Cargo.toml README.md LICENSE-APACHE LICENSE-MIT schema.sql src/lib.rs bin/receiver/main.rs
+PACKAGE_NEEDS := Cargo.toml README.md LICENSE-APACHE LICENSE-MIT schema.sql retention.sql src/lib.rs bin/receiver/main.rs
 PACKAGE_KEEPS_OUT := tests/ benches/ fuzz/ scripts/ .ci/ Makefile
 package-check:
 	@list=$$($(CARGO) package --locked --allow-dirty -p result-inbox --list 2>/dev/null) || { $(CARGO) package --locked --allow-dirty -p result-inbox --list; exit 1; }; \

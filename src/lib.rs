@@ -133,6 +133,7 @@ feature! { "mysql":
     pub mod inbox;
     pub mod task_view;
     pub mod inspect;
+    pub mod prune;
     pub mod stats;
     pub mod verify;
 

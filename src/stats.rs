@@ -3,8 +3,11 @@
 //! what one event costs. `docs/operations.md` says how to read it.
 //!
 //! Reads only (`SELECT` on the two tables and `information_schema`); the
-//! inbox is scanned twice (totals, then the last 30 days), so on a large
-//! table it takes as long as two full scans.
+//! inbox is scanned twice (totals, then the last 30 days), and once more
+//! for the rows past a window when one is asked for, so on a large table
+//! it takes as long as two or three full scans.
+
+use std::time::Duration;
 
 use serde::Serialize;
 use sqlx::mysql::MySqlConnection;
@@ -23,6 +26,11 @@ pub struct Stats {
     pub tables: Vec<TableSize>,
     /// The oldest `received_at` in the inbox (UTC), if any row.
     pub oldest_received_at: Option<String>,
+    /// How long ago that was by the server's clock, in whole seconds.
+    pub oldest_age_seconds: Option<u64>,
+    /// The inbox rows received before a window, when one was asked for:
+    /// what `receiver prune --older-than` of that window would look at.
+    pub past_window: Option<PastWindow>,
     /// The newest `received_at` in the inbox (UTC), if any row.
     pub newest_received_at: Option<String>,
     /// Inbox rows that advanced a view.
@@ -61,6 +69,17 @@ pub struct TableSize {
     pub index_bytes: u64,
 }
 
+/// The inbox rows received before a window, in every scope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct PastWindow {
+    /// The window, in seconds.
+    pub older_than_seconds: u64,
+    /// Rows received before it.
+    pub rows: u64,
+    /// Their canonical text, in bytes.
+    pub bytes: u64,
+}
+
 /// Events received on one UTC day.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct DayCount {
@@ -72,6 +91,11 @@ pub struct DayCount {
 
 /// Reads the statistics of the receiver's tables in the DSN's database.
 pub async fn run(dsn: &Dsn) -> Result<Stats, DbError> {
+    run_with(dsn, None).await
+}
+
+/// [`run`], and the rows past `window` (a third scan of the inbox).
+pub async fn run_with(dsn: &Dsn, window: Option<Duration>) -> Result<Stats, DbError> {
     let mut conn = MySqlConnection::connect_with(&dsn.connect_options()).await?;
     // MySQL 8 caches table sizes for a day by default; ask for current
     // ones. MariaDB has no such variable (and no such cache).
@@ -88,11 +112,30 @@ pub async fn run(dsn: &Dsn) -> Result<Stats, DbError> {
          CAST(COUNT(*) - COALESCE(SUM(applied), 0) AS UNSIGNED), \
          CAST(MIN(received_at) AS CHAR), CAST(MAX(received_at) AS CHAR), \
          CAST(COALESCE(AVG(LENGTH(event_canonical)), 0) AS DOUBLE), \
-         CAST(COALESCE(MAX(LENGTH(event_canonical)), 0) AS UNSIGNED) \
+         CAST(COALESCE(MAX(LENGTH(event_canonical)), 0) AS UNSIGNED), \
+         CAST(TIMESTAMPDIFF(SECOND, MIN(received_at), UTC_TIMESTAMP(6)) AS SIGNED) \
          FROM receiver_inbox",
     )
     .fetch_one(&mut conn)
     .await?;
+    let past_window = match window {
+        None => None,
+        Some(window) => {
+            let older_than_seconds = window.as_secs();
+            let (rows, bytes): (i64, u64) = sqlx::query_as(
+                "SELECT COUNT(*), CAST(COALESCE(SUM(LENGTH(event_canonical)), 0) AS UNSIGNED) \
+                 FROM receiver_inbox WHERE received_at < UTC_TIMESTAMP(6) - INTERVAL ? SECOND",
+            )
+            .bind(older_than_seconds)
+            .fetch_one(&mut conn)
+            .await?;
+            Some(PastWindow {
+                older_than_seconds,
+                rows: rows as u64,
+                bytes,
+            })
+        }
+    };
     let events_per_day: Vec<DayCount> = sqlx::query_as::<_, (String, u64)>(
         "WITH RECURSIVE days (n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM days WHERE n < ?) \
          SELECT CAST(UTC_DATE() - INTERVAL days.n DAY AS CHAR), \
@@ -123,6 +166,11 @@ pub async fn run(dsn: &Dsn) -> Result<Stats, DbError> {
     Ok(Stats {
         oldest_received_at: totals.try_get(2).map_err(DbError::from)?,
         newest_received_at: totals.try_get(3).map_err(DbError::from)?,
+        oldest_age_seconds: totals
+            .try_get::<Option<i64>, _>(6)
+            .map_err(DbError::from)?
+            .map(|s| s.max(0) as u64),
+        past_window,
         applied: totals.try_get(0).map_err(DbError::from)?,
         stale: totals.try_get(1).map_err(DbError::from)?,
         average_event_bytes: totals.try_get(4).map_err(DbError::from)?,

@@ -10,8 +10,16 @@
 //! 2. every task view: its `last_event_id` is an applied inbox row of the
 //!    same task with the view's version and state;
 //! 3. every task: `applied_events` equals the number of its applied inbox
-//!    rows, no applied inbox row has a version above the view's, and no
-//!    applied inbox row lacks a view.
+//!    rows (those present plus those `receiver prune` deleted and counted
+//!    in `receiver_pruned`), no applied inbox row has a version above the
+//!    view's, and no applied inbox row lacks a view.
+//!
+//! After a prune, checks 2 and 3 keep their meaning: prune never deletes a
+//! view's last event, and counts each task's deleted rows in the same
+//! transaction as the `DELETE`. What is no longer checked is check 1 on
+//! the deleted rows (their text is in prune's archive, if one was kept),
+//! and check 3's "no applied row above the view's version" and "no applied
+//! row without a view" for them.
 //!
 //! Everything runs on one connection inside one read-only `REPEATABLE READ`
 //! transaction with a consistent snapshot, so a verify of a database that
@@ -31,7 +39,9 @@ use sqlx::{Connection, Executor, Row};
 use crate::digest;
 use crate::db::Dsn;
 use crate::event::{Event, TaskId};
-use crate::db::DbError;
+use crate::db::row::text;
+use crate::db::schema::PRUNED_TABLE;
+use crate::db::{errno, DbError};
 
 /// Rows read per page.
 pub const PAGE_ROWS: u32 = 1_000;
@@ -120,6 +130,11 @@ pub struct Summary {
     pub inbox_rows: u64,
     /// Task view rows read.
     pub task_views: u64,
+    /// Inbox rows `receiver prune` deleted, as `receiver_pruned` counts
+    /// them (0 without that table); `None` when the account may not read
+    /// it: check 3 then counts no pruned row, and says so where it finds a
+    /// task with fewer rows than its `applied_events`.
+    pub pruned_rows: Option<u64>,
     /// Inconsistencies found.
     pub problems: u64,
 }
@@ -135,9 +150,11 @@ impl fmt::Display for Summary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "verify inbox_rows={} task_views={} problems={} ok={}",
+            "verify inbox_rows={} task_views={} pruned_rows={} problems={} ok={}",
             self.inbox_rows,
             self.task_views,
+            self.pruned_rows
+                .map_or_else(|| "unknown".to_owned(), |n| n.to_string()),
             self.problems,
             self.ok()
         )
@@ -171,9 +188,15 @@ pub async fn run(dsn: &Dsn, report: &mut dyn Report) -> Result<Summary, DbError>
     .fetch_one(&mut conn)
     .await?;
     counting.inner.total((inbox + views) as u64);
+    let tally = pruned_rows(&mut conn).await?;
+    counting.summary.pruned_rows = match tally {
+        Tally::Counted(n) => Some(n),
+        Tally::Absent => Some(0),
+        Tally::Unreadable => None,
+    };
     inbox_rows(&mut conn, &mut counting).await?;
     task_views(&mut conn, &mut counting).await?;
-    task_totals(&mut conn, &mut counting).await?;
+    task_totals(&mut conn, &mut counting, tally).await?;
     conn.execute("ROLLBACK").await?;
     let _ = conn.close().await;
     Ok(counting.summary)
@@ -189,12 +212,6 @@ impl Counting<'_> {
         self.summary.problems += 1;
         self.inner.finding(finding);
     }
-}
-
-/// Decodes a text column (binary collation: sqlx sees bytes).
-fn text(row: &sqlx::mysql::MySqlRow, i: usize) -> Result<String, DbError> {
-    let bytes: Vec<u8> = row.try_get(i).map_err(DbError::from)?;
-    String::from_utf8(bytes).map_err(|_| DbError::from(sqlx::Error::Decode("not UTF-8".into())))
 }
 
 /// The key of the last row of a page: receiver name, queue, and the
@@ -442,16 +459,66 @@ async fn last_events(
     Ok(found)
 }
 
+/// What `receiver_pruned` can tell check 3.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tally {
+    /// The table is read: this many rows were pruned in all.
+    Counted(u64),
+    /// The table is not there (a database initialized before prune
+    /// existed, which no prune can have run on).
+    Absent,
+    /// The account may not read it (which the server also answers for a
+    /// table that does not exist). Check 3 stays exact — a task with fewer
+    /// rows than its `applied_events` is reported, never explained away —
+    /// and its finding says which grant would tell a prune from damage.
+    Unreadable,
+}
+
+async fn pruned_rows(conn: &mut MySqlConnection) -> Result<Tally, DbError> {
+    let total: Result<u64, sqlx::Error> = sqlx::query_scalar(
+        "SELECT CAST(COALESCE(SUM(pruned_events), 0) AS UNSIGNED) FROM receiver_pruned",
+    )
+    .fetch_one(&mut *conn)
+    .await;
+    match total {
+        Ok(n) => Ok(Tally::Counted(n)),
+        Err(e) => {
+            let e = DbError::from(e);
+            if e.missing_table() == Some(PRUNED_TABLE) {
+                Ok(Tally::Absent)
+            } else if e.number() == Some(errno::TABLE_ACCESS_DENIED) {
+                Ok(Tally::Unreadable)
+            } else {
+                Err(e)
+            }
+        }
+    }
+}
+
 /// Check 3: the server sums each task's applied inbox rows next to the
-/// task's view (the task of an event is inside its canonical text, read by
-/// the server's JSON parser); the result is streamed row by row.
-async fn task_totals(conn: &mut MySqlConnection, out: &mut Counting<'_>) -> Result<(), DbError> {
+/// task's view and its pruned rows (the task of an event is inside its
+/// canonical text, read by the server's JSON parser); the result is
+/// streamed row by row.
+async fn task_totals(
+    conn: &mut MySqlConnection,
+    out: &mut Counting<'_>,
+    tally: Tally,
+) -> Result<(), DbError> {
     // A text the server cannot parse has no task here; check 1 reported it.
-    const TOTALS_SQL: &str = "\
+    let (pruned, join) = if let Tally::Counted(_) = tally {
+        (
+            "CAST(COALESCE(MAX(p.pruned_applied), 0) AS UNSIGNED)",
+            "LEFT JOIN receiver_pruned p \
+             ON p.consumer_name = i.consumer_name AND p.queue_id = i.queue_id AND p.task_id = i.task_id",
+        )
+    } else {
+        ("CAST(0 AS UNSIGNED)", "")
+    };
+    let totals_sql = format!("\
 SELECT i.consumer_name, i.queue_id, i.task_id,
        CAST(SUM(i.applied) AS UNSIGNED),
        CAST(MAX(CASE WHEN i.applied = 1 THEN i.version ELSE 0 END) AS UNSIGNED),
-       MAX(v.applied_events), MAX(v.task_version), COUNT(v.task_id)
+       MAX(v.applied_events), MAX(v.task_version), COUNT(v.task_id), {pruned}
 FROM (
   SELECT consumer_name, queue_id, applied,
          CAST(JSON_UNQUOTE(JSON_EXTRACT(event_canonical, '$.task.id')) AS CHAR(32)) COLLATE utf8mb4_bin AS task_id,
@@ -461,12 +528,15 @@ FROM (
 ) AS i
 LEFT JOIN receiver_task_views v
   ON v.consumer_name = i.consumer_name AND v.queue_id = i.queue_id AND v.task_id = i.task_id
+{join}
 WHERE i.task_id IS NOT NULL
-GROUP BY i.consumer_name, i.queue_id, i.task_id";
-    let mut rows = sqlx::query(TOTALS_SQL).fetch(&mut *conn);
+GROUP BY i.consumer_name, i.queue_id, i.task_id");
+    let mut rows = sqlx::query(&totals_sql).fetch(&mut *conn);
     while let Some(row) = rows.try_next().await? {
         let (consumer, queue, task) = (text(&row, 0)?, text(&row, 1)?, text(&row, 2)?);
-        let applied: u64 = row.try_get(3).map_err(DbError::from)?;
+        let present: u64 = row.try_get(3).map_err(DbError::from)?;
+        let pruned: u64 = row.try_get(8).map_err(DbError::from)?;
+        let applied = present + pruned;
         let highest: u64 = row.try_get(4).map_err(DbError::from)?;
         let views: i64 = row.try_get(7).map_err(DbError::from)?;
         let finding = |kind, detail| Finding {
@@ -478,8 +548,8 @@ GROUP BY i.consumer_name, i.queue_id, i.task_id";
             detail,
         };
         if views == 0 {
-            if applied > 0 {
-                let detail = format!("{applied} applied inbox row(s) but no view");
+            if present > 0 {
+                let detail = format!("{present} applied inbox row(s) but no view");
                 out.summary.problems += 1;
                 out.inner.finding(finding(Kind::ViewMissing, detail));
             }
@@ -494,8 +564,20 @@ GROUP BY i.consumer_name, i.queue_id, i.task_id";
             .map_err(DbError::from)?
             .unwrap_or(0);
         if counted != applied {
-            let detail =
-                format!("applied_events is {counted}, the task has {applied} applied inbox row(s)");
+            let detail = if tally == Tally::Unreadable && counted > applied {
+                format!(
+                    "applied_events is {counted}, the task has {applied} applied inbox row(s) \
+                     (if receiver prune ran here, grant this account SELECT on receiver_pruned, \
+                     where it counts the rows it deleted)"
+                )
+            } else if pruned == 0 {
+                format!("applied_events is {counted}, the task has {applied} applied inbox row(s)")
+            } else {
+                format!(
+                    "applied_events is {counted}, the task has {present} applied inbox row(s) \
+                     and {pruned} pruned"
+                )
+            };
             out.summary.problems += 1;
             out.inner
                 .finding(finding(Kind::AppliedEventsMismatch, detail));

@@ -33,6 +33,7 @@ const ABOVE: &[(&str, &[&str])] = &[
     ("nats", &["source"]),
     ("verify", &["db"]),
     ("stats", &["db"]),
+    ("prune", &["db"]),
     ("inspect", &["db"]),
 ];
 

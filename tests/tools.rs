@@ -113,7 +113,7 @@ async fn verify_passes_a_sound_database_with_a_select_only_account() {
     assert_eq!(findings, Vec::<String>::new());
     assert_eq!(
         summary,
-        "verify inbox_rows=7 task_views=3 problems=0 ok=true"
+        "verify inbox_rows=7 task_views=3 pruned_rows=unknown problems=0 ok=true"
     );
     assert_eq!(code, Some(0));
 }

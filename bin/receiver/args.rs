@@ -141,6 +141,34 @@ pub(crate) fn required_subscription(id: Option<String>) -> Result<SubscriptionId
     })
 }
 
+/// A duration as the commands take it: a whole number and a unit, `ms`,
+/// `s`, `m`, `h` or `d` (`30d`, `36h`, `50ms`).
+pub(crate) fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    use std::time::Duration;
+    let digits = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(digits);
+    let n: u64 = number.parse().map_err(|_| {
+        format!("{text:?} is not a duration: a whole number and a unit (ms, s, m, h, d), e.g. 30d")
+    })?;
+    let seconds = |factor: u64| {
+        n.checked_mul(factor)
+            .map(Duration::from_secs)
+            .ok_or_else(|| format!("{text:?} is too long"))
+    };
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "s" => seconds(1),
+        "m" => seconds(60),
+        "h" => seconds(3_600),
+        "d" => seconds(86_400),
+        _ => Err(format!(
+            "{text:?} has no unit: a whole number and one of ms, s, m, h, d, e.g. 30d"
+        )),
+    }
+}
+
 impl Receiver {
     pub(crate) fn resolve(self) -> Result<Resolved, String> {
         let (dsn, name) = self.database_and_name()?;

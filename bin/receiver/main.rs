@@ -27,6 +27,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::args::{DatabaseArgs, NatsArgs, OrbitArgs, Receiver, SourceKind};
 use crate::commands::consume::ConsumeArgs;
+use crate::commands::prune::PruneArgs;
 use crate::commands::subscribe::NatsConsumerArgs;
 use crate::exit::{exit_code, fail, EXIT_CONFIG};
 use crate::logging::init_logging;
@@ -108,6 +109,14 @@ enum Command {
         /// `consume`; no subscription needed.
         #[arg(long)]
         demo: bool,
+        /// Check the prune account instead (RECEIVER_PRUNE_DSN): reachable,
+        /// the three tables, and the grants `prune` needs; nothing of
+        /// Orbit or NATS.
+        #[arg(long)]
+        prune: bool,
+        /// The prune account's URL (only with --prune).
+        #[arg(long, env = "RECEIVER_PRUNE_DSN", hide_env_values = true)]
+        prune_dsn: Option<String>,
     },
     /// Create a subscription on the configured queue for the given event
     /// types and print `subscription=<32 hex>`, the ORBIT_SUBSCRIPTION_ID of
@@ -148,10 +157,24 @@ enum Command {
     Stats {
         #[command(flatten)]
         database: DatabaseArgs,
+        /// Also count the rows received longer ago than this (30d, 36h):
+        /// what `prune --older-than` of that window would look at.
+        #[arg(long, value_parser = args::parse_duration)]
+        older_than: Option<std::time::Duration>,
         /// One JSON object instead of key=value lines.
         #[arg(long)]
         json: bool,
     },
+    /// Delete the inbox rows of this receiver and queue received longer ago
+    /// than --older-than, in batches by primary key (each one short
+    /// transaction, a pause between them), archived first with --archive.
+    /// Keeps each view's last event, so a redelivery of it stays a
+    /// duplicate and an older one comes back stale. Refuses a window below
+    /// the minimum retention (7d) with exit 2. Runs under its own account
+    /// (RECEIVER_PRUNE_DSN); SIGINT/SIGTERM end it after the batch under
+    /// way (exit 0); safe to run again, and beside consumers and another
+    /// prune. Prints what it did: rows, bytes, time.
+    Prune(PruneArgs),
     /// Show what is stored about one event or one task (ids, digest,
     /// applied, version, state, times, result size; never a result unless
     /// --show-canonical). Exit 1 when nothing is stored. Needs only SELECT.
@@ -209,6 +232,11 @@ fn main() -> ExitCode {
         Command::Demo(receiver) => commands::demo::run_demo(receiver),
         Command::Consume(args) => commands::consume::run_consume(args),
         Command::Check {
+            prune: true,
+            prune_dsn,
+            ..
+        } => commands::check::run_check_prune(prune_dsn),
+        Command::Check {
             receiver,
             source: SourceKind::Nats,
             nats,
@@ -231,7 +259,12 @@ fn main() -> ExitCode {
             commands::subscribe::run_subscribe(orbit, events)
         }
         Command::Verify { database } => commands::verify::run_verify(database),
-        Command::Stats { database, json } => commands::stats::run_stats(database, json),
+        Command::Stats {
+            database,
+            older_than,
+            json,
+        } => commands::stats::run_stats(database, older_than, json),
+        Command::Prune(args) => commands::prune::run_prune(args),
         Command::Inspect { database, what } => commands::inspect::run_inspect(database, what),
     })
 }

@@ -27,6 +27,18 @@ pub(crate) fn runtime() -> tokio::runtime::Runtime {
 /// nothing un-ACKed is lost by that (its lease runs out), and a service
 /// manager's own kill timer is never the one that fires.
 pub(crate) fn shutdown_on_signal(runtime: &tokio::runtime::Runtime) -> CancellationToken {
+    stop_on_signal(
+        runtime,
+        "shutdown requested: no new deliveries, cancelling in-flight handlers",
+    )
+}
+
+/// [`shutdown_on_signal`] for a command that is not a consumer: the
+/// signal is logged as `notice` says.
+pub(crate) fn stop_on_signal(
+    runtime: &tokio::runtime::Runtime,
+    notice: &'static str,
+) -> CancellationToken {
     use tokio::signal::unix::{signal, SignalKind};
     let token = CancellationToken::new();
     let _context = runtime.enter();
@@ -38,7 +50,7 @@ pub(crate) fn shutdown_on_signal(runtime: &tokio::runtime::Runtime) -> Cancellat
             _ = int.recv() => {}
             _ = term.recv() => {}
         }
-        tracing::info!("shutdown requested: no new deliveries, cancelling in-flight handlers");
+        tracing::info!("{notice}");
         std::thread::spawn(|| {
             std::thread::sleep(SHUTDOWN_LIMIT);
             eprintln!("receiver: shutdown did not finish within 10 s of the signal; exiting anyway (nothing un-ACKed is lost)");

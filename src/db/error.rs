@@ -60,8 +60,8 @@ impl DbError {
         self.number
     }
 
-    /// The receiver table (`receiver_inbox` or `receiver_task_views`) that
-    /// the statement found missing (error 1146), so that a command can say
+    /// The receiver table (`receiver_inbox`, `receiver_task_views` or
+    /// `receiver_pruned`) that the statement found missing (error 1146), so that a command can say
     /// what to run instead of quoting an error number.
     pub fn missing_table(&self) -> Option<&'static str> {
         self.missing_table
@@ -158,6 +158,7 @@ impl From<sqlx::Error> for DbError {
                     .then(|| {
                         super::schema::TABLES
                             .into_iter()
+                            .chain([super::schema::PRUNED_TABLE])
                             .find(|table| db.message().contains(&format!(".{table}'")))
                     })
                     .flatten();

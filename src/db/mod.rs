@@ -8,6 +8,7 @@
 pub mod dsn;
 pub mod errno;
 mod error;
+pub mod row;
 pub mod schema;
 
 pub use self::dsn::{Dsn, DsnError};

@@ -1,10 +1,13 @@
-//! `schema.sql` and the one-time initialization behind `receiver init`.
+//! `schema.sql`, `retention.sql` and the one-time initialization behind
+//! `receiver init`.
 //!
 //! Initialization runs only the initial DDL. It never repairs, alters or
-//! overwrites: if either table already exists it stops with
+//! overwrites: if any of its tables already exists it stops with
 //! [`InitError::TablesExist`] before creating anything, and a `CREATE TABLE`
 //! that races with someone else fails rather than replacing. Schema changes
-//! after release belong in the receiver's own forward migrations.
+//! after release belong in the receiver's own forward migrations; the one
+//! there is ([`Existing::Report`]) only adds `retention.sql`'s table to a
+//! database that has the other two.
 
 use sqlx::mysql::MySqlConnection;
 use sqlx::{Connection, Row};
@@ -18,8 +21,16 @@ pub const SCHEMA_SQL: &str = include_str!("../../schema.sql");
 pub const INBOX_TABLE: &str = "receiver_inbox";
 /// The task view table: one row per task.
 pub const TASK_VIEW_TABLE: &str = "receiver_task_views";
-/// Both tables, in creation order.
+/// The two tables of the receiver's model, in creation order: what the
+/// runtime reads and writes.
 pub const TABLES: [&str; 2] = [INBOX_TABLE, TASK_VIEW_TABLE];
+
+/// The DDL of `receiver prune`'s tally, exactly as shipped in
+/// `retention.sql`.
+pub const RETENTION_SQL: &str = include_str!("../../retention.sql");
+
+/// The tally of pruned inbox rows: one row per task (see `retention.sql`).
+pub const PRUNED_TABLE: &str = "receiver_pruned";
 
 /// What a successful initialization found when it read the schema back.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,10 +93,16 @@ impl From<sqlx::Error> for InitError {
     }
 }
 
-/// The `CREATE TABLE` statements of [`SCHEMA_SQL`], without comments.
+/// The `CREATE TABLE` statements of [`SCHEMA_SQL`] and then of
+/// [`RETENTION_SQL`], without comments.
 pub fn statements() -> Vec<&'static str> {
-    SCHEMA_SQL
-        .split(";\n")
+    let mut all = create_statements(SCHEMA_SQL);
+    all.extend(create_statements(RETENTION_SQL));
+    all
+}
+
+fn create_statements(sql: &'static str) -> Vec<&'static str> {
+    sql.split(";\n")
         .map(str::trim)
         .filter(|s| s.contains("CREATE TABLE"))
         .map(|s| {
@@ -136,14 +153,17 @@ pub enum Existing {
     /// new tables only).
     #[default]
     Refuse,
-    /// When both tables exist with every column of `schema.sql`, change
-    /// nothing and report them as a fresh `init` would: the foreign keys
-    /// are counted, not assumed. Anything less is still refused.
+    /// When both tables of `schema.sql` exist with every column, change
+    /// nothing in them and report them as a fresh `init` would: the
+    /// foreign keys are counted, not assumed. Anything less is still
+    /// refused. `retention.sql`'s table is created if it is missing (a
+    /// database initialized before prune existed) and checked like the
+    /// others if it is there.
     Report,
 }
 
-/// Creates both tables in the DSN's database, then reads back the number of
-/// foreign keys on them.
+/// Creates the tables of `schema.sql` and `retention.sql` in the DSN's
+/// database, then reads back the number of foreign keys on them.
 pub async fn init(dsn: &Dsn) -> Result<InitReport, InitError> {
     init_with(dsn, Existing::Refuse).await
 }
@@ -186,6 +206,13 @@ async fn report_existing(
         if !found.iter().any(|t| t == table) {
             return Err(not_the_schema(format!("table {table} is missing")));
         }
+    }
+    if !found.iter().any(|t| t == PRUNED_TABLE) {
+        for ddl in create_statements(RETENTION_SQL) {
+            sqlx::raw_sql(ddl).execute(&mut *conn).await?;
+        }
+    }
+    for table in [INBOX_TABLE, TASK_VIEW_TABLE, PRUNED_TABLE] {
         let present: Vec<String> = sqlx::query_scalar(
             "SELECT CAST(COLUMN_NAME AS CHAR) FROM information_schema.COLUMNS \
              WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?",
@@ -212,10 +239,11 @@ async fn report_existing(
 async fn existing_tables(conn: &mut MySqlConnection) -> Result<Vec<String>, sqlx::Error> {
     let rows = sqlx::query(
         "SELECT CAST(TABLE_NAME AS CHAR) FROM information_schema.TABLES \
-         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN (?, ?) ORDER BY TABLE_NAME",
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN (?, ?, ?) ORDER BY TABLE_NAME",
     )
     .bind(INBOX_TABLE)
     .bind(TASK_VIEW_TABLE)
+    .bind(PRUNED_TABLE)
     .fetch_all(conn)
     .await?;
     rows.iter().map(|r| r.try_get::<String, _>(0)).collect()
@@ -226,12 +254,14 @@ pub async fn count_foreign_keys(conn: &mut MySqlConnection) -> Result<u64, sqlx:
     let n: i64 = sqlx::query_scalar(
         "SELECT COUNT(*) FROM information_schema.REFERENTIAL_CONSTRAINTS \
          WHERE CONSTRAINT_SCHEMA = DATABASE() \
-         AND (TABLE_NAME IN (?, ?) OR REFERENCED_TABLE_NAME IN (?, ?))",
+         AND (TABLE_NAME IN (?, ?, ?) OR REFERENCED_TABLE_NAME IN (?, ?, ?))",
     )
     .bind(INBOX_TABLE)
     .bind(TASK_VIEW_TABLE)
+    .bind(PRUNED_TABLE)
     .bind(INBOX_TABLE)
     .bind(TASK_VIEW_TABLE)
+    .bind(PRUNED_TABLE)
     .fetch_one(conn)
     .await?;
     Ok(n as u64)
@@ -242,11 +272,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_schema_has_two_create_statements() {
+    fn the_model_has_two_create_statements_and_the_prune_tally_a_third() {
         let s = statements();
-        assert_eq!(s.len(), 2);
+        assert_eq!(s.len(), 3);
         assert!(s[0].starts_with("CREATE TABLE receiver_inbox"));
         assert!(s[1].starts_with("CREATE TABLE receiver_task_views"));
+        assert_eq!(create_statements(SCHEMA_SQL).len(), 2);
+        assert!(s[2].starts_with("CREATE TABLE receiver_pruned"));
+        assert_eq!(
+            key_columns(PRUNED_TABLE),
+            ["consumer_name", "queue_id", "task_id"]
+        );
     }
 
     #[test]

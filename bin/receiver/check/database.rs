@@ -95,7 +95,8 @@ fn privilege_probes(table: &'static str) -> [(&'static str, String); 3] {
     ]
 }
 
-fn database_problem(e: DbError) -> Problem {
+/// A database failure as the check it fails: reachable, refused, or other.
+pub fn database_problem(e: DbError) -> Problem {
     if e.is_unavailable() {
         Problem::DatabaseUnreachable(e)
     } else if e.is_refusal() {

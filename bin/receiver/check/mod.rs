@@ -22,7 +22,7 @@ mod problem;
 
 use std::fmt;
 
-pub use self::database::{database, DATABASE_CHECKS};
+pub use self::database::{database, database_problem, DATABASE_CHECKS};
 pub use self::orbit::{orbit_access, subscription, ORBIT_CHECKS};
 pub use self::problem::Problem;
 

@@ -17,7 +17,7 @@ pub enum Problem {
     #[error("database: {0}")]
     Database(DbError),
     /// A receiver table does not exist (or the account may not see it).
-    #[error("table {table} is missing (run `receiver init` with an administrator account, or grant the runtime account SELECT, INSERT, UPDATE on it)")]
+    #[error("table {table} is missing ({})", missing_table_hint(table))]
     MissingTable {
         /// The table.
         table: &'static str,
@@ -30,6 +30,10 @@ pub enum Problem {
         /// The missing columns.
         columns: Vec<&'static str>,
     },
+    /// The prune account lacks a grant `receiver prune` needs (the whole
+    /// sentence, naming it).
+    #[error("{0}")]
+    PruneGrant(String),
     /// The runtime account lacks a privilege the receiver needs.
     #[error("the account may not {privilege} {table} (the runtime account needs SELECT, INSERT, UPDATE on both receiver tables)")]
     MissingPrivilege {
@@ -76,7 +80,7 @@ impl Problem {
             | Problem::DatabaseRefused(_)
             | Problem::Database(_) => "database",
             Problem::MissingTable { .. } | Problem::MissingColumns { .. } => "schema",
-            Problem::MissingPrivilege { .. } => "privileges",
+            Problem::MissingPrivilege { .. } | Problem::PruneGrant(_) => "privileges",
             Problem::OrbitUnreachable(_) | Problem::Orbit(_) => "orbit",
             Problem::Token(_) => "token",
             Problem::MissingScopes(_) => "scopes",
@@ -106,6 +110,15 @@ impl Problem {
     }
 }
 
+/// What to run, or grant, for a missing table.
+fn missing_table_hint(table: &str) -> &'static str {
+    if table == result_inbox::db::schema::PRUNED_TABLE {
+        "run `receiver init --keep-existing` with an administrator account: it adds this table and changes nothing else"
+    } else {
+        "run `receiver init` with an administrator account, or grant the runtime account SELECT, INSERT, UPDATE on it"
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,3 +135,4 @@ mod tests {
         );
     }
 }
+

@@ -5,9 +5,11 @@
 
 use std::process::ExitCode;
 
+use result_inbox::db::Dsn;
 use result_inbox::inbox::{InboxStore, StoreOptions};
 use result_inbox::nats::JetStreamSource;
 use result_inbox::orbit::Scope;
+use result_inbox::prune::{self, PruneError};
 use result_inbox::scope::InboxScope;
 
 use super::{orbit_client, NATS_CALL_TIMEOUT};
@@ -62,6 +64,23 @@ pub(crate) fn run_check_nats(receiver: Receiver, nats: NatsArgs) -> Outcome {
         all
     });
     print_findings(&all)
+}
+
+/// `receiver check --prune`: the prune account reaches the database, the
+/// three tables are there, and it has every grant `prune` needs.
+pub(crate) fn run_check_prune(dsn: Option<String>) -> Outcome {
+    let dsn = dsn.ok_or_else(|| {
+        config("RECEIVER_PRUNE_DSN is not set (or pass --prune-dsn): the prune account's URL")
+    })?;
+    let dsn = Dsn::parse(&dsn).map_err(|e| config(format!("RECEIVER_PRUNE_DSN: {e}")))?;
+    let outcome = runtime().block_on(prune::check(&dsn)).map_err(|e| match e {
+        PruneError::Database(e) => match e.missing_table() {
+            Some(table) => Problem::MissingTable { table },
+            None => check::database_problem(e),
+        },
+        e => Problem::PruneGrant(e.to_string()),
+    });
+    print_findings(&findings(&DATABASE_CHECKS, &outcome))
 }
 
 /// One line per check; exit 0 only if all passed.

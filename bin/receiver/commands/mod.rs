@@ -8,6 +8,7 @@ pub(crate) mod demo;
 pub(crate) mod digest;
 pub(crate) mod init;
 pub(crate) mod inspect;
+pub(crate) mod prune;
 pub(crate) mod stats;
 pub(crate) mod subscribe;
 pub(crate) mod verify;

@@ -8,9 +8,13 @@ use crate::args::{required_dsn, DatabaseArgs};
 use crate::exit::{config, database_failure, Outcome};
 use crate::runtime::runtime;
 
-pub(crate) fn run_stats(database: DatabaseArgs, json: bool) -> Outcome {
+pub(crate) fn run_stats(
+    database: DatabaseArgs,
+    older_than: Option<std::time::Duration>,
+    json: bool,
+) -> Outcome {
     let dsn = required_dsn(database.dsn).map_err(config)?;
-    match runtime().block_on(stats::run(&dsn)) {
+    match runtime().block_on(stats::run_with(&dsn, older_than)) {
         Ok(stats) if json => {
             println!(
                 "{}",
@@ -41,10 +45,19 @@ fn lines(stats: &Stats) -> Vec<String> {
         })
         .collect();
     lines.push(format!(
-        "received_at oldest={} newest={}",
+        "received_at oldest={} newest={} oldest_age_s={}",
         stats.oldest_received_at.as_deref().unwrap_or("-"),
-        stats.newest_received_at.as_deref().unwrap_or("-")
+        stats.newest_received_at.as_deref().unwrap_or("-"),
+        stats
+            .oldest_age_seconds
+            .map_or_else(|| "-".to_owned(), |s| s.to_string())
     ));
+    if let Some(past) = &stats.past_window {
+        lines.push(format!(
+            "past_window older_than_s={} rows={} bytes={}",
+            past.older_than_seconds, past.rows, past.bytes
+        ));
+    }
     lines.push(format!(
         "inbox applied={} stale={}",
         stats.applied, stats.stale

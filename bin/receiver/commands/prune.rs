@@ -1,0 +1,256 @@
+//! `receiver prune`: inbox rows past a window archived and deleted, in
+//! small batches, under an account of their own.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+
+use result_inbox::db::schema::PRUNED_TABLE;
+use result_inbox::db::Dsn;
+use result_inbox::event::QueueId;
+use result_inbox::prune::{self, Archive, Plan, PruneError, PrunedRow};
+use result_inbox::scope::{InboxScope, ReceiverName};
+
+use crate::args::{parse_duration, OrbitArgs};
+use crate::exit::{config, fail, Outcome, EXIT_CONFIG, EXIT_FAILED};
+use crate::runtime::{runtime, stop_on_signal};
+
+#[derive(Args)]
+pub(crate) struct PruneArgs {
+    /// Delete rows received longer ago than this (30d, 36h, 90m): at least
+    /// the minimum retention. The row of each view's last event is kept.
+    #[arg(long, value_parser = parse_duration)]
+    older_than: Duration,
+    /// The prune account's URL, mysql://user:password@host:port/database:
+    /// SELECT, DELETE on receiver_inbox, SELECT on receiver_task_views,
+    /// SELECT, INSERT, UPDATE on receiver_pruned. Not the runtime account,
+    /// which never gets DELETE.
+    #[arg(long, env = "RECEIVER_PRUNE_DSN", hide_env_values = true)]
+    dsn: Option<String>,
+    /// The receiver whose rows are pruned (the name `consume` runs with).
+    #[arg(long, env = "RECEIVER_NAME", default_value = ReceiverName::DEFAULT)]
+    receiver_name: String,
+    /// The queue whose rows are pruned; else the credentials file's.
+    #[arg(long, env = "ORBIT_QUEUE_ID")]
+    queue_id: Option<String>,
+    /// A credentials file written by bootstrap: only its queue is read.
+    #[arg(long, env = "ORBIT_CREDENTIALS_FILE")]
+    credentials_file: Option<PathBuf>,
+    /// The floor below which --older-than is refused. Lower it only when
+    /// nothing can redeliver an older event (see docs/operations.md).
+    #[arg(long, env = "RECEIVER_PRUNE_MIN_RETENTION", value_parser = parse_duration, default_value = "7d")]
+    min_retention: Duration,
+    /// Most rows per batch; each batch is one short transaction.
+    #[arg(long, default_value_t = prune::DEFAULT_BATCH_ROWS)]
+    batch_rows: u32,
+    /// The pause after each batch (0s for none).
+    #[arg(long, value_parser = parse_duration, default_value = "50ms")]
+    pause: Duration,
+    /// Count what would be deleted; delete and archive nothing. Needs
+    /// only SELECT.
+    #[arg(long)]
+    dry_run: bool,
+    /// Before each batch is deleted, append its rows to FILE (JSON lines,
+    /// every column; gzip when FILE ends in .gz), flushed and synced. The
+    /// file holds results: it is created with mode 0600.
+    #[arg(long, value_name = "FILE")]
+    archive: Option<PathBuf>,
+    /// One JSON object instead of a key=value line.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) fn run_prune(args: PruneArgs) -> Outcome {
+    let dsn = args.dsn.clone().ok_or_else(|| {
+        config("RECEIVER_PRUNE_DSN is not set (or pass --dsn): the prune account's URL, mysql://user:password@host:port/database (see docs/operations.md for its grants)")
+    })?;
+    let dsn = Dsn::parse(&dsn).map_err(|e| config(format!("RECEIVER_PRUNE_DSN: {e}")))?;
+    let plan = args.plan().map_err(config)?;
+    plan.check().map_err(|e| config(format!("prune: {e}")))?;
+    let runtime = runtime();
+    if args.dry_run {
+        let counted = runtime
+            .block_on(prune::count(&dsn, &plan))
+            .map_err(failure)?;
+        if args.json {
+            let line = serde_json::json!({
+                "dry_run": true,
+                "past_window": counted.rows,
+                "past_window_bytes": counted.bytes,
+                "kept_latest": counted.latest,
+                "would_delete": counted.prunable(),
+            });
+            println!("{line}");
+        } else {
+            println!(
+                "prune dry_run=true past_window={} past_window_bytes={} kept_latest={} would_delete={}",
+                counted.rows,
+                counted.bytes,
+                counted.latest,
+                counted.prunable()
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut archive: Box<dyn Archive> = match &args.archive {
+        Some(path) => Box::new(FileArchive::open(path).map_err(|e| {
+            fail(
+                EXIT_FAILED,
+                format!("prune: archive {}: {e}", path.display()),
+            )
+        })?),
+        None => Box::new(()),
+    };
+    let stop = stop_on_signal(
+        &runtime,
+        "stop requested: prune ends after the batch under way",
+    );
+    let mut progress = Progress::new();
+    let outcome = runtime.block_on(prune::run(
+        &dsn,
+        &plan,
+        archive.as_mut(),
+        &mut progress,
+        &stop,
+    ));
+    progress.bar.finish_and_clear();
+    let summary = outcome.map_err(failure)?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string(&summary).expect("a summary serializes")
+        );
+    } else {
+        println!(
+            "prune deleted={} deleted_bytes={} kept_latest={} kept_unreadable={} batches={} retries={} elapsed_s={:.3} stopped={}",
+            summary.deleted,
+            summary.deleted_bytes,
+            summary.kept_latest,
+            summary.kept_unreadable,
+            summary.batches,
+            summary.retries,
+            summary.elapsed.as_secs_f64(),
+            summary.stopped
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+impl PruneArgs {
+    fn plan(&self) -> Result<Plan, String> {
+        let receiver =
+            ReceiverName::parse(&self.receiver_name).map_err(|e| format!("RECEIVER_NAME: {e}"))?;
+        let orbit = OrbitArgs {
+            queue_id: self.queue_id.clone(),
+            credentials_file: self.credentials_file.clone(),
+            ..OrbitArgs::default()
+        };
+        let queue = orbit.queue_id().map_err(|e| e.to_string())?.ok_or(
+            "ORBIT_QUEUE_ID is not set (or pass --queue-id, or ORBIT_CREDENTIALS_FILE): the queue whose rows are pruned",
+        )?;
+        let queue = QueueId::parse(&queue)
+            .ok_or("ORBIT_QUEUE_ID must be 32 lowercase hexadecimal characters")?;
+        let mut plan = Plan::new(InboxScope::new(receiver, queue), self.older_than);
+        plan.minimum_retention = self.min_retention;
+        plan.batch_rows = self.batch_rows;
+        plan.pause = self.pause;
+        Ok(plan)
+    }
+}
+
+/// A failed prune: what to change (exit 2) or what failed (exit 1).
+fn failure(e: PruneError) -> crate::exit::Failed {
+    let code = if e.is_configuration() {
+        EXIT_CONFIG
+    } else {
+        EXIT_FAILED
+    };
+    let message = match &e {
+        PruneError::Database(db) if db.missing_table() == Some(PRUNED_TABLE) => format!(
+            "table {PRUNED_TABLE} is missing (run `receiver init --keep-existing` with an administrator account: it adds this table and changes nothing else)"
+        ),
+        PruneError::Database(db) if db.missing_table().is_some() => format!(
+            "table {} is missing (run `receiver init` with an administrator account)",
+            db.missing_table().unwrap_or_default()
+        ),
+        e => e.to_string(),
+    };
+    fail(code, format!("prune: {message}"))
+}
+
+/// The progress bar on stderr, drawn only on a terminal.
+struct Progress {
+    bar: indicatif::ProgressBar,
+}
+
+impl Progress {
+    fn new() -> Self {
+        let bar =
+            indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr());
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{bar:40} {pos}/{len} rows past the window, {msg} {per_sec} {eta}",
+            )
+            .expect("a valid template"),
+        );
+        Self { bar }
+    }
+}
+
+impl prune::Report for Progress {
+    fn total(&mut self, rows: u64) {
+        self.bar.set_length(rows);
+    }
+
+    fn advance(&mut self, examined: u64, _deleted: u64) {
+        self.bar.inc(examined);
+    }
+}
+
+/// `--archive FILE`: JSON lines appended, never truncated; with `.gz`, one
+/// gzip member per batch, so that every synced batch is complete and the
+/// file stays readable by `zcat` after a crash in the middle of one.
+struct FileArchive {
+    file: File,
+    gzip: bool,
+}
+
+impl FileArchive {
+    fn open(path: &Path) -> std::io::Result<Self> {
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(path)?;
+        // The file's own entry in its directory must survive a crash too.
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        File::open(dir)?.sync_all()?;
+        Ok(Self {
+            file,
+            gzip: path.extension().is_some_and(|e| e == "gz"),
+        })
+    }
+}
+
+impl Archive for FileArchive {
+    fn keep(&mut self, rows: &[PrunedRow]) -> std::io::Result<()> {
+        let text: String = rows.iter().map(PrunedRow::json_line).collect();
+        if self.gzip {
+            let mut member =
+                flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            member.write_all(text.as_bytes())?;
+            self.file.write_all(&member.finish()?)?;
+        } else {
+            self.file.write_all(text.as_bytes())?;
+        }
+        self.file.sync_data()
+    }
+}

@@ -1,0 +1,432 @@
+//! The prune itself: count, then batch after batch until the window is
+//! empty or a stop is asked for.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use sqlx::mysql::MySqlConnection;
+use sqlx::{Connection, Executor, Row};
+use tokio_util::sync::CancellationToken;
+
+use crate::db::row::text;
+use crate::db::{DbError, Dsn};
+use crate::event::Event;
+
+use super::{check_privileges, Archive, Plan, PruneError, PrunedRow};
+
+/// How long a batch waits for a row lock: a consumer holds the row of a
+/// redelivered old event only for its own short transaction.
+const LOCK_WAIT_SECONDS: u32 = 10;
+
+/// Runs of a batch that the server rolled back (a deadlock, a lost
+/// certification, a lock wait, a broken connection) before prune gives up.
+const BATCH_ATTEMPTS: u32 = 5;
+
+/// What the window holds, counted before anything is deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Count {
+    /// Rows of the scope received before the window.
+    pub rows: u64,
+    /// Their canonical text, in bytes.
+    pub bytes: u64,
+    /// Of them, rows that are a view's last event, which prune keeps.
+    pub latest: u64,
+}
+
+impl Count {
+    /// The rows prune would delete (rows with unreadable text, which it
+    /// also keeps, are not known before they are read).
+    pub fn prunable(&self) -> u64 {
+        self.rows - self.latest
+    }
+}
+
+/// What a prune did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Summary {
+    /// Rows deleted (and archived).
+    pub deleted: u64,
+    /// Their canonical text, in bytes.
+    pub deleted_bytes: u64,
+    /// Rows past the window kept because a view's last event is theirs.
+    pub kept_latest: u64,
+    /// Rows past the window kept because their text is not a readable
+    /// event (`receiver verify` names them).
+    pub kept_unreadable: u64,
+    /// Batches committed.
+    pub batches: u64,
+    /// Batch runs the server rolled back and prune ran again.
+    pub retries: u64,
+    /// Whether a stop ended it before the window was empty.
+    pub stopped: bool,
+    /// How long it took.
+    #[serde(serialize_with = "seconds")]
+    pub elapsed: Duration,
+}
+
+fn seconds<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
+}
+
+/// Where a prune reports as it goes.
+pub trait Report {
+    /// The rows past the window, once counted.
+    fn total(&mut self, rows: u64);
+    /// A batch ended: `examined` rows past the window were looked at,
+    /// `deleted` of them deleted.
+    fn advance(&mut self, examined: u64, deleted: u64);
+}
+
+/// Counts what the window holds, deleting nothing (`--dry-run`). Needs
+/// only `SELECT`.
+pub async fn count(dsn: &Dsn, plan: &Plan) -> Result<Count, PruneError> {
+    plan.check()?;
+    let mut conn = connect(dsn).await?;
+    let cutoff = cutoff(&mut conn, plan.older_than).await?;
+    let counted = count_at(&mut conn, plan, &cutoff).await?;
+    let _ = conn.close().await;
+    Ok(counted)
+}
+
+/// Prunes the plan's scope: checks the window and the account's grants,
+/// counts, then deletes batch after batch, each archived first, until no
+/// row is left past the window or `stop` is cancelled (the batch under way
+/// ends first). The window's edge is fixed by the server's clock when it
+/// starts.
+pub async fn run(
+    dsn: &Dsn,
+    plan: &Plan,
+    archive: &mut dyn Archive,
+    report: &mut dyn Report,
+    stop: &CancellationToken,
+) -> Result<Summary, PruneError> {
+    plan.check()?;
+    let started = Instant::now();
+    let mut conn = connect(dsn).await?;
+    check_privileges(&mut conn).await?;
+    let cutoff = cutoff(&mut conn, plan.older_than).await?;
+    report.total(count_at(&mut conn, plan, &cutoff).await?.rows);
+
+    let mut summary = Summary::default();
+    let mut after = String::new();
+    loop {
+        if stop.is_cancelled() {
+            summary.stopped = true;
+            break;
+        }
+        let keys = candidates(&mut conn, plan, &cutoff, &after).await?;
+        let Some(last) = keys.last() else {
+            break;
+        };
+        after = last.clone();
+        let mut attempt = 1;
+        let done = loop {
+            match batch(&mut conn, plan, &cutoff, &keys, archive).await {
+                Ok(done) => break done,
+                Err(PruneError::Database(e)) if e.is_rolled_back() && attempt < BATCH_ATTEMPTS => {
+                    summary.retries += 1;
+                    tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
+                    attempt += 1;
+                    if e.is_unavailable() {
+                        conn = connect(dsn).await?;
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        summary.deleted += done.deleted;
+        summary.deleted_bytes += done.bytes;
+        summary.kept_latest += done.kept_latest;
+        summary.kept_unreadable += done.kept_unreadable;
+        summary.batches += u64::from(done.deleted > 0);
+        report.advance(keys.len() as u64, done.deleted);
+        if !plan.pause.is_zero() {
+            tokio::select! {
+                _ = tokio::time::sleep(plan.pause) => {}
+                _ = stop.cancelled() => {}
+            }
+        }
+    }
+    let _ = conn.close().await;
+    summary.elapsed = started.elapsed();
+    Ok(summary)
+}
+
+/// A connection of its own, `READ COMMITTED` (locks on the rows it reads
+/// by key, never on gaps), autocommit between batches.
+async fn connect(dsn: &Dsn) -> Result<MySqlConnection, PruneError> {
+    let mut conn = MySqlConnection::connect_with(&dsn.connect_options()).await?;
+    conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        .await?;
+    conn.execute(format!("SET SESSION innodb_lock_wait_timeout = {LOCK_WAIT_SECONDS}").as_str())
+        .await?;
+    Ok(conn)
+}
+
+/// The window's edge by the server's clock, as the server prints a
+/// `DATETIME(6)`.
+async fn cutoff(conn: &mut MySqlConnection, older_than: Duration) -> Result<String, PruneError> {
+    let micros = u64::try_from(older_than.as_micros()).unwrap_or(u64::MAX);
+    Ok(
+        sqlx::query_scalar("SELECT CAST(UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND AS CHAR)")
+            .bind(micros)
+            .fetch_one(conn)
+            .await?,
+    )
+}
+
+async fn count_at(
+    conn: &mut MySqlConnection,
+    plan: &Plan,
+    cutoff: &str,
+) -> Result<Count, PruneError> {
+    let (rows, bytes): (i64, u64) = sqlx::query_as(
+        "SELECT COUNT(*), CAST(COALESCE(SUM(LENGTH(event_canonical)), 0) AS UNSIGNED) \
+         FROM receiver_inbox WHERE consumer_name = ? AND queue_id = ? AND received_at < ?",
+    )
+    .bind(plan.scope.receiver.as_str())
+    .bind(plan.scope.queue_id.as_str())
+    .bind(cutoff)
+    .fetch_one(&mut *conn)
+    .await?;
+    // Each view names its last event by primary key: one lookup per view.
+    let latest: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM receiver_task_views v JOIN receiver_inbox i \
+         ON i.consumer_name = v.consumer_name AND i.queue_id = v.queue_id \
+         AND i.event_id = v.last_event_id \
+         WHERE v.consumer_name = ? AND v.queue_id = ? AND i.received_at < ?",
+    )
+    .bind(plan.scope.receiver.as_str())
+    .bind(plan.scope.queue_id.as_str())
+    .bind(cutoff)
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(Count {
+        rows: rows as u64,
+        bytes,
+        latest: latest as u64,
+    })
+}
+
+/// The keys of the next batch after `after`, found without locks: at most
+/// `batch_rows` rows past the window, cut where their text passes
+/// `batch_bytes`.
+async fn candidates(
+    conn: &mut MySqlConnection,
+    plan: &Plan,
+    cutoff: &str,
+    after: &str,
+) -> Result<Vec<String>, PruneError> {
+    let rows = sqlx::query(
+        "SELECT event_id, LENGTH(event_canonical) FROM receiver_inbox \
+         WHERE consumer_name = ? AND queue_id = ? AND event_id > ? AND received_at < ? \
+         ORDER BY event_id LIMIT ?",
+    )
+    .bind(plan.scope.receiver.as_str())
+    .bind(plan.scope.queue_id.as_str())
+    .bind(after)
+    .bind(cutoff)
+    .bind(plan.batch_rows)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut keys = Vec::with_capacity(rows.len());
+    let mut bytes = 0u64;
+    for row in &rows {
+        let length: i64 = row.try_get(1).map_err(DbError::from)?;
+        bytes += length as u64;
+        if !keys.is_empty() && bytes > plan.batch_bytes {
+            break;
+        }
+        keys.push(text(row, 0)?);
+    }
+    Ok(keys)
+}
+
+/// What one batch did.
+struct Batch {
+    deleted: u64,
+    bytes: u64,
+    kept_latest: u64,
+    kept_unreadable: u64,
+}
+
+/// One batch in one transaction; rolled back on any error.
+async fn batch(
+    conn: &mut MySqlConnection,
+    plan: &Plan,
+    cutoff: &str,
+    keys: &[String],
+    archive: &mut dyn Archive,
+) -> Result<Batch, PruneError> {
+    conn.execute("START TRANSACTION").await?;
+    match locked_batch(conn, plan, cutoff, keys, archive).await {
+        Ok(Some(done)) => {
+            conn.execute("COMMIT").await?;
+            Ok(done)
+        }
+        Ok(None) => {
+            conn.execute("ROLLBACK").await?;
+            Ok(Batch {
+                deleted: 0,
+                bytes: 0,
+                kept_latest: 0,
+                kept_unreadable: 0,
+            })
+        }
+        Err(e) => {
+            let _ = conn.execute("ROLLBACK").await;
+            Err(e)
+        }
+    }
+}
+
+/// Locks the batch's rows by key, keeps the latest events and unreadable
+/// rows, archives, counts and deletes the rest. `None`: nothing to delete.
+async fn locked_batch(
+    conn: &mut MySqlConnection,
+    plan: &Plan,
+    cutoff: &str,
+    keys: &[String],
+    archive: &mut dyn Archive,
+) -> Result<Option<Batch>, PruneError> {
+    let (consumer, queue) = (plan.scope.receiver.as_str(), plan.scope.queue_id.as_str());
+    // A row deleted by another prune since it was found is not read; one
+    // received again since (a redelivery after that prune) is newer than
+    // the window and is not taken.
+    let sql = format!(
+        "SELECT event_id, event_digest, event_canonical, applied, CAST(received_at AS CHAR) \
+         FROM receiver_inbox WHERE consumer_name = ? AND queue_id = ? AND event_id IN ({}) \
+         AND received_at < ? ORDER BY event_id FOR UPDATE",
+        marks(keys.len())
+    );
+    let mut query = sqlx::query(&sql).bind(consumer).bind(queue);
+    for key in keys {
+        query = query.bind(key);
+    }
+    let rows = query.bind(cutoff).fetch_all(&mut *conn).await?;
+
+    let mut read = Vec::with_capacity(rows.len());
+    let mut kept_unreadable = 0;
+    for row in &rows {
+        let applied: bool = row.try_get(3).map_err(DbError::from)?;
+        let pruned = PrunedRow {
+            consumer_name: consumer.to_owned(),
+            queue_id: queue.to_owned(),
+            event_id: text(row, 0)?,
+            event_digest: text(row, 1)?,
+            event_canonical: text(row, 2)?,
+            applied: u8::from(applied),
+            received_at: row.try_get(4).map_err(DbError::from)?,
+        };
+        match Event::from_json(pruned.event_canonical.as_bytes()) {
+            Ok(event) => read.push((event.task().id.as_str().to_owned(), pruned)),
+            Err(_) => kept_unreadable += 1,
+        }
+    }
+    let latest = last_events(conn, plan, &read).await?;
+    let (doomed, kept): (Vec<_>, Vec<_>) = read
+        .into_iter()
+        .partition(|(task, row)| latest.get(task) != Some(&row.event_id));
+    let kept_latest = kept.len() as u64;
+    if doomed.is_empty() {
+        return Ok(None);
+    }
+
+    let rows: Vec<PrunedRow> = doomed.iter().map(|(_, row)| row.clone()).collect();
+    archive.keep(&rows).map_err(PruneError::Archive)?;
+    tally(conn, plan, &doomed).await?;
+    let sql = format!(
+        "DELETE FROM receiver_inbox WHERE consumer_name = ? AND queue_id = ? AND event_id IN ({})",
+        marks(rows.len())
+    );
+    let mut delete = sqlx::query(&sql).bind(consumer).bind(queue);
+    for row in &rows {
+        delete = delete.bind(&row.event_id);
+    }
+    let deleted = delete.execute(&mut *conn).await?.rows_affected();
+    if deleted != rows.len() as u64 {
+        // The rows are locked: anything else means the table is not what
+        // this transaction read, and nothing of it may commit.
+        return Err(DbError::inconsistent().into());
+    }
+    Ok(Some(Batch {
+        deleted,
+        bytes: rows.iter().map(|r| r.event_canonical.len() as u64).sum(),
+        kept_latest,
+        kept_unreadable,
+    }))
+}
+
+/// The last event of each task of the batch that has a view, by the
+/// views' primary key (read without locks: a view only moves to an event
+/// received now, never to one past the window).
+async fn last_events(
+    conn: &mut MySqlConnection,
+    plan: &Plan,
+    read: &[(String, PrunedRow)],
+) -> Result<HashMap<String, String>, PruneError> {
+    let mut tasks: Vec<&str> = read.iter().map(|(task, _)| task.as_str()).collect();
+    tasks.sort_unstable();
+    tasks.dedup();
+    if tasks.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let sql = format!(
+        "SELECT task_id, last_event_id FROM receiver_task_views \
+         WHERE consumer_name = ? AND queue_id = ? AND task_id IN ({})",
+        marks(tasks.len())
+    );
+    let mut query = sqlx::query(&sql)
+        .bind(plan.scope.receiver.as_str())
+        .bind(plan.scope.queue_id.as_str());
+    for task in &tasks {
+        query = query.bind(*task);
+    }
+    let mut latest = HashMap::with_capacity(tasks.len());
+    for row in query.fetch_all(&mut *conn).await? {
+        latest.insert(text(&row, 0)?, text(&row, 1)?);
+    }
+    Ok(latest)
+}
+
+/// Adds the batch's rows to `receiver_pruned`, one row per task, in task
+/// order (two prunes lock the tally in the same order).
+async fn tally(
+    conn: &mut MySqlConnection,
+    plan: &Plan,
+    doomed: &[(String, PrunedRow)],
+) -> Result<(), PruneError> {
+    let mut per_task: BTreeMap<&str, (u64, u64, u64)> = BTreeMap::new();
+    for (task, row) in doomed {
+        let entry = per_task.entry(task.as_str()).or_default();
+        entry.0 += 1;
+        entry.1 += u64::from(row.applied);
+        entry.2 += row.event_canonical.len() as u64;
+    }
+    let first = "SELECT ? AS task_id, ? AS events, ? AS applied, ? AS bytes";
+    let rest = " UNION ALL SELECT ?, ?, ?, ?";
+    let rows = std::iter::once(first)
+        .chain(std::iter::repeat_n(rest, per_task.len() - 1))
+        .collect::<String>();
+    let sql = format!(
+        "INSERT INTO receiver_pruned (consumer_name, queue_id, task_id, pruned_events, \
+         pruned_applied, pruned_bytes, last_pruned_at) \
+         SELECT ?, ?, t.task_id, t.events, t.applied, t.bytes, UTC_TIMESTAMP(6) FROM ({rows}) AS t \
+         ON DUPLICATE KEY UPDATE pruned_events = receiver_pruned.pruned_events + t.events, \
+         pruned_applied = receiver_pruned.pruned_applied + t.applied, \
+         pruned_bytes = receiver_pruned.pruned_bytes + t.bytes, \
+         last_pruned_at = UTC_TIMESTAMP(6)"
+    );
+    let mut query = sqlx::query(&sql)
+        .bind(plan.scope.receiver.as_str())
+        .bind(plan.scope.queue_id.as_str());
+    for (task, (events, applied, bytes)) in &per_task {
+        query = query.bind(*task).bind(events).bind(applied).bind(bytes);
+    }
+    query.execute(&mut *conn).await?;
+    Ok(())
+}
+
+fn marks(n: usize) -> String {
+    vec!["?"; n].join(", ")
+}

@@ -1,0 +1,508 @@
+//! `receiver prune` as an operator runs it, against a real server: what it
+//! deletes and keeps, its floor, its account, its archive, its stop, two
+//! of it at once, and what `verify` and `stats` say afterwards.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use common::orbit::receiver;
+use common::{random_hex, scope, EventSpec, TestDb};
+use result_inbox::inbox::InboxStore;
+use result_inbox::scope::InboxScope;
+
+/// A result that must reach the archive unchanged: escapes, non-ASCII and
+/// a big integer the server's JSON type would turn into a double.
+const RESULT: &str =
+    r#"{"note":"line\nbreak \"quoted\" é ✓","big":123456789012345678901234567890}"#;
+
+const PRUNE_GRANTS: [&str; 3] = [
+    "SELECT, DELETE ON `{db}`.receiver_inbox",
+    "SELECT ON `{db}`.receiver_task_views",
+    "SELECT, INSERT, UPDATE ON `{db}`.receiver_pruned",
+];
+
+const RUNTIME_GRANTS: [&str; 2] = [
+    "SELECT, INSERT, UPDATE ON `{db}`.receiver_inbox",
+    "SELECT, INSERT, UPDATE ON `{db}`.receiver_task_views",
+];
+
+/// A receiver's tables with `tasks` tasks of three versions each, all
+/// received 30 days ago, one task received just now, and an old task of
+/// another queue under the same name.
+struct Aged {
+    db: TestDb,
+    scope: InboxScope,
+    other: InboxScope,
+    /// Per old task, its three event ids, oldest first.
+    events: Vec<[String; 3]>,
+    prune_dsn: String,
+}
+
+impl Aged {
+    async fn new(tasks: usize) -> Aged {
+        let db = TestDb::initialized().await;
+        let scope = scope("task-result-view");
+        let other = InboxScope::new(scope.receiver.clone(), common::scope("x").queue_id);
+        let store = db.store(scope.clone()).await;
+        let mut events = Vec::new();
+        for _ in 0..tasks {
+            events.push(three_versions(&store, &scope).await);
+        }
+        three_versions(&db.store(other.clone()).await, &other).await;
+        age_everything(&db, 30).await;
+        three_versions(&store, &scope).await;
+        let (user, password) = db.user_with(&PRUNE_GRANTS).await;
+        let prune_dsn = db.dsn_of(&user, &password);
+        Aged {
+            db,
+            scope,
+            other,
+            events,
+            prune_dsn,
+        }
+    }
+
+    fn prune(&self, args: &[&str]) -> Output {
+        self.prune_command(args).output().unwrap()
+    }
+
+    fn prune_command(&self, args: &[&str]) -> Command {
+        let mut command = receiver();
+        command
+            .arg("prune")
+            .args(args)
+            .env("RECEIVER_PRUNE_DSN", &self.prune_dsn)
+            .env("ORBIT_QUEUE_ID", self.scope.queue_id.as_str())
+            .env_remove("RECEIVER_PRUNE_MIN_RETENTION");
+        command
+    }
+
+    async fn rows_of(&self, scope: &InboxScope) -> i64 {
+        sqlx::query_scalar(
+            "SELECT COUNT(*) FROM receiver_inbox WHERE consumer_name = ? AND queue_id = ?",
+        )
+        .bind(scope.receiver.as_str())
+        .bind(scope.queue_id.as_str())
+        .fetch_one(&self.db.pool().await)
+        .await
+        .unwrap()
+    }
+
+    async fn event_ids(&self) -> Vec<String> {
+        sqlx::query_scalar(
+            "SELECT CAST(event_id AS CHAR) FROM receiver_inbox WHERE consumer_name = ? AND queue_id = ?",
+        )
+        .bind(self.scope.receiver.as_str())
+        .bind(self.scope.queue_id.as_str())
+        .fetch_all(&self.db.pool().await)
+        .await
+        .unwrap()
+    }
+
+    /// Every row of the scope, every column, as text, by event id.
+    async fn all_rows(&self) -> BTreeMap<String, serde_json::Value> {
+        let rows: Vec<(String, String, String, String, String, i8, String)> = sqlx::query_as(
+            "SELECT CAST(consumer_name AS CHAR), CAST(queue_id AS CHAR), CAST(event_id AS CHAR), \
+             CAST(event_digest AS CHAR), CAST(event_canonical AS CHAR), applied, \
+             CAST(received_at AS CHAR) FROM receiver_inbox WHERE consumer_name = ? AND queue_id = ?",
+        )
+        .bind(self.scope.receiver.as_str())
+        .bind(self.scope.queue_id.as_str())
+        .fetch_all(&self.db.pool().await)
+        .await
+        .unwrap();
+        rows.into_iter()
+            .map(|(c, q, e, d, t, a, r)| {
+                let row = serde_json::json!({
+                    "consumer_name": c, "queue_id": q, "event_id": e, "event_digest": d,
+                    "event_canonical": t, "applied": a, "received_at": r,
+                });
+                (e, row)
+            })
+            .collect()
+    }
+
+    async fn tally(&self) -> (u64, u64) {
+        sqlx::query_as(
+            "SELECT CAST(COALESCE(SUM(pruned_events), 0) AS UNSIGNED), \
+             CAST(COALESCE(SUM(pruned_applied), 0) AS UNSIGNED) FROM receiver_pruned",
+        )
+        .fetch_one(&self.db.pool().await)
+        .await
+        .unwrap()
+    }
+
+    fn verify(&self) -> (Option<i32>, String) {
+        let o = receiver()
+            .arg("verify")
+            .env("ORBIT_RECEIVER_DSN", common::dsn_for(&self.db.name))
+            .output()
+            .unwrap();
+        (o.status.code(), stdout(&o))
+    }
+}
+
+/// Applies versions 1, 2 and 3 of a new task; returns their event ids.
+async fn three_versions(store: &InboxStore, scope: &InboxScope) -> [String; 3] {
+    let task = random_hex(16);
+    let queue = scope.queue_id.as_str();
+    let v1 = EventSpec::submitted(queue, &task);
+    let v2 = EventSpec {
+        id: random_hex(16),
+        version: 2,
+        event_type: "task.needs_review",
+        state: "NEEDS_REVIEW",
+        result: Some(RESULT),
+        ..EventSpec::submitted(queue, &task)
+    };
+    let v3 = EventSpec {
+        id: random_hex(16),
+        version: 3,
+        event_type: "task.succeeded",
+        state: "SUCCEEDED",
+        result: Some(RESULT),
+        ..EventSpec::submitted(queue, &task)
+    };
+    for event in [&v1, &v2, &v3] {
+        common::apply_once(store, &event.json()).await.unwrap();
+    }
+    [v1.id, v2.id, v3.id]
+}
+
+async fn age_everything(db: &TestDb, days: u32) {
+    sqlx::query("UPDATE receiver_inbox SET received_at = received_at - INTERVAL ? DAY")
+        .bind(days)
+        .execute(&db.pool().await)
+        .await
+        .unwrap();
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The value of `key=` in a `key=value` line.
+fn field<'a>(line: &'a str, key: &str) -> &'a str {
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("no {key}= in {line:?}"))
+}
+
+#[tokio::test]
+async fn prune_deletes_the_rows_past_the_window_of_its_scope_and_keeps_each_views_last_event() {
+    let aged = Aged::new(5).await;
+    let o = aged.prune(&["--older-than", "7d"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let line = stdout(&o);
+    assert!(line.starts_with("prune "), "{line}");
+    assert_eq!(field(&line, "deleted"), "10");
+    assert_eq!(field(&line, "kept_latest"), "5");
+    assert_eq!(field(&line, "stopped"), "false");
+    assert!(field(&line, "deleted_bytes").parse::<u64>().unwrap() > 10 * 100);
+
+    let left = aged.event_ids().await;
+    for [v1, v2, v3] in &aged.events {
+        assert!(
+            !left.contains(v1) && !left.contains(v2),
+            "an old version survived"
+        );
+        assert!(left.contains(v3), "a view's last event was deleted");
+    }
+    // 5 last events, and the task received just now (all three versions).
+    assert_eq!(left.len(), 5 + 3);
+    assert_eq!(
+        aged.rows_of(&aged.other).await,
+        3,
+        "another queue's rows were touched"
+    );
+    assert_eq!(aged.tally().await, (10, 10));
+}
+
+#[tokio::test]
+async fn verify_still_passes_after_a_prune_and_counts_the_pruned_rows() {
+    let aged = Aged::new(4).await;
+    assert!(aged.prune(&["--older-than", "7d"]).status.success());
+    let (code, out) = aged.verify();
+    assert_eq!(code, Some(0), "{out}");
+    let summary = out.lines().last().unwrap();
+    assert_eq!(field(summary, "pruned_rows"), "8");
+    assert_eq!(field(summary, "problems"), "0");
+}
+
+#[tokio::test]
+async fn verify_without_the_tally_grant_reports_pruned_tasks_and_names_the_grant() {
+    let aged = Aged::new(2).await;
+    assert!(aged.prune(&["--older-than", "7d"]).status.success());
+    let (user, password) = aged
+        .db
+        .user_with(&[
+            "SELECT ON `{db}`.receiver_inbox",
+            "SELECT ON `{db}`.receiver_task_views",
+        ])
+        .await;
+    let o = receiver()
+        .arg("verify")
+        .env("ORBIT_RECEIVER_DSN", aged.db.dsn_of(&user, &password))
+        .output()
+        .unwrap();
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    let findings: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("problem=applied_events_mismatch"))
+        .collect();
+    assert_eq!(findings.len(), 2, "{out}");
+    assert!(findings[0].contains("grant this account SELECT on receiver_pruned"));
+    assert!(out.lines().last().unwrap().contains("pruned_rows=unknown"));
+}
+
+#[tokio::test]
+async fn a_dry_run_counts_what_prune_would_delete_and_deletes_nothing() {
+    let aged = Aged::new(3).await;
+    let before = aged.event_ids().await.len();
+    let o = aged.prune(&["--older-than", "7d", "--dry-run"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let line = stdout(&o);
+    assert_eq!(field(&line, "past_window"), "9");
+    assert_eq!(field(&line, "kept_latest"), "3");
+    assert_eq!(field(&line, "would_delete"), "6");
+
+    let o = aged.prune(&["--older-than", "7d", "--dry-run", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["would_delete"], 6);
+    assert_eq!(aged.event_ids().await.len(), before);
+    assert_eq!(aged.tally().await, (0, 0));
+}
+
+#[tokio::test]
+async fn the_json_summary_is_one_object_with_what_was_deleted() {
+    let aged = Aged::new(2).await;
+    let o = aged.prune(&["--older-than", "7d", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["deleted"], 4);
+    assert_eq!(v["kept_latest"], 2);
+    assert_eq!(v["stopped"], false);
+    assert!(v["elapsed"].as_f64().unwrap() > 0.0);
+}
+
+#[tokio::test]
+async fn a_window_below_the_minimum_retention_is_refused_and_one_lowered_explicitly_is_taken() {
+    let aged = Aged::new(2).await;
+    let o = aged.prune(&["--older-than", "1d"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("below the minimum retention of 7d"), "{err}");
+    assert!(
+        err.contains("lease × budget") && err.contains("backup"),
+        "{err}"
+    );
+    assert_eq!(aged.event_ids().await.len(), 2 * 3 + 3);
+
+    let o = aged
+        .prune_command(&["--older-than", "1d"])
+        .env("RECEIVER_PRUNE_MIN_RETENTION", "1d")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(field(&stdout(&o), "deleted"), "4");
+}
+
+#[tokio::test]
+async fn the_runtime_account_asked_to_prune_fails_with_exit_2_naming_the_missing_grant() {
+    let aged = Aged::new(2).await;
+    let (user, password) = aged.db.user_with(&RUNTIME_GRANTS).await;
+    let o = aged
+        .prune_command(&["--older-than", "7d"])
+        .env("RECEIVER_PRUNE_DSN", aged.db.dsn_of(&user, &password))
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("may not DELETE receiver_inbox"), "{err}");
+    assert!(!err.contains(&password));
+    assert_eq!(aged.event_ids().await.len(), 2 * 3 + 3);
+}
+
+#[tokio::test]
+async fn check_prune_passes_the_prune_account_and_fails_the_runtime_account_on_its_grant() {
+    let aged = Aged::new(1).await;
+    let check = |dsn: &str| {
+        receiver()
+            .args(["check", "--prune"])
+            .env("RECEIVER_PRUNE_DSN", dsn)
+            .output()
+            .unwrap()
+    };
+    let o = check(&aged.prune_dsn);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    assert_eq!(
+        stdout(&o),
+        "check=database ok\ncheck=schema ok\ncheck=privileges ok\n"
+    );
+
+    let (user, password) = aged.db.user_with(&RUNTIME_GRANTS).await;
+    let o = check(&aged.db.dsn_of(&user, &password));
+    assert_eq!(o.status.code(), Some(1));
+    let out = stdout(&o);
+    assert!(
+        out.contains("check=privileges FAIL the account may not DELETE receiver_inbox"),
+        "{out}"
+    );
+}
+
+/// Prunes with `--archive` into a file named `name`; the rows it read
+/// back with `read` must be exactly the deleted ones, column for column.
+async fn archive_holds_every_deleted_row(name: &str, read: fn(&std::path::Path) -> String) {
+    let aged = Aged::new(4).await;
+    let before = aged.all_rows().await;
+    let dir = std::env::temp_dir().join(format!("prune-archive-{}", random_hex(6)));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    let o = aged.prune(&["--older-than", "7d", "--archive", path.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+
+    let after = aged.all_rows().await;
+    let deleted: BTreeMap<_, _> = before
+        .into_iter()
+        .filter(|(id, _)| !after.contains_key(id))
+        .collect();
+    assert_eq!(deleted.len(), 8);
+    let archived: BTreeMap<String, serde_json::Value> = read(&path)
+        .lines()
+        .map(|line| {
+            let row: serde_json::Value = serde_json::from_str(line).unwrap();
+            (row["event_id"].as_str().unwrap().to_owned(), row)
+        })
+        .collect();
+    assert_eq!(archived, deleted);
+    assert!(archived
+        .values()
+        .any(|r| r["event_canonical"].as_str().unwrap().contains("é ✓")));
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "the archive holds results");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn the_archive_holds_every_deleted_row_byte_for_byte() {
+    archive_holds_every_deleted_row("pruned.jsonl", |p| std::fs::read_to_string(p).unwrap()).await;
+}
+
+#[tokio::test]
+async fn a_gz_archive_is_gzip_that_zcat_reads_back_to_every_deleted_row() {
+    archive_holds_every_deleted_row("pruned.jsonl.gz", |p| {
+        let o = Command::new("gzip").arg("-dc").arg(p).output().unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        String::from_utf8(o.stdout).unwrap()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_prune_stopped_by_sigterm_exits_0_after_its_batch_and_a_second_run_finishes() {
+    let aged = Aged::new(60).await;
+    let child = aged
+        .prune_command(&[
+            "--older-than",
+            "7d",
+            "--batch-rows",
+            "10",
+            "--pause",
+            "300ms",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while aged.tally().await.0 == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "no batch committed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    common::sigterm(child.id());
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let line = stdout(&o);
+    assert_eq!(field(&line, "stopped"), "true");
+    let first: u64 = field(&line, "deleted").parse().unwrap();
+    assert!(first > 0 && first < 120, "{line}");
+    assert_eq!(aged.tally().await.0, first, "a batch was cut in the middle");
+
+    let o = aged.prune(&["--older-than", "7d"]);
+    let line = stdout(&o);
+    assert_eq!(field(&line, "stopped"), "false");
+    assert_eq!(first + field(&line, "deleted").parse::<u64>().unwrap(), 120);
+    assert_eq!(aged.verify().0, Some(0));
+}
+
+#[tokio::test]
+async fn two_prunes_at_once_delete_each_row_once_and_count_it_once() {
+    let aged = Aged::new(150).await;
+    let start = || {
+        aged.prune_command(&["--older-than", "7d", "--batch-rows", "25", "--pause", "0s"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (start(), start());
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    assert_eq!(a.status.code(), Some(0), "{}", stderr(&a));
+    assert_eq!(b.status.code(), Some(0), "{}", stderr(&b));
+    let deleted = |o: &Output| field(&stdout(o), "deleted").parse::<u64>().unwrap();
+    assert_eq!(deleted(&a) + deleted(&b), 300);
+    assert_eq!(aged.tally().await, (300, 300));
+    assert_eq!(aged.verify().0, Some(0));
+}
+
+#[tokio::test]
+async fn stats_shows_the_oldest_rows_age_and_what_is_past_a_window() {
+    let aged = Aged::new(2).await;
+    let o = receiver()
+        .args(["stats", "--older-than", "7d"])
+        .env("ORBIT_RECEIVER_DSN", common::dsn_for(&aged.db.name))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    let received = out.lines().find(|l| l.starts_with("received_at ")).unwrap();
+    let age: u64 = field(received, "oldest_age_s").parse().unwrap();
+    assert!((30 * 86_400..31 * 86_400).contains(&age), "{received}");
+    let past = out.lines().find(|l| l.starts_with("past_window ")).unwrap();
+    // Both queues' old tasks: stats covers the whole database.
+    assert_eq!(field(past, "rows"), "9");
+    assert_eq!(field(past, "older_than_s"), "604800");
+    assert!(field(past, "bytes").parse::<u64>().unwrap() > 9 * 100);
+}
+
+#[tokio::test]
+async fn init_keep_existing_adds_the_tally_to_a_database_initialized_before_it() {
+    let db = TestDb::initialized().await;
+    sqlx::query("DROP TABLE receiver_pruned")
+        .execute(&db.pool().await)
+        .await
+        .unwrap();
+    let o = receiver()
+        .args(["init", "--keep-existing"])
+        .env("ORBIT_RECEIVER_DSN", common::dsn_for(&db.name))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let tables: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = 'receiver_pruned'",
+    )
+    .bind(&db.name)
+    .fetch_one(&db.pool().await)
+    .await
+    .unwrap();
+    assert_eq!(tables, 1);
+}
