@@ -18,87 +18,23 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use common::{dsn_for, EventSpec, TestDb};
+use common::fill::{Fill, Ids};
+use common::{dsn_for, TestDb};
 use sqlx::Executor;
 
-/// A canonical event as the receiver stores it, with `@E`, `@T` and `@Q`
-/// standing for the event, task and queue ids.
-fn template(version: u64, event_type: &str, state: &str, result: Option<&str>) -> String {
-    let raw = EventSpec {
-        id: "e".repeat(32),
-        queue_id: &"a".repeat(32),
-        task_id: &"b".repeat(32),
-        version,
-        event_type,
-        state,
-        result,
-    }
-    .json();
-    result_inbox::digest::canonicalize(raw.as_bytes())
-        .unwrap()
-        .as_str()
-        .replace(&"e".repeat(32), "@E")
-        .replace(&"a".repeat(32), "@Q")
-        .replace(&"b".repeat(32), "@T")
-}
-
-/// `template` as an SQL expression over the id expressions.
-fn sql_text(template: &str, event: &str, task: &str, queue: &str) -> String {
-    let quoted = template.replace('\'', "''");
-    format!("REPLACE(REPLACE(REPLACE('{quoted}', '@E', {event}), '@T', {task}), '@Q', '{queue}')")
-}
-
-/// Fills the tables with `rows` inbox rows (2 per task) and their views, in
-/// SQL: digits cross-joined give the numbers, ids are their zero-padded hex.
+/// Fills the tables with `rows` inbox rows (2 per task) and their views.
 async fn fill(db: &TestDb, rows: u64) {
-    let queue = "0123456789abcdef0123456789abcdef";
-    let submitted = template(1, "task.submitted", "PENDING", None);
-    let succeeded = template(
-        2,
-        "task.succeeded",
-        "SUCCEEDED",
-        Some(
-            r#"{"rows":1234,"total":123456789012345678901234567890,"message":"Verarbeitung abgeschlossen – 处理完成"}"#,
-        ),
-    );
-    let pool = db.pool().await;
-    let digits = "(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 \
-        UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 \
-        UNION ALL SELECT 8 UNION ALL SELECT 9)";
-    let chunk = 100_000u64;
-    for start in (0..rows).step_by(chunk as usize) {
-        let n = "(a.d + 10 * b.d + 100 * c.d + 1000 * d.d + 10000 * e.d)";
-        let numbers = format!(
-            "SELECT {start} + {n} AS k FROM {digits} a, {digits} b, {digits} c, {digits} d, {digits} e \
-             WHERE {start} + {n} < {rows}"
-        );
-        let event = "LOWER(LPAD(HEX(k), 32, '0'))";
-        let task = "LOWER(CONCAT('7', LPAD(HEX(FLOOR(k / 2)), 31, '0')))";
-        let text = format!(
-            "CASE WHEN k % 2 = 0 THEN {} ELSE {} END",
-            sql_text(&submitted, event, task, queue),
-            sql_text(&succeeded, event, task, queue)
-        );
-        pool.execute(
-            format!(
-                "INSERT INTO receiver_inbox SELECT 'bench', '{queue}', {event}, SHA2(t, 256), t, 1, \
-                 UTC_TIMESTAMP(6) FROM (SELECT k, {text} AS t FROM ({numbers}) AS n) AS rows_"
-            )
-            .as_str(),
-        )
-        .await
-        .unwrap();
-        pool.execute(
-            format!(
-                "INSERT INTO receiver_task_views SELECT 'bench', '{queue}', {task}, 2, {event}, \
-                 'SUCCEEDED', NULL, 2, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) FROM ({numbers}) AS n \
-                 WHERE k % 2 = 1" // (The view's result is not part of what verify compares.)
-            )
-            .as_str(),
-        )
-        .await
-        .unwrap();
+    Fill {
+        consumer: "bench",
+        queue: "0123456789abcdef0123456789abcdef",
+        rows,
+        versions: 2,
+        ids: Ids::Sequential,
+        aged_rows: 0,
+        aged_days: 0,
     }
+    .run(&db.pool().await, 100_000)
+    .await;
 }
 
 /// Runs the release `receiver verify`; returns (its last line, seconds,
@@ -167,7 +103,10 @@ async fn main() {
             filling.elapsed().as_secs_f64()
         );
         let (summary, seconds, rss) = run_verify(&dsn_for(&db.name));
-        assert!(summary.ends_with("problems=0 ok=true"), "{summary}");
+        assert!(
+            summary.ends_with("pruned_rows=0 problems=0 ok=true"),
+            "{summary}"
+        );
         let views = rows / 2;
         assert!(
             summary.starts_with(&format!("verify inbox_rows={rows} task_views={views} ")),

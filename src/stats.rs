@@ -1,6 +1,6 @@
-//! `receiver stats`: what capacity planning for a table that is never
-//! cleaned needs — how big both tables are, how fast the inbox grows, and
-//! what one event costs. `docs/operations.md` says how to read it.
+//! `receiver stats`: what capacity planning for the inbox needs — how big
+//! both tables are, how fast the inbox grows, what one event costs, and
+//! what lies past a retention window. `docs/operations.md` says how to read it.
 //!
 //! Reads only (`SELECT` on the two tables and `information_schema`); the
 //! inbox is scanned twice (totals, then the last 30 days), and once more

@@ -95,7 +95,12 @@ impl ClusterDb {
             .fetch_one(&synced_pool(root).await)
             .await
             .unwrap();
-            assert_eq!(tables, 2, "the schema reached node {}", node + 1);
+            assert_eq!(
+                tables as usize,
+                result_inbox::db::schema::statements().len(),
+                "the schema reached node {}",
+                node + 1
+            );
         }
         ClusterDb { name, nodes }
     }

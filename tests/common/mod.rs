@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 pub mod consume;
+pub mod fill;
 pub mod galera;
 pub mod http_proxy;
 pub mod mysql_proxy;

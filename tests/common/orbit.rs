@@ -317,6 +317,8 @@ pub fn receiver() -> Command {
         "NATS_CREDS_FILE",
         "NATS_CA_FILE",
         "NATS_REQUIRE_TLS",
+        "RECEIVER_PRUNE_DSN",
+        "RECEIVER_PRUNE_MIN_RETENTION",
     ] {
         cmd.env_remove(var);
     }
