@@ -202,6 +202,7 @@ async fn prune_deletes_the_rows_past_the_window_of_its_scope_and_keeps_each_view
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let line = stdout(&o);
     assert!(line.starts_with("prune "), "{line}");
+    assert_eq!(stderr(&o), "", "stderr is a pipe: no progress bar, nothing");
     assert_eq!(field(&line, "deleted"), "10");
     assert_eq!(field(&line, "kept_latest"), "5");
     assert_eq!(field(&line, "stopped"), "false");
@@ -505,4 +506,135 @@ async fn init_keep_existing_adds_the_tally_to_a_database_initialized_before_it()
     .await
     .unwrap();
     assert_eq!(tables, 1);
+}
+
+#[tokio::test]
+async fn a_prune_killed_at_any_point_has_archived_every_row_it_deleted() {
+    let aged = Aged::new(40).await;
+    let before = aged.all_rows().await;
+    let dir = std::env::temp_dir().join(format!("prune-kill-{}", random_hex(6)));
+    std::fs::create_dir_all(&dir).unwrap();
+    let archive = dir.join("pruned.jsonl");
+    let run = || {
+        aged.prune_command(&[
+            "--older-than",
+            "7d",
+            "--batch-rows",
+            "7",
+            "--pause",
+            "0s",
+            "--archive",
+            archive.to_str().unwrap(),
+        ])
+    };
+    let mut child = run().stdout(Stdio::null()).spawn().unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while aged.tally().await.0 < 20 {
+        assert!(tokio::time::Instant::now() < deadline, "no batch committed");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let archived = |text: String| -> BTreeMap<String, serde_json::Value> {
+        text.lines()
+            .map(|line| {
+                let row: serde_json::Value = serde_json::from_str(line).unwrap();
+                (row["event_id"].as_str().unwrap().to_owned(), row)
+            })
+            .collect()
+    };
+    let deleted_so_far = |after: &BTreeMap<String, serde_json::Value>| {
+        before
+            .iter()
+            .filter(|(id, _)| !after.contains_key(*id))
+            .map(|(id, row)| (id.clone(), row.clone()))
+            .collect::<BTreeMap<_, _>>()
+    };
+    let deleted = deleted_so_far(&aged.all_rows().await);
+    assert!(!deleted.is_empty() && deleted.len() < 80);
+    let kept = archived(std::fs::read_to_string(&archive).unwrap());
+    for (id, row) in &deleted {
+        assert_eq!(kept.get(id), Some(row), "deleted but not archived");
+    }
+    assert_eq!(aged.tally().await.0, deleted.len() as u64);
+
+    // Run again: the rest goes, into the same archive, which still holds
+    // every deleted row.
+    assert!(run().output().unwrap().status.success());
+    let deleted = deleted_so_far(&aged.all_rows().await);
+    assert_eq!(deleted.len(), 80);
+    let kept = archived(std::fs::read_to_string(&archive).unwrap());
+    for (id, row) in &deleted {
+        assert_eq!(kept.get(id), Some(row), "deleted but not archived");
+    }
+    assert_eq!(aged.verify().0, Some(0));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn redeliveries_of_the_rows_a_prune_is_deleting_never_fail_and_never_apply() {
+    let aged = Aged::new(60).await;
+    let store = aged.db.store(aged.scope.clone()).await;
+    let olds: Vec<String> = sqlx::query_scalar(
+        "SELECT CAST(event_canonical AS CHAR) FROM receiver_inbox \
+         WHERE consumer_name = ? AND queue_id = ? AND received_at < UTC_TIMESTAMP(6) - INTERVAL 7 DAY",
+    )
+    .bind(aged.scope.receiver.as_str())
+    .bind(aged.scope.queue_id.as_str())
+    .fetch_all(&aged.db.pool().await)
+    .await
+    .unwrap();
+    let pruning = aged
+        .prune_command(&["--older-than", "7d", "--batch-rows", "5", "--pause", "0s"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Four workers redeliver every old event, over and over while the prune
+    // deletes them and once more after it: each one is a duplicate (the row
+    // is there, or locked by a batch and then still there) or, the first
+    // time after its row was deleted, stale (inserted again below the
+    // view's version).
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for chunk in olds.chunks(olds.len().div_ceil(4)) {
+        let (store, chunk, done) = (store.clone(), chunk.to_vec(), done.clone());
+        workers.push(tokio::spawn(async move {
+            let mut outcomes = Vec::new();
+            loop {
+                let last_pass = done.load(std::sync::atomic::Ordering::SeqCst);
+                for event in &chunk {
+                    let receipt = common::apply_once(&store, event).await.unwrap();
+                    outcomes.push(receipt.outcome.class());
+                }
+                if last_pass {
+                    return outcomes;
+                }
+            }
+        }));
+    }
+    let o = tokio::task::spawn_blocking(move || pruning.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut outcomes = Vec::new();
+    for w in workers {
+        outcomes.extend(w.await.unwrap());
+    }
+    assert!(o.status.success());
+    assert_eq!(field(&stdout(&o), "deleted"), "120");
+    assert!(outcomes.len() >= 2 * 180);
+    let count = |class: &str| outcomes.iter().filter(|c| **c == class).count();
+    assert_eq!(count("stale"), 120, "once for each deleted row");
+    assert_eq!(count("duplicate"), outcomes.len() - 120);
+    // Every view is where it was: version 3, three applied events.
+    let views: Vec<(u64, u64)> = sqlx::query_as(
+        "SELECT task_version, applied_events FROM receiver_task_views WHERE queue_id = ?",
+    )
+    .bind(aged.scope.queue_id.as_str())
+    .fetch_all(&aged.db.pool().await)
+    .await
+    .unwrap();
+    assert!(views.iter().all(|v| *v == (3, 3)), "{views:?}");
+    assert_eq!(aged.verify().0, Some(0));
 }
