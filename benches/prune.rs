@@ -20,7 +20,7 @@
 //! ```text
 //! prune round=R without_per_s=… with_per_s=… ratio=… p50_ms without=… with=… p99_ms without=… with=… prune_rows_per_s=…
 //! prune rounds=R deliveries=N without_per_s=… with_per_s=… ratio=… p99_ms without=… with=… failed=0 retries=… lock_waits=0
-//! prune alone deleted=… seconds=… rows_per_s=… total_deleted=… kept_latest=…
+//! prune alone deleted=… seconds=… rows_per_s=… cpu_ms_per_1000_rows prune=… mysqld=… total_deleted=… kept_latest=…
 //! ```
 
 #[path = "../tests/common/mod.rs"]
@@ -120,7 +120,11 @@ impl Pruning {
             .env("RECEIVER_PRUNE_DSN", &target.prune_dsn)
             .env("RECEIVER_NAME", NAME)
             .env("ORBIT_QUEUE_ID", queue)
-            .env("RECEIVER_LOG", "warn")
+            // PRUNE_LOG=sqlx::query=info shows each statement's time.
+            .env(
+                "RECEIVER_LOG",
+                std::env::var("PRUNE_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -135,9 +139,27 @@ impl Pruning {
     }
 
     fn finish(self) -> String {
-        let out = self.0.wait_with_output().unwrap();
-        assert!(out.status.success(), "prune failed");
-        String::from_utf8(out.stdout).unwrap()
+        self.finish_with_cpu().0
+    }
+
+    /// Waits for it; returns its summary line and the CPU seconds (user
+    /// and system) it used.
+    fn finish_with_cpu(mut self) -> (String, f64) {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut self.0.stdout.take().unwrap(), &mut text).unwrap();
+        let mut status = 0;
+        // SAFETY: wait4 fills the two out-parameters we pass and nothing else.
+        let cpu = unsafe {
+            let mut usage: libc::rusage = std::mem::zeroed();
+            libc::wait4(self.0.id() as libc::pid_t, &mut status, 0, &mut usage);
+            let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+            seconds(usage.ru_utime) + seconds(usage.ru_stime)
+        };
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "prune failed"
+        );
+        (text, cpu)
     }
 }
 
@@ -377,13 +399,17 @@ async fn main() {
         deleted / during_s,
     );
 
-    let summary = Pruning::start(&target, &creds.queue_id).finish();
+    let mysqld_before = common::cpu_seconds(common::mysqld_pid());
+    let (summary, cpu) = Pruning::start(&target, &creds.queue_id).finish_with_cpu();
+    let mysqld = common::cpu_seconds(common::mysqld_pid()) - mysqld_before;
     let total = deleted + field(&summary, "deleted");
+    let alone = field(&summary, "deleted");
     println!(
-        "prune {where_} alone deleted={} seconds={:.1} rows_per_s={:.0} total_deleted={total} kept_latest={}",
-        field(&summary, "deleted"),
+        "prune {where_} alone deleted={alone} seconds={:.1} rows_per_s={:.0} cpu_ms_per_1000_rows prune={:.0} mysqld={:.0} total_deleted={total} kept_latest={}",
         field(&summary, "elapsed_s"),
-        field(&summary, "deleted") / field(&summary, "elapsed_s"),
+        alone / field(&summary, "elapsed_s"),
+        1e6 * cpu / alone,
+        1e6 * mysqld / alone,
         field(&summary, "kept_latest"),
     );
     assert_eq!(

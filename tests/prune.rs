@@ -449,11 +449,20 @@ async fn a_prune_stopped_by_sigterm_exits_0_after_its_batch_and_a_second_run_fin
 async fn two_prunes_at_once_delete_each_row_once_and_count_it_once() {
     let aged = Aged::new(150).await;
     let start = || {
-        aged.prune_command(&["--older-than", "7d", "--batch-rows", "25", "--pause", "0s"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
+        aged.prune_command(&[
+            "--older-than",
+            "7d",
+            "--batch-rows",
+            "25",
+            "--pause",
+            "0s",
+            "--pause-factor",
+            "0",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
     };
     let (a, b) = (start(), start());
     let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
@@ -523,6 +532,8 @@ async fn a_prune_killed_at_any_point_has_archived_every_row_it_deleted() {
             "7",
             "--pause",
             "0s",
+            "--pause-factor",
+            "0",
             "--archive",
             archive.to_str().unwrap(),
         ])
@@ -586,7 +597,16 @@ async fn redeliveries_of_the_rows_a_prune_is_deleting_never_fail_and_never_apply
     .await
     .unwrap();
     let pruning = aged
-        .prune_command(&["--older-than", "7d", "--batch-rows", "5", "--pause", "0s"])
+        .prune_command(&[
+            "--older-than",
+            "7d",
+            "--batch-rows",
+            "5",
+            "--pause",
+            "0s",
+            "--pause-factor",
+            "0",
+        ])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();

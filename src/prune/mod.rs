@@ -14,7 +14,8 @@
 //!   reports it, and prune does not delete evidence.
 //!
 //! It works in batches by primary key, each its own short `READ
-//! COMMITTED` transaction, with a pause between them: the rows of a batch
+//! COMMITTED` transaction, with a pause between them that grows with the
+//! time a batch took (so a prune yields more to a busy server): the rows of a batch
 //! are found without locks, then locked by their keys (never a range, so a
 //! consumer inserting new rows never waits on it), handed to the
 //! [`Archive`] (which returns once they are durable), counted per task in
@@ -37,6 +38,7 @@ pub use self::archive::{Archive, PrunedRow};
 pub use self::error::PruneError;
 pub use self::plan::{
     Plan, DEFAULT_BATCH_BYTES, DEFAULT_BATCH_ROWS, DEFAULT_MINIMUM_RETENTION, DEFAULT_PAUSE,
+    DEFAULT_PAUSE_FACTOR,
 };
 pub use self::privileges::{check, check_privileges, PRIVILEGES};
 pub use self::run::{count, run, Count, Report, Summary};

@@ -20,8 +20,14 @@ pub const DEFAULT_BATCH_ROWS: u32 = 1_000;
 /// `wsrep_max_ws_size`).
 pub const DEFAULT_BATCH_BYTES: u64 = 8 * 1024 * 1024;
 
-/// The pause after each batch, which leaves the server to live traffic.
+/// The shortest pause after each batch, which leaves the server to live
+/// traffic.
 pub const DEFAULT_PAUSE: Duration = Duration::from_millis(50);
+
+/// How much longer than a batch took the pause after it is at least: a
+/// prune works at most a quarter of the time, and yields more when the
+/// server is busy and its batches take longer.
+pub const DEFAULT_PAUSE_FACTOR: u32 = 3;
 
 /// One prune of one scope.
 #[derive(Debug, Clone)]
@@ -38,8 +44,11 @@ pub struct Plan {
     /// Most canonical text per batch, in bytes (a batch has at least one
     /// row).
     pub batch_bytes: u64,
-    /// The pause after each batch.
+    /// The shortest pause after each batch.
     pub pause: Duration,
+    /// The pause after a batch is at least this many times the batch's own
+    /// time (0: only `pause`).
+    pub pause_factor: u32,
 }
 
 impl Plan {
@@ -52,7 +61,13 @@ impl Plan {
             batch_rows: DEFAULT_BATCH_ROWS,
             batch_bytes: DEFAULT_BATCH_BYTES,
             pause: DEFAULT_PAUSE,
+            pause_factor: DEFAULT_PAUSE_FACTOR,
         }
+    }
+
+    /// The pause after a batch that took `batch`.
+    pub fn pause_after(&self, batch: Duration) -> Duration {
+        self.pause.max(batch * self.pause_factor)
     }
 
     /// Whether the window is one prune may use: not below the floor, and a
@@ -96,6 +111,19 @@ mod tests {
         let mut lowered = plan(Duration::from_secs(3600));
         lowered.minimum_retention = Duration::from_secs(3600);
         assert!(lowered.check().is_ok());
+    }
+
+    #[test]
+    fn the_pause_after_a_batch_grows_with_the_batchs_time() {
+        let p = plan(DEFAULT_MINIMUM_RETENTION);
+        assert_eq!(p.pause_after(Duration::from_millis(5)), DEFAULT_PAUSE);
+        assert_eq!(
+            p.pause_after(Duration::from_millis(100)),
+            Duration::from_millis(300)
+        );
+        let mut fixed = plan(DEFAULT_MINIMUM_RETENTION);
+        fixed.pause_factor = 0;
+        assert_eq!(fixed.pause_after(Duration::from_secs(1)), DEFAULT_PAUSE);
     }
 
     #[test]

@@ -15,8 +15,9 @@ use crate::event::Event;
 use super::{check_privileges, Archive, Plan, PruneError, PrunedRow};
 
 /// How long a batch waits for a row lock: a consumer holds the row of a
-/// redelivered old event only for its own short transaction.
-const LOCK_WAIT_SECONDS: u32 = 10;
+/// redelivered old event only for its own short transaction. Well inside
+/// the 10 s a stopped command has to end in.
+const LOCK_WAIT_SECONDS: u32 = 3;
 
 /// Runs of a batch that the server rolled back (a deadlock, a lost
 /// certification, a lock wait, a broken connection) before prune gives up.
@@ -70,6 +71,12 @@ fn seconds<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> 
 
 /// Where a prune reports as it goes.
 pub trait Report {
+    /// Whether the rows past the window should be counted first, for
+    /// [`total`](Report::total): a scan of the scope, worth it for a
+    /// progress bar someone watches, not for a job's log.
+    fn wants_total(&self) -> bool {
+        true
+    }
     /// The rows past the window, once counted.
     fn total(&mut self, rows: u64);
     /// A batch ended: `examined` rows past the window were looked at,
@@ -89,10 +96,11 @@ pub async fn count(dsn: &Dsn, plan: &Plan) -> Result<Count, PruneError> {
 }
 
 /// Prunes the plan's scope: checks the window and the account's grants,
-/// counts, then deletes batch after batch, each archived first, until no
-/// row is left past the window or `stop` is cancelled (the batch under way
-/// ends first). The window's edge is fixed by the server's clock when it
-/// starts.
+/// counts (if the report wants a total), then deletes batch after batch,
+/// each archived first, until no row is left past the window or `stop` is
+/// cancelled (the batch under way ends first; a count under way is given
+/// up; a batch the server rolled back is not run again). The window's edge
+/// is fixed by the server's clock when it starts.
 pub async fn run(
     dsn: &Dsn,
     plan: &Plan,
@@ -105,9 +113,18 @@ pub async fn run(
     let mut conn = connect(dsn).await?;
     check_privileges(&mut conn).await?;
     let cutoff = cutoff(&mut conn, plan.older_than).await?;
-    report.total(count_at(&mut conn, plan, &cutoff).await?.rows);
-
     let mut summary = Summary::default();
+    if report.wants_total() {
+        tokio::select! {
+            counted = count_at(&mut conn, plan, &cutoff) => report.total(counted?.rows),
+            _ = stop.cancelled() => {
+                summary.stopped = true;
+                summary.elapsed = started.elapsed();
+                return Ok(summary);
+            }
+        }
+    }
+
     let mut after = String::new();
     loop {
         if stop.is_cancelled() {
@@ -120,9 +137,15 @@ pub async fn run(
         };
         after = last.clone();
         let mut attempt = 1;
+        let batch_started = Instant::now();
         let done = loop {
             match batch(&mut conn, plan, &cutoff, &keys, archive).await {
                 Ok(done) => break done,
+                Err(PruneError::Database(e)) if e.is_rolled_back() && stop.is_cancelled() => {
+                    summary.stopped = true;
+                    summary.elapsed = started.elapsed();
+                    return Ok(summary);
+                }
                 Err(PruneError::Database(e)) if e.is_rolled_back() && attempt < BATCH_ATTEMPTS => {
                     summary.retries += 1;
                     tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
@@ -140,9 +163,10 @@ pub async fn run(
         summary.kept_unreadable += done.kept_unreadable;
         summary.batches += u64::from(done.deleted > 0);
         report.advance(keys.len() as u64, done.deleted);
-        if !plan.pause.is_zero() {
+        let pause = plan.pause_after(batch_started.elapsed());
+        if !pause.is_zero() {
             tokio::select! {
-                _ = tokio::time::sleep(plan.pause) => {}
+                _ = tokio::time::sleep(pause) => {}
                 _ = stop.cancelled() => {}
             }
         }

@@ -48,9 +48,13 @@ pub(crate) struct PruneArgs {
     /// Most rows per batch; each batch is one short transaction.
     #[arg(long, default_value_t = prune::DEFAULT_BATCH_ROWS)]
     batch_rows: u32,
-    /// The pause after each batch (0s for none).
+    /// The shortest pause after each batch.
     #[arg(long, value_parser = parse_duration, default_value = "50ms")]
     pause: Duration,
+    /// The pause after a batch is at least this many times the batch's own
+    /// time, so that prune yields more to a busy server (0: only --pause).
+    #[arg(long, default_value_t = prune::DEFAULT_PAUSE_FACTOR)]
+    pause_factor: u32,
     /// Count what would be deleted; delete and archive nothing. Needs
     /// only SELECT.
     #[arg(long)]
@@ -159,6 +163,7 @@ impl PruneArgs {
         plan.minimum_retention = self.min_retention;
         plan.batch_rows = self.batch_rows;
         plan.pause = self.pause;
+        plan.pause_factor = self.pause_factor;
         Ok(plan)
     }
 }
@@ -203,6 +208,10 @@ impl Progress {
 }
 
 impl prune::Report for Progress {
+    fn wants_total(&self) -> bool {
+        !self.bar.is_hidden()
+    }
+
     fn total(&mut self, rows: u64) {
         self.bar.set_length(rows);
     }
