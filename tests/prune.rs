@@ -442,6 +442,9 @@ async fn a_prune_stopped_by_sigterm_exits_0_after_its_batch_and_a_second_run_fin
     let line = stdout(&o);
     assert_eq!(field(&line, "stopped"), "false");
     assert_eq!(first + field(&line, "deleted").parse::<u64>().unwrap(), 120);
+    // The run looked at every old row again, the latest events the first
+    // one had already passed too.
+    assert_eq!(field(&line, "kept_latest"), "60");
     assert_eq!(aged.verify().0, Some(0));
 }
 

@@ -284,18 +284,11 @@ async fn batch(
 ) -> Result<Batch, PruneError> {
     conn.execute("START TRANSACTION").await?;
     match locked_batch(conn, plan, cutoff, keys, archive).await {
-        Ok(Some(done)) => {
-            conn.execute("COMMIT").await?;
+        Ok(done) => {
+            // Nothing deleted: only locks to let go of.
+            let end = if done.deleted > 0 { "COMMIT" } else { "ROLLBACK" };
+            conn.execute(end).await?;
             Ok(done)
-        }
-        Ok(None) => {
-            conn.execute("ROLLBACK").await?;
-            Ok(Batch {
-                deleted: 0,
-                bytes: 0,
-                kept_latest: 0,
-                kept_unreadable: 0,
-            })
         }
         Err(e) => {
             let _ = conn.execute("ROLLBACK").await;
@@ -305,14 +298,14 @@ async fn batch(
 }
 
 /// Locks the batch's rows by key, keeps the latest events and unreadable
-/// rows, archives, counts and deletes the rest. `None`: nothing to delete.
+/// rows, archives, counts and deletes the rest.
 async fn locked_batch(
     conn: &mut MySqlConnection,
     plan: &Plan,
     cutoff: &str,
     keys: &[String],
     archive: &mut dyn Archive,
-) -> Result<Option<Batch>, PruneError> {
+) -> Result<Batch, PruneError> {
     let (consumer, queue) = (plan.scope.receiver.as_str(), plan.scope.queue_id.as_str());
     // A row deleted by another prune since it was found is not read; one
     // received again since (a redelivery after that prune) is newer than
@@ -353,7 +346,12 @@ async fn locked_batch(
         .partition(|(task, row)| latest.get(task) != Some(&row.event_id));
     let kept_latest = kept.len() as u64;
     if doomed.is_empty() {
-        return Ok(None);
+        return Ok(Batch {
+            deleted: 0,
+            bytes: 0,
+            kept_latest,
+            kept_unreadable,
+        });
     }
 
     let rows: Vec<PrunedRow> = doomed.iter().map(|(_, row)| row.clone()).collect();
@@ -373,12 +371,12 @@ async fn locked_batch(
         // this transaction read, and nothing of it may commit.
         return Err(DbError::inconsistent().into());
     }
-    Ok(Some(Batch {
+    Ok(Batch {
         deleted,
         bytes: rows.iter().map(|r| r.event_canonical.len() as u64).sum(),
         kept_latest,
         kept_unreadable,
-    }))
+    })
 }
 
 /// The last event of each task of the batch that has a view, by the
