@@ -8,19 +8,20 @@
 //! `make bench` runs both. The table holds `PRUNE_BENCH_ROWS` inbox rows
 //! (default 1 000 000; four versions per task, ids spread over the key
 //! space as Orbit's are), the first half received 30 days ago; prune
-//! `--older-than 7d` with its defaults (1 000 rows a batch, 50 ms pause)
-//! may delete three quarters of that half and keeps each view's last
-//! event. The consumer's rounds (`PRUNE_BENCH_DELIVERIES` fresh events
-//! each, default 6 000) alternate between no prune and a prune running
+//! `--older-than 7d` with its defaults (1 000 rows a batch, then a pause
+//! of at least 50 ms and four times the batch's time) may delete three
+//! quarters of that half and keeps each view's last event. The consumer's rounds (`PRUNE_BENCH_ROUNDS` of each kind,
+//! default 5, of `PRUNE_BENCH_DELIVERIES` fresh events, default 10 000)
+//! alternate between no prune and a prune running
 //! (stopped with SIGTERM after the round, resumed in the next), so that a
 //! drift of the machine weighs on both. The apply latency comes from the
 //! consumer's own `receiver_apply_duration_seconds` histogram, interpolated
 //! within its buckets. Prints, per round and then in all:
 //!
 //! ```text
-//! prune round=R without_per_s=… with_per_s=… ratio=… p50_ms without=… with=… p99_ms without=… with=… prune_rows_per_s=…
-//! prune rounds=R deliveries=N without_per_s=… with_per_s=… ratio=… p99_ms without=… with=… failed=0 retries=… lock_waits=0
-//! prune alone deleted=… seconds=… rows_per_s=… cpu_ms_per_1000_rows prune=… mysqld=… total_deleted=… kept_latest=…
+//! prune single|cluster round=R without_per_s=… with_per_s=… ratio=… p50_ms without=… with=… p99_ms without=… with=… prune_rows_per_s=…
+//! prune single|cluster rounds=R deliveries=N without_per_s=… with_per_s=… ratio=… p99_ms without=… with=… failed=0 retries without=… with=… prune_rows_per_s_beside_traffic=… prune_retries=…
+//! prune single|cluster alone deleted=… seconds=… rows_per_s=… cpu_ms_per_1000_rows prune=… mysqld=… total_deleted=… kept_latest=…
 //! ```
 
 #[path = "../tests/common/mod.rs"]
@@ -39,7 +40,6 @@ use result_inbox::event::EventType;
 use sqlx::{Executor, MySqlPool};
 
 const NAME: &str = "bench";
-const ROUNDS: usize = 3;
 
 const PRUNE_GRANTS: [&str; 3] = [
     "SELECT, DELETE ON `{db}`.receiver_inbox",
@@ -308,7 +308,8 @@ async fn main() {
         return;
     }
     let rows = setting("PRUNE_BENCH_ROWS", 1_000_000) / 8 * 8;
-    let deliveries = setting("PRUNE_BENCH_DELIVERIES", 6_000) as usize;
+    let deliveries = setting("PRUNE_BENCH_DELIVERIES", 10_000) as usize;
+    let rounds = setting("PRUNE_BENCH_ROUNDS", 5) as usize;
     let target = if cluster {
         Target::cluster().await
     } else {
@@ -341,14 +342,15 @@ async fn main() {
     );
 
     let (mut without, mut with) = (Vec::new(), Vec::new());
-    let (mut deleted, mut during_s) = (0.0, 0.0);
-    for round in 1..=ROUNDS {
+    let (mut deleted, mut during_s, mut prune_retries) = (0.0, 0.0, 0.0);
+    for round in 1..=rounds {
         let alone = consume_round(&orbit, &creds, &target, deliveries).await;
         let pruning = Pruning::start(&target, &creds.queue_id);
         let beside = consume_round(&orbit, &creds, &target, deliveries).await;
         let summary = pruning.stop();
         deleted += field(&summary, "deleted");
         during_s += field(&summary, "elapsed_s");
+        prune_retries += field(&summary, "retries");
         let per_s = |r: &Round| deliveries as f64 / r.seconds;
         println!(
             "prune {where_} round={round} without_per_s={:.0} with_per_s={:.0} ratio={:.2} \
@@ -385,9 +387,9 @@ async fn main() {
     };
     let (a, b) = (merged(&without), merged(&with));
     println!(
-        "prune {where_} rounds={ROUNDS} deliveries={} without_per_s={:.0} with_per_s={:.0} ratio={:.2} \
-         p99_ms without={:.2} with={:.2} failed={} retries without={} with={} prune_rows_per_s_beside_traffic={:.0}",
-        deliveries * ROUNDS,
+        "prune {where_} rounds={rounds} deliveries={} without_per_s={:.0} with_per_s={:.0} ratio={:.2} \
+         p99_ms without={:.2} with={:.2} failed={} retries without={} with={} prune_rows_per_s_beside_traffic={:.0} prune_retries={}",
+        deliveries * rounds,
         rate(&without),
         rate(&with),
         rate(&with) / rate(&without),
@@ -397,6 +399,7 @@ async fn main() {
         a.retries,
         b.retries,
         deleted / during_s,
+        prune_retries,
     );
 
     let mysqld_before = common::cpu_seconds(common::mysqld_pid());

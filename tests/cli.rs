@@ -406,11 +406,22 @@ fn each_operator_tool_lists_its_variables_in_help() {
         (&["stats"][..], &["ORBIT_RECEIVER_DSN"][..]),
         (&["inspect"][..], &["ORBIT_RECEIVER_DSN"][..]),
         (
+            &["prune"][..],
+            &[
+                "RECEIVER_PRUNE_DSN",
+                "RECEIVER_NAME",
+                "ORBIT_QUEUE_ID",
+                "ORBIT_CREDENTIALS_FILE",
+                "RECEIVER_PRUNE_MIN_RETENTION",
+            ][..],
+        ),
+        (
             &["check"][..],
             &[
                 "ORBIT_RECEIVER_DSN",
                 "ORBIT_SUBSCRIPTION_ID",
                 "ORBIT_CREDENTIALS_FILE",
+                "RECEIVER_PRUNE_DSN",
             ][..],
         ),
     ] {
@@ -424,5 +435,41 @@ fn each_operator_tool_lists_its_variables_in_help() {
         for var in variables {
             assert!(help.contains(var), "{var} missing from {command:?} --help");
         }
+    }
+}
+
+#[test]
+fn prune_without_its_account_or_with_a_bad_window_is_a_configuration_error_naming_it() {
+    for (args, env, says) in [
+        (
+            &["prune", "--older-than", "30d"][..],
+            None,
+            "RECEIVER_PRUNE_DSN is not set",
+        ),
+        (
+            &["prune", "--older-than", "30"][..],
+            Some("mysql://u:p@127.0.0.1:1/db"),
+            "has no unit",
+        ),
+        (
+            &["prune", "--older-than", "30d"][..],
+            Some("mysql://u:p@127.0.0.1:1/db"),
+            "ORBIT_QUEUE_ID is not set",
+        ),
+    ] {
+        let mut command = Command::new(receiver_bin());
+        command
+            .args(args)
+            .env_remove("RECEIVER_PRUNE_DSN")
+            .env_remove("ORBIT_QUEUE_ID")
+            .env_remove("ORBIT_CREDENTIALS_FILE");
+        if let Some(dsn) = env {
+            command.env("RECEIVER_PRUNE_DSN", dsn);
+        }
+        let out = command.output().unwrap();
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(!err.contains(":p@"), "the password is never printed: {err}");
     }
 }

@@ -106,6 +106,31 @@ async fn rows_of(db: &TestDb, event: &str) -> Vec<(bool, i64)> {
     .unwrap()
 }
 
+/// What both redelivery tests end with: the consumer logged v2 as a
+/// duplicate and v1 as stale and applied nothing; the view is at v2 with
+/// its two advances; v1 is recorded again, as received now and not
+/// applied, v2's row is the one of 30 days ago; verify passes.
+async fn duplicate_and_stale(
+    out: &str,
+    db: &TestDb,
+    queue: &str,
+    task: &str,
+    v1_id: &str,
+    v2_id: &str,
+) {
+    assert_eq!(out.matches(r#"class="duplicate""#).count(), 1, "{out}");
+    assert_eq!(out.matches(r#"class="stale""#).count(), 1, "{out}");
+    assert_eq!(out.matches(r#"class="applied""#).count(), 0, "{out}");
+    let v = view(db, queue, task).await;
+    assert_eq!(
+        (v.task_version, v.last_event_id.as_str(), v.applied_events),
+        (2, v2_id, 2)
+    );
+    assert_eq!(rows_of(db, v1_id).await, [(false, 0)]);
+    assert_eq!(rows_of(db, v2_id).await, [(true, 30)]);
+    verify_passes(db);
+}
+
 fn verify_passes(db: &TestDb) {
     let o = receiver()
         .arg("verify")
@@ -189,20 +214,15 @@ async fn after_a_prune_orbits_revived_deliveries_are_a_duplicate_and_a_stale_and
         .wait_for_counts(&creds, &sub, Duration::from_secs(20), |c| c["acked"] == 2)
         .await;
     assert!(consumer.terminate().success());
-    let out = consumer.output();
-    assert_eq!(out.matches(r#"class="duplicate""#).count(), 1, "{out}");
-    assert_eq!(out.matches(r#"class="stale""#).count(), 1, "{out}");
-    assert_eq!(out.matches(r#"class="applied""#).count(), 0, "{out}");
-
-    let v = view(&db, &creds.queue_id, &task).await;
-    assert_eq!(
-        (v.task_version, v.last_event_id.as_str(), v.applied_events),
-        (2, v2_id.as_str(), 2)
-    );
-    // v1 is recorded again, as received now and not applied.
-    assert_eq!(rows_of(&db, &v1_id).await, [(false, 0)]);
-    assert_eq!(rows_of(&db, &v2_id).await, [(true, 30)]);
-    verify_passes(&db);
+    duplicate_and_stale(
+        &consumer.output(),
+        &db,
+        &creds.queue_id,
+        &task,
+        &v1_id,
+        &v2_id,
+    )
+    .await;
 }
 
 #[cfg(feature = "nats")]
@@ -248,17 +268,5 @@ async fn after_a_prune_jetstreams_redelivery_is_a_duplicate_and_a_republished_ol
     let mut last = Consume::with_env(&server.dir, &env);
     queue.wait_all_acked(Duration::from_secs(20)).await;
     assert!(last.terminate().success());
-    let out = last.output();
-    assert_eq!(out.matches(r#"class="duplicate""#).count(), 1, "{out}");
-    assert_eq!(out.matches(r#"class="stale""#).count(), 1, "{out}");
-    assert_eq!(out.matches(r#"class="applied""#).count(), 0, "{out}");
-
-    let v = view(&db, &queue.queue, &task).await;
-    assert_eq!(
-        (v.task_version, v.last_event_id.as_str(), v.applied_events),
-        (2, v2_id.as_str(), 2)
-    );
-    assert_eq!(rows_of(&db, &v1_id).await, [(false, 0)]);
-    assert_eq!(rows_of(&db, &v2_id).await, [(true, 30)]);
-    verify_passes(&db);
+    duplicate_and_stale(&last.output(), &db, &queue.queue, &task, &v1_id, &v2_id).await;
 }

@@ -167,7 +167,8 @@ enum Command {
     },
     /// Delete the inbox rows of this receiver and queue received longer ago
     /// than --older-than, in batches by primary key (each one short
-    /// transaction, a pause between them), archived first with --archive.
+    /// transaction, then a pause of at least four times its own time),
+    /// archived first with --archive.
     /// Keeps each view's last event, so a redelivery of it stays a
     /// duplicate and an older one comes back stale. Refuses a window below
     /// the minimum retention (7d) with exit 2. Runs under its own account

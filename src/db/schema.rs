@@ -146,6 +146,33 @@ pub fn key_columns(table: &str) -> Vec<&'static str> {
         .unwrap_or_default()
 }
 
+/// A statement that needs `privilege` (`SELECT`, `INSERT`, `UPDATE` or
+/// `DELETE`) on `table`, on every column `schema.sql` or `retention.sql`
+/// gives it (an `UPDATE` sets every column but the key to itself), and
+/// changes no row: how a check asks the server itself whether an account
+/// may, grants through roles, wildcards and column lists included.
+pub fn privilege_probe(table: &str, privilege: &str) -> String {
+    let columns = columns(table);
+    let list = columns.join(", ");
+    match privilege {
+        "SELECT" => format!("SELECT {list} FROM {table} WHERE 1 = 0"),
+        "INSERT" => {
+            format!("INSERT INTO {table} ({list}) SELECT {list} FROM {table} WHERE 1 = 0")
+        }
+        "UPDATE" => {
+            let keys = key_columns(table);
+            let set = columns
+                .iter()
+                .filter(|c| !keys.contains(c))
+                .map(|c| format!("{c} = {c}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            format!("UPDATE {table} SET {set} WHERE 1 = 0")
+        }
+        _ => format!("DELETE FROM {table} WHERE 1 = 0"),
+    }
+}
+
 /// What `init` does when the tables are there already.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Existing {
@@ -298,6 +325,21 @@ mod tests {
             ["consumer_name", "queue_id", "task_id"]
         );
         assert!(columns("other").is_empty());
+    }
+
+    #[test]
+    fn the_privilege_probes_touch_no_row_and_never_update_a_key() {
+        for table in [INBOX_TABLE, TASK_VIEW_TABLE, PRUNED_TABLE] {
+            for privilege in ["SELECT", "INSERT", "UPDATE", "DELETE"] {
+                let statement = privilege_probe(table, privilege);
+                assert!(statement.ends_with("WHERE 1 = 0"), "{statement}");
+                assert!(statement.starts_with(privilege), "{statement}");
+            }
+            let update = privilege_probe(table, "UPDATE");
+            for key in key_columns(table) {
+                assert!(!update.contains(&format!("{key} = ")), "{update}");
+            }
+        }
     }
 
     #[test]

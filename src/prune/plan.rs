@@ -25,9 +25,9 @@ pub const DEFAULT_BATCH_BYTES: u64 = 8 * 1024 * 1024;
 pub const DEFAULT_PAUSE: Duration = Duration::from_millis(50);
 
 /// How much longer than a batch took the pause after it is at least: a
-/// prune works at most a quarter of the time, and yields more when the
+/// prune works at most a fifth of the time, and yields more when the
 /// server is busy and its batches take longer.
-pub const DEFAULT_PAUSE_FACTOR: u32 = 3;
+pub const DEFAULT_PAUSE_FACTOR: u32 = 4;
 
 /// One prune of one scope.
 #[derive(Debug, Clone)]
@@ -119,7 +119,7 @@ mod tests {
         assert_eq!(p.pause_after(Duration::from_millis(5)), DEFAULT_PAUSE);
         assert_eq!(
             p.pause_after(Duration::from_millis(100)),
-            Duration::from_millis(300)
+            Duration::from_millis(400)
         );
         let mut fixed = plan(DEFAULT_MINIMUM_RETENTION);
         fixed.pause_factor = 0;

@@ -39,7 +39,7 @@ pub async fn check_privileges(conn: &mut MySqlConnection) -> Result<(), PruneErr
 async fn probe_all(conn: &mut MySqlConnection) -> Result<(), PruneError> {
     for (table, privileges) in PRIVILEGES {
         for &privilege in privileges {
-            let statement = probe(table, privilege);
+            let statement = schema::privilege_probe(table, privilege);
             if let Err(e) = sqlx::query(&statement).execute(&mut *conn).await {
                 let e = DbError::from(e);
                 return Err(match e.number() {
@@ -52,45 +52,4 @@ async fn probe_all(conn: &mut MySqlConnection) -> Result<(), PruneError> {
         }
     }
     Ok(())
-}
-
-/// A statement that needs `privilege` on `table`, on every column prune
-/// uses, and changes no row.
-fn probe(table: &str, privilege: &str) -> String {
-    let columns = schema::columns(table);
-    let list = columns.join(", ");
-    match privilege {
-        "SELECT" => format!("SELECT {list} FROM {table} WHERE 1 = 0"),
-        "DELETE" => format!("DELETE FROM {table} WHERE 1 = 0"),
-        "INSERT" => {
-            format!("INSERT INTO {table} ({list}) SELECT {list} FROM {table} WHERE 1 = 0")
-        }
-        _ => {
-            let keys = schema::key_columns(table);
-            let set = columns
-                .iter()
-                .filter(|c| !keys.contains(c))
-                .map(|c| format!("{c} = {c}"))
-                .collect::<Vec<_>>()
-                .join(", ");
-            format!("UPDATE {table} SET {set} WHERE 1 = 0")
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_probe_touches_no_row() {
-        for (table, privileges) in PRIVILEGES {
-            for privilege in privileges {
-                let statement = probe(table, privilege);
-                assert!(statement.ends_with("WHERE 1 = 0"), "{statement}");
-                assert!(statement.contains(table), "{statement}");
-            }
-        }
-        assert!(probe(PRUNED_TABLE, "UPDATE").contains("pruned_events = pruned_events"));
-    }
 }

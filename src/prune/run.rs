@@ -131,11 +131,17 @@ pub async fn run(
             summary.stopped = true;
             break;
         }
-        let keys = candidates(&mut conn, plan, &cutoff, &after).await?;
-        let Some(last) = keys.last() else {
+        let found = candidates(&mut conn, plan, &cutoff, &after).await?;
+        let Some(last) = found.last else {
             break;
         };
-        after = last.clone();
+        after = last;
+        summary.kept_latest += found.latest;
+        let keys = found.keys;
+        if keys.is_empty() {
+            report.advance(found.latest, 0);
+            continue;
+        }
         let mut attempt = 1;
         let batch_started = Instant::now();
         let done = loop {
@@ -162,7 +168,7 @@ pub async fn run(
         summary.kept_latest += done.kept_latest;
         summary.kept_unreadable += done.kept_unreadable;
         summary.batches += u64::from(done.deleted > 0);
-        report.advance(keys.len() as u64, done.deleted);
+        report.advance(found.latest + keys.len() as u64, done.deleted);
         let pause = plan.pause_after(batch_started.elapsed());
         if !pause.is_zero() {
             tokio::select! {
@@ -232,19 +238,39 @@ async fn count_at(
     })
 }
 
-/// The keys of the next batch after `after`, found without locks: at most
-/// `batch_rows` rows past the window, cut where their text passes
-/// `batch_bytes`.
+/// The next keys past the window after `after`, found without locks.
+struct Candidates {
+    /// Rows to lock and delete: at most `batch_rows`, cut where their text
+    /// passes `batch_bytes`.
+    keys: Vec<String>,
+    /// Rows passed over because a view names them as its last event.
+    latest: u64,
+    /// Where the next scan starts.
+    last: Option<String>,
+}
+
+/// The next batch's keys. Each row's task is taken from where the
+/// canonical form puts it (the first `"task":{"id":"…"`) and its view
+/// looked up by primary key, so that the latest events are set aside
+/// without being locked or read. The guess can only err on the safe side:
+/// a row that some view names as its last event is that view's task's, so
+/// setting it aside is right whatever the guess; a row the guess misses
+/// is locked and checked again from its parsed event.
 async fn candidates(
     conn: &mut MySqlConnection,
     plan: &Plan,
     cutoff: &str,
     after: &str,
-) -> Result<Vec<String>, PruneError> {
+) -> Result<Candidates, PruneError> {
     let rows = sqlx::query(
-        "SELECT event_id, LENGTH(event_canonical) FROM receiver_inbox \
-         WHERE consumer_name = ? AND queue_id = ? AND event_id > ? AND received_at < ? \
-         ORDER BY event_id LIMIT ?",
+        "SELECT i.event_id, LENGTH(i.event_canonical), \
+         COALESCE(v.last_event_id = i.event_id, FALSE) \
+         FROM receiver_inbox i LEFT JOIN receiver_task_views v \
+         ON v.consumer_name = i.consumer_name AND v.queue_id = i.queue_id \
+         AND v.task_id = SUBSTRING(i.event_canonical, \
+             LOCATE('\"task\":{\"id\":\"', i.event_canonical) + 14, 32) \
+         WHERE i.consumer_name = ? AND i.queue_id = ? AND i.event_id > ? AND i.received_at < ? \
+         ORDER BY i.event_id LIMIT ?",
     )
     .bind(plan.scope.receiver.as_str())
     .bind(plan.scope.queue_id.as_str())
@@ -253,17 +279,28 @@ async fn candidates(
     .bind(plan.batch_rows)
     .fetch_all(&mut *conn)
     .await?;
-    let mut keys = Vec::with_capacity(rows.len());
+    let mut found = Candidates {
+        keys: Vec::with_capacity(rows.len()),
+        latest: 0,
+        last: None,
+    };
     let mut bytes = 0u64;
     for row in &rows {
-        let length: i64 = row.try_get(1).map_err(DbError::from)?;
-        bytes += length as u64;
-        if !keys.is_empty() && bytes > plan.batch_bytes {
-            break;
+        let key = text(row, 0)?;
+        let latest: bool = row.try_get(2).map_err(DbError::from)?;
+        if latest {
+            found.latest += 1;
+        } else {
+            let length: i64 = row.try_get(1).map_err(DbError::from)?;
+            bytes += length as u64;
+            if !found.keys.is_empty() && bytes > plan.batch_bytes {
+                break;
+            }
+            found.keys.push(key.clone());
         }
-        keys.push(text(row, 0)?);
+        found.last = Some(key);
     }
-    Ok(keys)
+    Ok(found)
 }
 
 /// What one batch did.
