@@ -662,3 +662,33 @@ async fn redeliveries_of_the_rows_a_prune_is_deleting_never_fail_and_never_apply
     assert!(views.iter().all(|v| *v == (3, 3)), "{views:?}");
     assert_eq!(aged.verify().0, Some(0));
 }
+
+#[tokio::test]
+async fn without_the_tally_table_prune_and_its_check_say_to_run_init_keep_existing() {
+    let aged = Aged::new(1).await;
+    sqlx::query("DROP TABLE receiver_pruned")
+        .execute(&aged.db.pool().await)
+        .await
+        .unwrap();
+    let o = aged.prune(&["--older-than", "7d"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("table receiver_pruned is missing (run `receiver init --keep-existing`"),
+        "{err}"
+    );
+    assert_eq!(aged.event_ids().await.len(), 3 + 3, "nothing was deleted");
+
+    let o = receiver()
+        .args(["check", "--prune"])
+        .env("RECEIVER_PRUNE_DSN", &aged.prune_dsn)
+        .output()
+        .unwrap();
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("check=schema FAIL table receiver_pruned is missing (run `receiver init --keep-existing`"),
+        "{out}"
+    );
+    assert!(out.contains("check=privileges not run (check schema failed)"));
+}
