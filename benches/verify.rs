@@ -39,10 +39,6 @@ async fn fill(db: &TestDb, rows: u64) {
 
 /// Runs the release `receiver verify`; returns (its last line, seconds,
 /// peak RSS in KiB).
-#[expect(
-    clippy::zombie_processes,
-    reason = "reaped by wait4, which also reports its peak memory"
-)]
 fn run_verify(dsn: &str) -> (String, f64, i64) {
     let bin = concat!(env!("CARGO_MANIFEST_DIR"), "/target/release/receiver");
     assert!(
@@ -50,7 +46,7 @@ fn run_verify(dsn: &str) -> (String, f64, i64) {
         "{bin} is missing: cargo build --release --bins"
     );
     let started = Instant::now();
-    let mut child = Command::new(bin)
+    let child = Command::new(bin)
         .arg("verify")
         .env("ORBIT_RECEIVER_DSN", dsn)
         // VERIFY_LOG=sqlx::query=info shows each statement's time.
@@ -62,21 +58,8 @@ fn run_verify(dsn: &str) -> (String, f64, i64) {
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
-    let pid = child.id() as libc::pid_t;
-    let output = {
-        use std::io::Read;
-        let mut stdout = child.stdout.take().unwrap();
-        let mut text = String::new();
-        stdout.read_to_string(&mut text).unwrap();
-        text
-    };
-    let mut status = 0;
-    // SAFETY: wait4 fills the two out-parameters we pass and nothing else.
-    let rss = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        libc::wait4(pid, &mut status, 0, &mut usage);
-        usage.ru_maxrss
-    };
+    let (output, _, usage) = common::reap_with_usage(child);
+    let rss = usage.ru_maxrss;
     let seconds = started.elapsed().as_secs_f64();
     let last = output.lines().last().unwrap_or_default().to_owned();
     (last, seconds, rss)

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use crate::db::row::text;
 use crate::db::{DbError, Dsn};
 use crate::event::Event;
+use crate::retry::Backoff;
 
 use super::{check_privileges, Archive, Plan, PruneError, PrunedRow};
 
@@ -117,16 +118,12 @@ pub async fn run(
     if report.wants_total() {
         tokio::select! {
             counted = count_at(&mut conn, plan, &cutoff) => report.total(counted?.rows),
-            _ = stop.cancelled() => {
-                summary.stopped = true;
-                summary.elapsed = started.elapsed();
-                return Ok(summary);
-            }
+            _ = stop.cancelled() => {}
         }
     }
 
     let mut after = String::new();
-    loop {
+    'batches: loop {
         if stop.is_cancelled() {
             summary.stopped = true;
             break;
@@ -143,18 +140,18 @@ pub async fn run(
             continue;
         }
         let mut attempt = 1;
+        let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(2));
         let batch_started = Instant::now();
         let done = loop {
             match batch(&mut conn, plan, &cutoff, &keys, archive).await {
                 Ok(done) => break done,
                 Err(PruneError::Database(e)) if e.is_rolled_back() && stop.is_cancelled() => {
                     summary.stopped = true;
-                    summary.elapsed = started.elapsed();
-                    return Ok(summary);
+                    break 'batches;
                 }
                 Err(PruneError::Database(e)) if e.is_rolled_back() && attempt < BATCH_ATTEMPTS => {
                     summary.retries += 1;
-                    tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
+                    tokio::time::sleep(backoff.next()).await;
                     attempt += 1;
                     if e.is_unavailable() {
                         conn = connect(dsn).await?;
@@ -382,7 +379,8 @@ async fn locked_batch(
         .into_iter()
         .partition(|(task, row)| latest.get(task) != Some(&row.event_id));
     let kept_latest = kept.len() as u64;
-    if doomed.is_empty() {
+    let (tasks, rows): (Vec<String>, Vec<PrunedRow>) = doomed.into_iter().unzip();
+    if rows.is_empty() {
         return Ok(Batch {
             deleted: 0,
             bytes: 0,
@@ -391,9 +389,8 @@ async fn locked_batch(
         });
     }
 
-    let rows: Vec<PrunedRow> = doomed.iter().map(|(_, row)| row.clone()).collect();
     archive.keep(&rows).map_err(PruneError::Archive)?;
-    tally(conn, plan, &doomed).await?;
+    tally(conn, plan, &tasks, &rows).await?;
     let sql = format!(
         "DELETE FROM receiver_inbox WHERE consumer_name = ? AND queue_id = ? AND event_id IN ({})",
         marks(rows.len())
@@ -448,15 +445,17 @@ async fn last_events(
     Ok(latest)
 }
 
-/// Adds the batch's rows to `receiver_pruned`, one row per task, in task
-/// order (two prunes lock the tally in the same order).
+/// Adds the batch's rows (each with its task, `tasks[i]` for `rows[i]`) to
+/// `receiver_pruned`, one row per task, in task order (two prunes lock the
+/// tally in the same order).
 async fn tally(
     conn: &mut MySqlConnection,
     plan: &Plan,
-    doomed: &[(String, PrunedRow)],
+    tasks: &[String],
+    rows: &[PrunedRow],
 ) -> Result<(), PruneError> {
     let mut per_task: BTreeMap<&str, (u64, u64, u64)> = BTreeMap::new();
-    for (task, row) in doomed {
+    for (task, row) in tasks.iter().zip(rows) {
         let entry = per_task.entry(task.as_str()).or_default();
         entry.0 += 1;
         entry.1 += u64::from(row.applied);

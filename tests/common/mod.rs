@@ -311,6 +311,23 @@ pub fn run_queue_seconds(pid: u32) -> f64 {
     nanos as f64 / 1e9
 }
 
+/// Reads all of `child`'s stdout (it must be piped), then reaps it with
+/// `wait4`: what it printed, its wait status, and what it used (CPU time,
+/// peak memory), which `std::process` does not report.
+pub fn reap_with_usage(mut child: std::process::Child) -> (String, i32, libc::rusage) {
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut text).unwrap();
+    let mut status = 0;
+    // SAFETY: wait4 fills the two out-parameters we pass and nothing else;
+    // the child is ours and not yet reaped.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage);
+        usage
+    };
+    (text, status, usage)
+}
+
 /// The process id of the throwaway server of `scripts/with-mysql.sh`.
 pub fn mysqld_pid() -> u32 {
     let dir = std::env::var("RESULT_INBOX_TEST_MYSQL_DIR").unwrap_or_default();

@@ -10,14 +10,13 @@ use std::time::Duration;
 
 use clap::Args;
 
-use result_inbox::db::schema::PRUNED_TABLE;
 use result_inbox::db::Dsn;
 use result_inbox::event::QueueId;
 use result_inbox::prune::{self, Archive, Plan, PruneError, PrunedRow};
 use result_inbox::scope::{InboxScope, ReceiverName};
 
 use crate::args::{parse_duration, OrbitArgs};
-use crate::exit::{config, fail, Outcome, EXIT_CONFIG, EXIT_FAILED};
+use crate::exit::{config, database_failure, fail, Outcome, EXIT_CONFIG, EXIT_FAILED};
 use crate::runtime::{runtime, stop_on_signal};
 
 #[derive(Args)]
@@ -168,24 +167,15 @@ impl PruneArgs {
     }
 }
 
-/// A failed prune: what to change (exit 2) or what failed (exit 1).
+/// A failed prune: what to change (exit 2) or what failed (exit 1). A
+/// database failure is reported as every command reports one (a missing
+/// table says what to run).
 fn failure(e: PruneError) -> crate::exit::Failed {
-    let code = if e.is_configuration() {
-        EXIT_CONFIG
-    } else {
-        EXIT_FAILED
-    };
-    let message = match &e {
-        PruneError::Database(db) if db.missing_table() == Some(PRUNED_TABLE) => format!(
-            "table {PRUNED_TABLE} is missing (run `receiver init --keep-existing` with an administrator account: it adds this table and changes nothing else)"
-        ),
-        PruneError::Database(db) if db.missing_table().is_some() => format!(
-            "table {} is missing (run `receiver init` with an administrator account)",
-            db.missing_table().unwrap_or_default()
-        ),
-        e => e.to_string(),
-    };
-    fail(code, format!("prune: {message}"))
+    match e {
+        PruneError::Database(db) => database_failure("prune", db),
+        e if e.is_configuration() => fail(EXIT_CONFIG, format!("prune: {e}")),
+        e => fail(EXIT_FAILED, format!("prune: {e}")),
+    }
 }
 
 /// The progress bar on stderr, drawn only on a terminal.
