@@ -32,6 +32,8 @@ pub const HELD: &str = "receiver_deliveries_held";
 /// (1213), `lock_wait` (1205), `connection` (a pooled connection that the
 /// server had dropped, before COMMIT).
 pub const TRANSACTION_RETRIES: &str = "receiver_transaction_retries_total";
+/// Deliveries per transaction of an inbox in batching mode.
+pub const BATCH_SIZE: &str = "receiver_batch_size";
 /// Delivery streams reopened after they broke or fell silent.
 pub const STREAM_RECONNECTS: &str = "receiver_stream_reconnects_total";
 /// Delivery streams that broke, by the source's `cause` (Orbit:
@@ -65,6 +67,11 @@ pub fn describe() {
     describe_counter!(
         TRANSACTION_RETRIES,
         "Transactions run again inside their time budget, by cause."
+    );
+    describe_histogram!(
+        BATCH_SIZE,
+        Unit::Count,
+        "Deliveries per transaction of an inbox in batching mode."
     );
     describe_counter!(STREAM_RECONNECTS, "Delivery streams reopened.");
     describe_counter!(STREAM_ERRORS, "Delivery streams that broke, by cause.");
@@ -100,6 +107,12 @@ pub(crate) fn stream_error(cause: &'static str) {
 #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
 pub(crate) fn transaction_retry(cause: &'static str) {
     metrics::counter!(TRANSACTION_RETRIES, "cause" => cause).increment(1);
+}
+
+/// Records the size of one batch's transaction.
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+pub(crate) fn batch_size(deliveries: usize) {
+    metrics::histogram!(BATCH_SIZE).record(deliveries as f64);
 }
 
 /// Sets a 0/1 gauge.

@@ -82,6 +82,8 @@
 //! # }
 //! ```
 
+mod batch;
+mod batching;
 mod error;
 pub mod future;
 mod layer;
@@ -98,10 +100,12 @@ use sqlx::mysql::MySqlConnection;
 use tokio::time::{timeout_at, Instant};
 use tower::{Service, ServiceExt};
 
+pub use self::batching::{ApplySet, Batching};
 pub use self::error::{classify, Conflict, InboxError, Refusal};
 pub use self::future::ResponseFuture;
 pub use self::layer::InboxLayer;
 pub use self::store::{InboxStats, InboxStore, Session, SessionSettings, StoreOptions};
+use self::batching::Gather;
 use self::tx::{Begun, InboxTx};
 use crate::db::DbError;
 use crate::delivery::Delivery;
@@ -250,16 +254,32 @@ impl Verdict {
 }
 
 /// The service made by [`InboxLayer`]. See the [module docs](self).
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Inbox<S> {
     inner: S,
     store: InboxStore,
+    /// In batching mode, the queue every clone shares.
+    gather: Option<Arc<Gather<S>>>,
+}
+
+impl<S: Clone> Clone for Inbox<S> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            store: self.store.clone(),
+            gather: self.gather.clone(),
+        }
+    }
 }
 
 impl<S> Inbox<S> {
-    /// Wraps `inner`; its transactions run on `store`.
+    /// Wraps `inner`; each delivery is one transaction on `store`.
     pub fn new(inner: S, store: InboxStore) -> Self {
-        Self { inner, store }
+        Self {
+            inner,
+            store,
+            gather: None,
+        }
     }
 
     /// The inner service.
@@ -283,6 +303,24 @@ impl<S> Inbox<S> {
     }
 }
 
+impl<S> Inbox<S>
+where
+    S: Service<Delivery<Applying>, Response = Verdict> + Send + 'static,
+    S::Error: Into<BoxError>,
+    S::Future: Send,
+{
+    /// Wraps `inner` in batching mode: deliveries that are waiting share a
+    /// transaction on `store` (see [`Batching`]).
+    pub fn batched(inner: S, store: InboxStore, batching: Batching) -> Self {
+        let gather = Arc::new(Gather::new(store.clone(), batching));
+        Self {
+            inner,
+            store,
+            gather: Some(gather),
+        }
+    }
+}
+
 impl<S> Service<Delivery<Bytes>> for Inbox<S>
 where
     S: Service<Delivery<Applying>, Response = Verdict> + Clone + Send + 'static,
@@ -303,7 +341,8 @@ where
         // The clone that was polled ready is the one that is called.
         let clone = self.inner.clone();
         let inner = mem::replace(&mut self.inner, clone);
-        ResponseFuture::new(Box::pin(apply(self.store.clone(), inner, delivery)))
+        let gather = self.gather.clone();
+        ResponseFuture::new(Box::pin(apply(self.store.clone(), gather, inner, delivery)))
     }
 }
 
@@ -326,12 +365,14 @@ enum Phase {
 /// and the same class in the metrics (see [`crate::telemetry`]).
 async fn apply<S>(
     store: InboxStore,
+    gather: Option<Arc<Gather<S>>>,
     inner: S,
     delivery: Delivery<Bytes>,
 ) -> Result<Receipt, InboxError>
 where
-    S: Service<Delivery<Applying>, Response = Verdict> + Clone,
+    S: Service<Delivery<Applying>, Response = Verdict> + Clone + Send + 'static,
     S::Error: Into<BoxError>,
+    S::Future: Send,
 {
     let started = std::time::Instant::now();
     let delivery_id = delivery.id().clone();
@@ -350,7 +391,13 @@ where
         }
     };
     let event_id = event.id().clone();
-    let answer = apply_event(store.clone(), inner, delivery, event).await;
+    let answer = match event.check_queue(&store.scope().queue_id) {
+        Err(e) => Err(e.into()),
+        Ok(()) => match gather {
+            Some(gather) => gather.submit(inner, delivery, Arc::new(event)).await,
+            None => apply_event(store.clone(), inner, delivery, Arc::new(event)).await,
+        },
+    };
     // Whether the database answered: a COMMIT whose answer was lost or never
     // came counts as no answer, and until a probe sees it answer nothing
     // more is started on it.
@@ -378,15 +425,12 @@ async fn apply_event<S>(
     store: InboxStore,
     inner: S,
     delivery: Delivery<Bytes>,
-    event: Event,
+    event: Arc<Event>,
 ) -> Result<Receipt, InboxError>
 where
     S: Service<Delivery<Applying>, Response = Verdict> + Clone,
     S::Error: Into<BoxError>,
 {
-    event.check_queue(&store.scope().queue_id)?;
-    let event = Arc::new(event);
-
     let deadline = Instant::now() + store.transaction_timeout();
     // A deadlock victim, a lock-wait timeout, a connection that broke
     // before COMMIT, and a COMMIT the server answered with such an error (a
@@ -425,24 +469,9 @@ where
         };
         match attempt {
             Err(InboxError::Database(e)) if e.is_rolled_back() => {
-                // A connection that broke is run again once, and only by the
-                // first delivery to meet one since the database last
-                // answered (a pooled connection the server had dropped
-                // explains one); after that the database counts as
-                // unreachable: the delivery fails now, unacknowledged, and
-                // the consumer's breaker and its probe take over, instead
-                // of every delivery retrying until its budget is gone.
-                let pause = if e.is_unavailable() {
-                    let first = store.mark_unreachable();
-                    if retried_connection || !first {
-                        return Err(InboxError::Database(e));
-                    }
-                    retried_connection = true;
-                    CONNECTION_RETRY_PAUSE
-                } else {
-                    RETRY_PAUSE
+                let Some(pause) = retry_pause(&store, &e, &mut retried_connection) else {
+                    return Err(InboxError::Database(e));
                 };
-                store.record_retry(e.kind());
                 tracing::info!(event = %event.id(), cause = %e, "transaction rolled back; retrying");
                 timeout_at(deadline, tokio::time::sleep(pause))
                     .await
@@ -450,6 +479,49 @@ where
             }
             other => return other,
         }
+    }
+}
+
+/// Whether a transaction that was rolled back is run again, and after
+/// what pause; counts the retry.
+///
+/// A connection that broke is run again once, and only by the first
+/// transaction to meet one since the database last answered (a pooled
+/// connection the server had dropped explains one); after that the
+/// database counts as unreachable: the delivery fails now, unacknowledged,
+/// and the consumer's breaker and its probe take over, instead of every
+/// delivery retrying until its budget is gone.
+fn retry_pause(
+    store: &InboxStore,
+    e: &DbError,
+    retried_connection: &mut bool,
+) -> Option<std::time::Duration> {
+    let pause = if e.is_unavailable() {
+        let first = store.mark_unreachable();
+        if *retried_connection || !first {
+            return None;
+        }
+        *retried_connection = true;
+        CONNECTION_RETRY_PAUSE
+    } else {
+        RETRY_PAUSE
+    };
+    store.record_retry(e.kind());
+    Some(pause)
+}
+
+/// The answer to a copy of an event whose inbox row exists: a duplicate
+/// when the stored digest is the copy's, otherwise a conflict.
+fn found(event: &Event, stored: Digest, applied: bool) -> Result<Outcome, InboxError> {
+    let incoming = *event.canonical().digest();
+    if stored == incoming {
+        Ok(Outcome::Duplicate { applied })
+    } else {
+        Err(InboxError::Conflict(Conflict::ContentMismatch {
+            event_id: event.id().clone(),
+            stored,
+            incoming,
+        }))
     }
 }
 
@@ -461,18 +533,7 @@ async fn settle_phase(phase: Phase, deadline: Instant) -> Result<Receipt, InboxE
             event,
             stored,
             applied,
-        } => {
-            let incoming = *event.canonical().digest();
-            if stored == incoming {
-                Ok(Receipt::new(&event, Outcome::Duplicate { applied }))
-            } else {
-                Err(InboxError::Conflict(Conflict::ContentMismatch {
-                    event_id: event.id().clone(),
-                    stored,
-                    incoming,
-                }))
-            }
-        }
+        } => found(&event, stored, applied).map(|outcome| Receipt::new(&event, outcome)),
         Phase::ReadyToCommit(Verdict { applying, advanced }) => {
             let Applying { event, tx, .. } = applying;
             match timeout_at(deadline, tx.commit()).await {

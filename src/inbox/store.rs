@@ -366,6 +366,31 @@ pub(crate) async fn mark_stale(
     Ok(())
 }
 
+/// Marks the inbox rows of `events` (inserted as applied, in this
+/// transaction) as recorded without advancing the view: one statement.
+pub(crate) async fn mark_stale_all(
+    conn: &mut MySqlConnection,
+    scope: &InboxScope,
+    events: &[&Event],
+) -> Result<(), sqlx::Error> {
+    let mut sql = String::from(
+        "UPDATE receiver_inbox SET applied = 0 \
+         WHERE consumer_name = ? AND queue_id = ? AND event_id IN (",
+    );
+    for i in 0..events.len() {
+        sql.push_str(if i == 0 { "?" } else { ", ?" });
+    }
+    sql.push(')');
+    let mut query = sqlx::query(&sql)
+        .bind(scope.receiver.as_str())
+        .bind(scope.queue_id.as_str());
+    for event in events {
+        query = query.bind(event.id().as_str());
+    }
+    query.execute(conn).await?;
+    Ok(())
+}
+
 /// A consumer's breaker probes the store's database, and knows the inbox's
 /// errors when a delivery fails with one (see [`Probe`]).
 impl Probe for InboxStore {

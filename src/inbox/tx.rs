@@ -18,6 +18,7 @@ use std::sync::Arc;
 use sqlx::mysql::{MySql, MySqlConnection};
 use sqlx::pool::PoolConnection;
 use sqlx::Executor;
+use tokio::sync::oneshot;
 
 use super::error::InboxError;
 use super::shelf::{Lent, Shelf};
@@ -34,6 +35,20 @@ pub(crate) struct InboxTx {
     shelf: Arc<Shelf>,
     /// Whether the transaction may still be open on the server.
     open: bool,
+    /// Where the transaction goes when dropped while lent to an inner
+    /// service of a batch: back to the batch, which still has its siblings
+    /// to commit (see [`lend`](Self::lend)).
+    home: Option<oneshot::Sender<InboxTx>>,
+}
+
+/// What the statement that inserts an inbox row found, the transaction
+/// still open either way.
+pub(crate) enum Row {
+    /// The row is inserted.
+    Inserted,
+    /// The row exists (MySQL 1062), with this digest and `applied` flag:
+    /// committed before, or inserted earlier in this transaction.
+    Duplicate { digest: Digest, applied: bool },
 }
 
 /// How the first statement ended.
@@ -58,6 +73,13 @@ INSERT INTO receiver_inbox
   (consumer_name, queue_id, event_id, event_digest, event_canonical, applied, received_at)
 VALUES (?, ?, ?, ?, ?, 1, UTC_TIMESTAMP(6))";
 
+/// The multi-row form of [`INSERT_SQL`], one [`ROW`] per event.
+const INSERT_ALL_SQL: &str = "\
+INSERT INTO receiver_inbox
+  (consumer_name, queue_id, event_id, event_digest, event_canonical, applied, received_at)
+VALUES ";
+const ROW: &str = "(?, ?, ?, ?, ?, 1, UTC_TIMESTAMP(6))";
+
 /// Reads back the committed row behind a duplicate key.
 const COMMITTED_ROW_SQL: &str = "\
 SELECT event_digest, applied FROM receiver_inbox
@@ -80,7 +102,24 @@ impl InboxTx {
             shelf: shelf.clone(),
             // From here on, assume the worst until the server says otherwise.
             open: true,
+            home: None,
         })
+    }
+
+    /// The transaction for an inner service, and where it comes back when
+    /// the service drops it (by failing) instead of handing it back in its
+    /// verdict: a batch goes on with its other deliveries after a failed
+    /// one.
+    pub(crate) fn lend(mut self) -> (InboxTx, oneshot::Receiver<InboxTx>) {
+        let (home, back) = oneshot::channel();
+        self.home = Some(home);
+        (self, back)
+    }
+
+    /// A lent transaction that came back in a verdict: no longer lent.
+    pub(crate) fn keep(mut self) -> InboxTx {
+        self.home = None;
+        self
     }
 
     /// Opens the transaction with the plain `INSERT` of `event`'s inbox row.
@@ -97,6 +136,29 @@ impl InboxTx {
         scope: &InboxScope,
         event: &Event,
     ) -> Result<Begun, InboxError> {
+        match self.insert_row(scope, event).await {
+            Ok(Row::Inserted) => Ok(Begun::Inserted(self)),
+            Ok(Row::Duplicate { digest, applied }) => {
+                self.rollback().await?;
+                Ok(Begun::Duplicate { digest, applied })
+            }
+            Err(e) => {
+                // The failed statement may have left the transaction open;
+                // end it before giving up.
+                let _ = self.rollback().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// The plain `INSERT` of `event`'s inbox row, in whatever transaction
+    /// is open (or opening one). A duplicate key is read back, in this
+    /// transaction: a committed row, or one this transaction inserted.
+    pub(crate) async fn insert_row(
+        &mut self,
+        scope: &InboxScope,
+        event: &Event,
+    ) -> Result<Row, InboxError> {
         let canonical = event.canonical();
         let inserted = sqlx::query(INSERT_SQL)
             .bind(scope.receiver.as_str())
@@ -107,7 +169,7 @@ impl InboxTx {
             .execute(self.connection())
             .await;
         match inserted {
-            Ok(_) => Ok(Begun::Inserted(self)),
+            Ok(_) => Ok(Row::Inserted),
             Err(e) if errno::is_duplicate_key(&e) => {
                 let row: Option<(Vec<u8>, bool)> = sqlx::query_as(COMMITTED_ROW_SQL)
                     .bind(scope.receiver.as_str())
@@ -115,22 +177,69 @@ impl InboxTx {
                     .bind(event.id().as_str())
                     .fetch_optional(self.connection())
                     .await?;
-                self.rollback().await?;
                 // The digest column holds 64 hex digits.
                 let (hex, applied) = row.ok_or_else(inconsistent)?;
                 let digest = std::str::from_utf8(&hex)
                     .ok()
                     .and_then(Digest::from_hex)
                     .ok_or_else(inconsistent)?;
-                Ok(Begun::Duplicate { digest, applied })
+                Ok(Row::Duplicate { digest, applied })
             }
-            Err(e) => {
-                // The failed statement may have left the transaction open;
-                // end it before giving up.
-                let _ = self.rollback().await;
-                Err(e.into())
-            }
+            Err(e) => Err(e.into()),
         }
+    }
+
+    /// One multi-row `INSERT` of every event's inbox row, all written as
+    /// applied. `false` when one of them exists (MySQL 1062): the statement
+    /// wrote nothing, and the caller takes the events one at a time.
+    pub(crate) async fn insert_all(
+        &mut self,
+        scope: &InboxScope,
+        events: &[&Event],
+    ) -> Result<bool, sqlx::Error> {
+        let mut sql = String::from(INSERT_ALL_SQL);
+        for i in 0..events.len() {
+            if i > 0 {
+                sql.push_str(", ");
+            }
+            sql.push_str(ROW);
+        }
+        let mut query = sqlx::query(&sql);
+        for event in events {
+            let canonical = event.canonical();
+            query = query
+                .bind(scope.receiver.as_str())
+                .bind(scope.queue_id.as_str())
+                .bind(event.id().as_str())
+                .bind(canonical.digest().to_hex())
+                .bind(canonical.as_str());
+        }
+        match query.execute(self.connection()).await {
+            Ok(_) => Ok(true),
+            Err(e) if errno::is_duplicate_key(&e) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Marks a savepoint: what follows can be undone alone.
+    pub(crate) async fn savepoint(&mut self) -> Result<(), sqlx::Error> {
+        self.connection().execute("SAVEPOINT delivery").await?;
+        Ok(())
+    }
+
+    /// Undoes everything since the last [`savepoint`](Self::savepoint).
+    pub(crate) async fn rollback_to_savepoint(&mut self) -> Result<(), sqlx::Error> {
+        self.connection()
+            .execute("ROLLBACK TO SAVEPOINT delivery")
+            .await?;
+        Ok(())
+    }
+
+    /// `ROLLBACK`, keeping the connection for the next transaction, which
+    /// the next statement opens.
+    pub(crate) async fn rollback_all(&mut self) -> Result<(), sqlx::Error> {
+        self.connection().execute("ROLLBACK").await?;
+        Ok(())
     }
 
     /// The connection, as an executor for the statements of the transaction.
@@ -161,6 +270,19 @@ impl Drop for InboxTx {
         let Some(mut conn) = self.conn.take() else {
             return;
         };
+        if let Some(home) = self.home.take() {
+            let back = InboxTx {
+                conn: Some(conn),
+                lent: self.lent,
+                shelf: self.shelf.clone(),
+                open: self.open,
+                home: None,
+            };
+            // A batch that stopped waiting drops it here, which closes or
+            // shelves it as below.
+            let _ = home.send(back);
+            return;
+        }
         if self.open {
             // Closing the connection makes the server roll back; returning it
             // could hand an open transaction (and its locks) to the next user.

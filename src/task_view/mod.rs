@@ -17,6 +17,8 @@
 //! | equal, same event id     | nothing                                  | stale   |
 //! | equal, other event id    | nothing; the caller rolls back           | [`Conflict::VersionTaken`] |
 
+mod set;
+
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};

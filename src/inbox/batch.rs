@@ -1,0 +1,357 @@
+//! One batch's transaction: every delivery's inbox row and business writes,
+//! one COMMIT, an answer per delivery.
+//!
+//! The outcomes are those of applying the deliveries one at a time in
+//! their order. Each delivery runs behind a savepoint (none is needed for
+//! the first that writes: undoing it is undoing the transaction), so a
+//! failed one — a conflict, a refusal, an inner error — is rolled back
+//! alone and its siblings commit. A copy of an event that an earlier
+//! delivery of the batch inserted meets that row as a duplicate key, as
+//! it would meet the committed row one by one. An error that rolled the
+//! whole transaction back (a deadlock, a certification failure, a lock
+//! wait, a broken connection) runs the batch again inside its time budget;
+//! a COMMIT without an answer leaves every delivery of the batch
+//! unconfirmed. Nothing is answered before the COMMIT.
+//!
+//! With a set path ([`ApplySet`]) and distinct event ids, a batch first
+//! tries a few statements for all of it: one multi-row inbox `INSERT`, the
+//! set path's statements, at most one `UPDATE` for the stale ones. A
+//! duplicate key or a batch the set path declines is rolled back and taken
+//! one delivery at a time.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tokio::sync::oneshot;
+use tokio::time::{timeout_at, Instant};
+use tower::{Service, ServiceExt};
+
+use super::batching::ApplySet;
+use super::store::{mark_stale, mark_stale_all};
+use super::tx::{InboxTx, Row};
+use super::{error, found, retry_pause, Applying, InboxError, InboxStore, Outcome, Receipt, Verdict};
+use crate::db::DbError;
+use crate::delivery::Delivery;
+use crate::event::Event;
+use crate::telemetry;
+use crate::BoxError;
+
+/// One queued delivery: validated, its inner service polled ready.
+pub(super) struct Job<S> {
+    pub(super) inner: S,
+    pub(super) delivery: Delivery<Bytes>,
+    pub(super) event: Arc<Event>,
+    pub(super) reply: oneshot::Sender<Result<Receipt, InboxError>>,
+}
+
+/// A failure of the whole batch: every delivery gets it.
+#[derive(Debug, Clone)]
+enum Whole {
+    Database(DbError),
+    Timeout,
+    Unconfirmed,
+}
+
+impl From<sqlx::Error> for Whole {
+    fn from(e: sqlx::Error) -> Self {
+        Whole::Database(DbError::from(e))
+    }
+}
+
+impl From<Whole> for InboxError {
+    fn from(whole: Whole) -> Self {
+        match whole {
+            Whole::Database(e) => InboxError::Database(e),
+            Whole::Timeout => InboxError::Timeout,
+            Whole::Unconfirmed => InboxError::CommitUnconfirmed,
+        }
+    }
+}
+
+/// Per delivery: what the COMMIT makes durable, or its final failure.
+type Fates = Vec<Result<Outcome, InboxError>>;
+
+/// Above this many bytes of events a batch goes one delivery at a time: a
+/// multi-row statement must fit the server's `max_allowed_packet` (16 MiB
+/// by default on MariaDB, 64 MiB on MySQL).
+const SET_BYTES: usize = 4 << 20;
+
+/// Runs the batch's transaction, again while its budget lasts if it was
+/// rolled back, and answers every delivery.
+pub(super) async fn run<S>(store: &InboxStore, set: Option<&dyn ApplySet>, mut jobs: Vec<Job<S>>)
+where
+    S: Service<Delivery<Applying>, Response = Verdict>,
+    S::Error: Into<BoxError>,
+{
+    telemetry::batch_size(jobs.len());
+    let answers = settle(store, set, &mut jobs).await;
+    for (job, answer) in jobs.into_iter().zip(answers) {
+        let answer = answer.map(|outcome| Receipt::new(&job.event, outcome));
+        // A caller that stopped waiting is not ACKed; its delivery comes again.
+        let _ = job.reply.send(answer);
+    }
+}
+
+async fn settle<S>(store: &InboxStore, set: Option<&dyn ApplySet>, jobs: &mut [Job<S>]) -> Fates
+where
+    S: Service<Delivery<Applying>, Response = Verdict>,
+    S::Error: Into<BoxError>,
+{
+    let deadline = Instant::now() + store.transaction_timeout();
+    let mut retried_connection = false;
+    let mut fresh = true;
+    loop {
+        let attempt = attempt(store, set, jobs, fresh, deadline).await;
+        fresh = false;
+        let whole = match attempt {
+            Ok(fates) => return fates,
+            Err(whole) => whole,
+        };
+        if let Whole::Database(e) = &whole {
+            if e.is_rolled_back() {
+                if let Some(pause) = retry_pause(store, e, &mut retried_connection) {
+                    tracing::info!(deliveries = jobs.len(), cause = %e, "batch rolled back; retrying");
+                    if timeout_at(deadline, tokio::time::sleep(pause)).await.is_ok() {
+                        continue;
+                    }
+                }
+            }
+        }
+        return jobs.iter().map(|_| Err(whole.clone().into())).collect();
+    }
+}
+
+/// One run of the batch's transaction, up to the end of its COMMIT.
+async fn attempt<S>(
+    store: &InboxStore,
+    set: Option<&dyn ApplySet>,
+    jobs: &mut [Job<S>],
+    fresh: bool,
+    deadline: Instant,
+) -> Result<Fates, Whole>
+where
+    S: Service<Delivery<Applying>, Response = Verdict>,
+    S::Error: Into<BoxError>,
+{
+    // Waiting for a connection is told apart from waiting inside the
+    // transaction: only the first says the database cannot be reached.
+    let mut tx = match timeout_at(deadline, InboxTx::acquire(store.shelf())).await {
+        Err(_elapsed) => return Err(Whole::Database(DbError::pool_timeout())),
+        Ok(tx) => tx?,
+    };
+    let written = timeout_at(deadline, async {
+        if let Some(set) = set.filter(|_| suits_set(jobs)) {
+            let events: Vec<&Event> = jobs.iter().map(|j| &*j.event).collect();
+            if let Some(fates) = as_set(store, set, &mut tx, &events).await? {
+                return Ok((tx, fates, true));
+            }
+        }
+        one_by_one(store, tx, jobs, fresh).await
+    })
+    .await
+    .map_err(|_elapsed| Whole::Timeout)?;
+    let (tx, fates, wrote) = written?;
+    if !wrote {
+        // Only duplicates and failures: nothing to commit. A rollback that
+        // goes wrong closes the connection, which changes no answer.
+        let _ = tx.rollback().await;
+        return Ok(fates);
+    }
+    match timeout_at(deadline, tx.commit()).await {
+        Err(_elapsed) => Err(Whole::Unconfirmed),
+        Ok(Err(e)) => match error::commit_error(e) {
+            InboxError::Database(e) => Err(Whole::Database(e)),
+            _ => Err(Whole::Unconfirmed),
+        },
+        Ok(Ok(())) => Ok(fates),
+    }
+}
+
+/// A batch the set path may try: more than one delivery, no event twice,
+/// not too large for one statement.
+fn suits_set<S>(jobs: &[Job<S>]) -> bool {
+    if jobs.len() < 2 {
+        return false;
+    }
+    let bytes: usize = jobs.iter().map(|j| j.event.canonical().as_str().len()).sum();
+    let mut ids: Vec<&str> = jobs.iter().map(|j| j.event.id().as_str()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    bytes <= SET_BYTES && ids.len() == jobs.len()
+}
+
+/// The batch in a few statements, or `None` (rolled back) where it has to
+/// go one delivery at a time.
+async fn as_set(
+    store: &InboxStore,
+    set: &dyn ApplySet,
+    tx: &mut InboxTx,
+    events: &[&Event],
+) -> Result<Option<Fates>, Whole> {
+    let scope = store.scope();
+    match tx.insert_all(scope, events).await {
+        Ok(true) => {}
+        Ok(false) => return decline(tx).await,
+        Err(e) => return rolled_back_or_declined(tx, DbError::from(e)).await,
+    }
+    let advanced = match set.apply_set(tx.connection(), scope, events).await {
+        Ok(Some(advanced)) if advanced.len() == events.len() => advanced,
+        Err(InboxError::Database(e)) => return rolled_back_or_declined(tx, e).await,
+        Ok(_) | Err(_) => return decline(tx).await,
+    };
+    let stale: Vec<&Event> = events
+        .iter()
+        .zip(&advanced)
+        .filter(|(_, advanced)| !**advanced)
+        .map(|(event, _)| *event)
+        .collect();
+    if !stale.is_empty() {
+        mark_stale_all(tx.connection(), scope, &stale).await?;
+    }
+    Ok(Some(
+        advanced
+            .into_iter()
+            .map(|a| Ok(if a { Outcome::Applied } else { Outcome::Stale }))
+            .collect(),
+    ))
+}
+
+/// An error of the set path's statements: the whole batch again if it was
+/// rolled back, otherwise the batch one delivery at a time, which finds
+/// whose error it is.
+async fn rolled_back_or_declined(tx: &mut InboxTx, e: DbError) -> Result<Option<Fates>, Whole> {
+    if e.is_rolled_back() {
+        return Err(Whole::Database(e));
+    }
+    decline(tx).await
+}
+
+/// Undoes what the set path wrote, for the batch to go one delivery at a
+/// time.
+async fn decline(tx: &mut InboxTx) -> Result<Option<Fates>, Whole> {
+    tx.rollback_all().await?;
+    Ok(None)
+}
+
+/// Each delivery behind its own savepoint. Returns the transaction, the
+/// fates, and whether anything was written that the COMMIT must keep.
+async fn one_by_one<S>(
+    store: &InboxStore,
+    mut tx: InboxTx,
+    jobs: &mut [Job<S>],
+    fresh: bool,
+) -> Result<(InboxTx, Fates, bool), Whole>
+where
+    S: Service<Delivery<Applying>, Response = Verdict>,
+    S::Error: Into<BoxError>,
+{
+    let mut fates = Vec::with_capacity(jobs.len());
+    let mut wrote = false;
+    for job in jobs.iter_mut() {
+        if wrote {
+            tx.savepoint().await?;
+        }
+        let (back, step) = one(store, tx, job, fresh).await?;
+        tx = back;
+        match step {
+            Step::Wrote(outcome) => {
+                wrote = true;
+                fates.push(Ok(outcome));
+            }
+            // The statement that met the key wrote nothing.
+            Step::Found(fate) => fates.push(fate),
+            Step::Failed(e) => {
+                if wrote {
+                    tx.rollback_to_savepoint().await?;
+                } else {
+                    tx.rollback_all().await?;
+                }
+                fates.push(Err(e));
+            }
+        }
+    }
+    Ok((tx, fates, wrote))
+}
+
+/// What one delivery did inside the batch's transaction.
+enum Step {
+    /// Its writes are in the transaction.
+    Wrote(Outcome),
+    /// Its row existed: a duplicate, or a conflict of content. Nothing
+    /// was written.
+    Found(Result<Outcome, InboxError>),
+    /// It failed; what it wrote is still to be undone.
+    Failed(InboxError),
+}
+
+/// One delivery inside the batch's transaction. An error that rolled the
+/// transaction back is the whole batch's.
+async fn one<S>(
+    store: &InboxStore,
+    mut tx: InboxTx,
+    job: &mut Job<S>,
+    fresh: bool,
+) -> Result<(InboxTx, Step), Whole>
+where
+    S: Service<Delivery<Applying>, Response = Verdict>,
+    S::Error: Into<BoxError>,
+{
+    let scope = store.scope();
+    match tx.insert_row(scope, &job.event).await {
+        Ok(Row::Inserted) => {}
+        Ok(Row::Duplicate { digest, applied }) => {
+            return Ok((tx, Step::Found(found(&job.event, digest, applied))))
+        }
+        Err(e) => return own_or_whole(tx, e),
+    }
+    if !fresh {
+        // A retry: the service was called in the attempt before.
+        if let Err(e) = job.inner.ready().await {
+            return own_or_whole(tx, InboxError::from_inner(e.into()));
+        }
+    }
+    let (lent, back) = tx.lend();
+    let applying = Applying {
+        event: job.event.clone(),
+        scope: scope.clone(),
+        tx: lent,
+    };
+    let called = job
+        .inner
+        .call(job.delivery.clone().map_body(|_| applying))
+        .await
+        .map_err(|e| InboxError::from_inner(e.into()));
+    match called {
+        Ok(verdict) => {
+            let Verdict { applying, advanced } = verdict;
+            let mut tx = applying.tx.keep();
+            if !advanced {
+                if let Err(e) = mark_stale(tx.connection(), scope, &job.event).await {
+                    return own_or_whole(tx, e.into());
+                }
+            }
+            let outcome = if advanced {
+                Outcome::Applied
+            } else {
+                Outcome::Stale
+            };
+            Ok((tx, Step::Wrote(outcome)))
+        }
+        Err(e) => {
+            // The service dropped the transaction when it failed; it came
+            // back here instead of closing.
+            let Ok(tx) = back.await else {
+                return Err(Whole::Database(DbError::inconsistent()));
+            };
+            own_or_whole(tx, e)
+        }
+    }
+}
+
+/// A delivery's error is its own unless it rolled the transaction back.
+fn own_or_whole(tx: InboxTx, e: InboxError) -> Result<(InboxTx, Step), Whole> {
+    match e {
+        InboxError::Database(e) if e.is_rolled_back() => Err(Whole::Database(e)),
+        e => Ok((tx, Step::Failed(e))),
+    }
+}

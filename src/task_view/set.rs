@@ -1,0 +1,245 @@
+//! The task view's set path: a whole batch of first receipts in three
+//! statements at most, with the outcomes of [`advance`](super::advance)
+//! applied to the events one at a time.
+//!
+//! It locks the view rows of the batch's tasks (`SELECT … FOR UPDATE`),
+//! decides every event against them in order, and writes each task's final
+//! row once: one multi-row `INSERT` for the tasks that had none, one
+//! `UPDATE` for those that advanced. A task without a row has nothing to
+//! lock, so another transaction may create it meanwhile: the `INSERT` then
+//! meets its key and the batch is declined, never overwritten. A conflict
+//! (same version, other event) declines the batch too: one delivery at a
+//! time, only that one fails.
+
+use std::collections::HashMap;
+
+use futures::future::BoxFuture;
+use sqlx::mysql::MySqlConnection;
+use sqlx::Row;
+
+use super::TaskView;
+use crate::db::{errno, DbError};
+use crate::event::Event;
+use crate::inbox::{ApplySet, InboxError};
+use crate::scope::InboxScope;
+
+impl ApplySet for TaskView {
+    fn apply_set<'a>(
+        &'a self,
+        conn: &'a mut MySqlConnection,
+        scope: &'a InboxScope,
+        events: &'a [&'a Event],
+    ) -> BoxFuture<'a, Result<Option<Vec<bool>>, InboxError>> {
+        Box::pin(apply_set(conn, scope, events))
+    }
+}
+
+/// A task's view row as the batch leaves it.
+struct View<'e> {
+    version: u64,
+    event: &'e str,
+    /// The event whose state and result the row now holds, if the batch
+    /// advanced it.
+    latest: Option<&'e Event>,
+    /// Events of the batch that advanced it.
+    advanced: u64,
+    /// Whether the row existed before the batch.
+    existed: bool,
+}
+
+async fn apply_set(
+    conn: &mut MySqlConnection,
+    scope: &InboxScope,
+    events: &[&Event],
+) -> Result<Option<Vec<bool>>, InboxError> {
+    let locked = lock_rows(conn, scope, events).await?;
+    let mut views: HashMap<&str, View<'_>> = HashMap::new();
+    for (task, version, event) in &locked {
+        views.insert(
+            task.as_str(),
+            View {
+                version: *version,
+                event: event.as_str(),
+                latest: None,
+                advanced: 0,
+                existed: true,
+            },
+        );
+    }
+    let mut advanced = Vec::with_capacity(events.len());
+    for event in events {
+        let task = event.task();
+        let view = views.entry(task.id.as_str()).or_insert(View {
+            version: 0,
+            event: "",
+            latest: None,
+            advanced: 0,
+            existed: false,
+        });
+        let fresh = !view.existed && view.latest.is_none();
+        let advances = if fresh || view.version < task.version {
+            true
+        } else if view.version == task.version && view.event != event.id().as_str() {
+            // A conflict fails its own delivery only: one at a time.
+            return Ok(None);
+        } else {
+            false
+        };
+        if advances {
+            view.version = task.version;
+            view.event = event.id().as_str();
+            view.latest = Some(event);
+            view.advanced += 1;
+        }
+        advanced.push(advances);
+    }
+    let mut created = Vec::new();
+    let mut changed = Vec::new();
+    for view in views.values() {
+        match (view.latest, view.existed) {
+            (Some(latest), false) => created.push((latest, view.advanced)),
+            (Some(latest), true) => changed.push((latest, view.advanced)),
+            (None, _) => {}
+        }
+    }
+    if !created.is_empty() && !insert_rows(conn, scope, &created).await? {
+        return Ok(None);
+    }
+    if !changed.is_empty() && !update_rows(conn, scope, &changed).await? {
+        return Ok(None);
+    }
+    Ok(Some(advanced))
+}
+
+/// `?, ?, …` for `n` values.
+fn marks(n: usize) -> String {
+    let mut marks = String::with_capacity(n * 3);
+    for i in 0..n {
+        marks.push_str(if i == 0 { "?" } else { ", ?" });
+    }
+    marks
+}
+
+/// Locks the existing view rows of the events' tasks: task id, version,
+/// last event id.
+async fn lock_rows(
+    conn: &mut MySqlConnection,
+    scope: &InboxScope,
+    events: &[&Event],
+) -> Result<Vec<(String, u64, String)>, InboxError> {
+    let mut tasks: Vec<&str> = events.iter().map(|e| e.task().id.as_str()).collect();
+    tasks.sort_unstable();
+    tasks.dedup();
+    let sql = format!(
+        "SELECT task_id, task_version, last_event_id FROM receiver_task_views \
+         WHERE consumer_name = ? AND queue_id = ? AND task_id IN ({}) FOR UPDATE",
+        marks(tasks.len())
+    );
+    let mut query = sqlx::query(&sql)
+        .bind(scope.receiver.as_str())
+        .bind(scope.queue_id.as_str());
+    for task in &tasks {
+        query = query.bind(*task);
+    }
+    let rows = query.fetch_all(&mut *conn).await?;
+    // The columns use a binary collation, which sqlx hands out as bytes.
+    let text = |row: &sqlx::mysql::MySqlRow, column: &str| -> Result<String, InboxError> {
+        let bytes: Vec<u8> = row.try_get(column)?;
+        String::from_utf8(bytes).map_err(|_| InboxError::Database(DbError::inconsistent()))
+    };
+    rows.iter()
+        .map(|row| {
+            let version: u64 = row.try_get("task_version")?;
+            Ok((text(row, "task_id")?, version, text(row, "last_event_id")?))
+        })
+        .collect()
+}
+
+/// Creates the rows of tasks that had none; `false` if one exists by now.
+async fn insert_rows(
+    conn: &mut MySqlConnection,
+    scope: &InboxScope,
+    rows: &[(&Event, u64)],
+) -> Result<bool, InboxError> {
+    let mut sql = String::from(
+        "INSERT INTO receiver_task_views \
+         (consumer_name, queue_id, task_id, task_version, last_event_id, last_state, last_result, \
+          applied_events, created_at, updated_at) VALUES ",
+    );
+    for i in 0..rows.len() {
+        if i > 0 {
+            sql.push_str(", ");
+        }
+        sql.push_str("(?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))");
+    }
+    let mut query = sqlx::query(&sql);
+    for (event, advanced) in rows {
+        let task = event.task();
+        query = query
+            .bind(scope.receiver.as_str())
+            .bind(scope.queue_id.as_str())
+            .bind(task.id.as_str())
+            .bind(task.version)
+            .bind(event.id().as_str())
+            .bind(task.state.as_str())
+            .bind(task.result.as_deref())
+            .bind(*advanced);
+    }
+    match query.execute(conn).await {
+        Ok(_) => Ok(true),
+        Err(e) if errno::is_duplicate_key(&e) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Advances the locked rows to their final event; `false` if the server
+/// did not change exactly those rows.
+async fn update_rows(
+    conn: &mut MySqlConnection,
+    scope: &InboxScope,
+    rows: &[(&Event, u64)],
+) -> Result<bool, InboxError> {
+    let case = || {
+        let mut case = String::from("CASE task_id");
+        for _ in rows {
+            case.push_str(" WHEN ? THEN ?");
+        }
+        case.push_str(" END");
+        case
+    };
+    let sql = format!(
+        "UPDATE receiver_task_views SET \
+         last_event_id = {c}, last_state = {c}, last_result = {c}, \
+         applied_events = applied_events + {c}, task_version = {c}, \
+         updated_at = UTC_TIMESTAMP(6) \
+         WHERE consumer_name = ? AND queue_id = ? AND task_id IN ({})",
+        marks(rows.len()),
+        c = case(),
+    );
+    let mut query = sqlx::query(&sql);
+    for (event, _) in rows {
+        query = query.bind(event.task().id.as_str()).bind(event.id().as_str());
+    }
+    for (event, _) in rows {
+        query = query.bind(event.task().id.as_str()).bind(event.task().state.as_str());
+    }
+    for (event, _) in rows {
+        query = query
+            .bind(event.task().id.as_str())
+            .bind(event.task().result.as_deref());
+    }
+    for (event, advanced) in rows {
+        query = query.bind(event.task().id.as_str()).bind(*advanced);
+    }
+    for (event, _) in rows {
+        query = query.bind(event.task().id.as_str()).bind(event.task().version);
+    }
+    query = query
+        .bind(scope.receiver.as_str())
+        .bind(scope.queue_id.as_str());
+    for (event, _) in rows {
+        query = query.bind(event.task().id.as_str());
+    }
+    let done = query.execute(conn).await?;
+    Ok(done.rows_affected() == rows.len() as u64)
+}
