@@ -34,10 +34,11 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::{cpu_seconds, mysqld_pid};
+use futures::future::BoxFuture;
 use result_inbox::db::Dsn;
 use result_inbox::delivery::{Delivery, DeliveryId};
 use result_inbox::event::QueueId;
-use result_inbox::inbox::{Inbox, InboxLayer, InboxStore, Outcome, StoreOptions};
+use result_inbox::inbox::{Batching, Inbox, InboxLayer, InboxStore, Outcome, StoreOptions};
 use result_inbox::scope::{InboxScope, ReceiverName};
 use result_inbox::task_view::TaskView;
 use sqlx::mysql::{MySqlConnection, MySqlPool, MySqlPoolOptions};
@@ -192,57 +193,14 @@ async fn main() {
     let (rounds, time) = (ROUNDS, measure_for() / ROUNDS);
     let mut offset = 0u64;
     for concurrency in CONCURRENCY {
-        // The floor: one durable row per event, on connections kept between
-        // transactions (a pooled one would be pinged each time it goes back).
-        let raw_work = {
-            let pool = raw_pool.clone();
-            let kept: Arc<Mutex<Vec<MySqlConnection>>> = Arc::default();
-            Arc::new(move |n: u64| {
-                let (pool, kept) = (pool.clone(), kept.clone());
-                async move {
-                    let taken = kept.lock().unwrap().pop();
-                    let mut conn = match taken {
-                        Some(conn) => conn,
-                        None => pool.acquire().await.unwrap().detach(),
-                    };
-                    sqlx::query("INSERT INTO raw_events (id, body) VALUES (?, ?)")
-                        .bind(n)
-                        .bind(event(n))
-                        .execute(&mut conn)
-                        .await
-                        .unwrap();
-                    conn.execute("COMMIT").await.unwrap();
-                    kept.lock().unwrap().push(conn);
-                }
-            })
-        };
+        let raw_work = raw_work(&raw_pool);
         let raw_next = Arc::new(AtomicU64::new(offset));
         offset += 10_000_000;
 
-        let scope = InboxScope::new(ReceiverName::default(), QueueId::parse(QUEUE).unwrap());
-        let store = InboxStore::connect(
-            &dsn,
-            scope,
-            StoreOptions {
-                max_connections: concurrency as u32 + 2,
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
         let service: Inbox<TaskView> = ServiceBuilder::new()
-            .layer(InboxLayer::new(store))
+            .layer(InboxLayer::new(store(&dsn, concurrency as u32 + 2).await))
             .service(TaskView::new());
-        let inbox_work = {
-            let service = service.clone();
-            Arc::new(move |n: u64| {
-                let service = service.clone();
-                async move {
-                    let r = service.oneshot(delivery(n)).await.unwrap();
-                    assert_eq!(r.outcome, Outcome::Applied);
-                }
-            })
-        };
+        let inbox_work = inbox_work(&service);
         let first_inbox = offset;
         let inbox_next = Arc::new(AtomicU64::new(first_inbox));
         offset += 10_000_000;
@@ -317,8 +275,172 @@ async fn main() {
             cpu_dup.1
         );
     }
+    batched(&dsn, &admin_pool, &raw_pool, rounds, time, offset).await;
     admin_pool
         .execute(format!("DROP DATABASE {db}").as_str())
         .await
         .unwrap();
+}
+
+/// The floor: one durable row per event, on connections kept between
+/// transactions (a pooled one would be pinged each time it goes back).
+fn raw_work(
+    pool: &MySqlPool,
+) -> Arc<impl Fn(u64) -> BoxFuture<'static, ()> + Send + Sync + 'static> {
+    let pool = pool.clone();
+    let kept: Arc<Mutex<Vec<MySqlConnection>>> = Arc::default();
+    Arc::new(move |n: u64| -> BoxFuture<'static, ()> {
+        let (pool, kept) = (pool.clone(), kept.clone());
+        Box::pin(async move {
+            let taken = kept.lock().unwrap().pop();
+            let mut conn = match taken {
+                Some(conn) => conn,
+                None => pool.acquire().await.unwrap().detach(),
+            };
+            sqlx::query("INSERT INTO raw_events (id, body) VALUES (?, ?)")
+                .bind(n)
+                .bind(event(n))
+                .execute(&mut conn)
+                .await
+                .unwrap();
+            conn.execute("COMMIT").await.unwrap();
+            kept.lock().unwrap().push(conn);
+        })
+    })
+}
+
+/// Fresh deliveries through `service`, each expected to apply.
+fn inbox_work(
+    service: &Inbox<TaskView>,
+) -> Arc<impl Fn(u64) -> BoxFuture<'static, ()> + Send + Sync + 'static> {
+    let service = service.clone();
+    Arc::new(move |n: u64| -> BoxFuture<'static, ()> {
+        let service = service.clone();
+        Box::pin(async move {
+            let r = service.oneshot(delivery(n)).await.unwrap();
+            assert_eq!(r.outcome, Outcome::Applied);
+        })
+    })
+}
+
+/// Transactions at once in batching mode, and the batch sizes measured.
+const TRANSACTIONS: usize = 4;
+const BATCHES: [usize; 4] = [1, 4, 16, 64];
+
+async fn store(dsn: &Dsn, connections: u32) -> InboxStore {
+    let scope = InboxScope::new(ReceiverName::default(), QueueId::parse(QUEUE).unwrap());
+    let options = StoreOptions {
+        max_connections: connections,
+        ..Default::default()
+    };
+    InboxStore::connect(dsn, scope, options).await.unwrap()
+}
+
+/// Batching mode against the raw floor at as many connections as it has
+/// transactions, every case in every round, the order turning each round;
+/// then the latency of one delivery at a time, default mode against
+/// batching mode.
+async fn batched(
+    dsn: &Dsn,
+    admin_pool: &MySqlPool,
+    raw_pool: &MySqlPool,
+    rounds: u32,
+    time: Duration,
+    mut offset: u64,
+) {
+    let raw = raw_work(raw_pool);
+    let raw_next = Arc::new(AtomicU64::new(offset));
+    offset += 10_000_000;
+    let mut cases = Vec::new();
+    for batch in BATCHES {
+        let service: Inbox<TaskView> = ServiceBuilder::new()
+            .layer(
+                InboxLayer::new(store(dsn, TRANSACTIONS as u32 + 2).await).batching(
+                    Batching::new(batch)
+                        .transactions(TRANSACTIONS)
+                        .set_path(TaskView::new()),
+                ),
+            )
+            .service(TaskView::new());
+        cases.push((
+            batch,
+            inbox_work(&service),
+            Arc::new(AtomicU64::new(offset)),
+        ));
+        offset += 10_000_000;
+    }
+    let mut raw_measured = Measured::default();
+    let mut measured: Vec<(Measured, u64)> = cases.iter().map(|_| Default::default()).collect();
+    for r in 0..rounds {
+        let mut order: Vec<Option<usize>> = std::iter::once(None)
+            .chain((0..cases.len()).map(Some))
+            .collect();
+        let turn = r as usize % order.len();
+        order.rotate_left(turn);
+        for case in order {
+            match case {
+                None => round(TRANSACTIONS, time, &raw_next, &raw, &mut raw_measured).await,
+                Some(i) => {
+                    let (batch, work, next) = &cases[i];
+                    let before = counted(admin_pool).await;
+                    // Room for full batches in every transaction.
+                    round(TRANSACTIONS * batch, time, next, work, &mut measured[i].0).await;
+                    let after = counted(admin_pool).await;
+                    measured[i].1 += after.0 - before.0 - 1;
+                }
+            }
+        }
+    }
+    for ((batch, _, _), (m, statements)) in cases.iter().zip(&measured) {
+        let (server, client) = m.cpu_us();
+        println!(
+            "batched transactions={TRANSACTIONS} batch_max={batch} raw_tx_per_s={:.0} batched_deliveries_per_s={:.0} ratio={:.2} \
+             statements_per_delivery={:.2} cpu_us_per_delivery_server/client={server:.0}/{client:.0}",
+            raw_measured.tx_per_s(),
+            m.tx_per_s(),
+            m.tx_per_s() / raw_measured.tx_per_s(),
+            *statements as f64 / m.transactions as f64,
+        );
+    }
+    latency(dsn, rounds, offset).await;
+}
+
+/// One delivery at a time on an idle inbox: the median time of an apply in
+/// the default mode and in batching mode, which must not add to it.
+async fn latency(dsn: &Dsn, rounds: u32, offset: u64) {
+    let single: Inbox<TaskView> = ServiceBuilder::new()
+        .layer(InboxLayer::new(store(dsn, 2).await))
+        .service(TaskView::new());
+    let batching: Inbox<TaskView> = ServiceBuilder::new()
+        .layer(
+            InboxLayer::new(store(dsn, 2).await)
+                .batching(Batching::new(16).set_path(TaskView::new())),
+        )
+        .service(TaskView::new());
+    let mut next = offset;
+    let (mut default_us, mut batched_us) = (Vec::new(), Vec::new());
+    for r in 0..rounds * 2 {
+        let (service, into) = if r % 2 == 0 {
+            (&single, &mut default_us)
+        } else {
+            (&batching, &mut batched_us)
+        };
+        for _ in 0..500 {
+            next += 1;
+            let started = Instant::now();
+            let receipt = service.clone().oneshot(delivery(next)).await.unwrap();
+            into.push(started.elapsed().as_secs_f64() * 1e6);
+            assert_eq!(receipt.outcome, Outcome::Applied);
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (default_median, batched_median) = (median(&mut default_us), median(&mut batched_us));
+    println!(
+        "latency one_at_a_time deliveries={} default_median_us={default_median:.0} batching_median_us={batched_median:.0} added_us={:.0}",
+        default_us.len() + batched_us.len(),
+        batched_median - default_median,
+    );
 }

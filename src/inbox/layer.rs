@@ -27,14 +27,11 @@ impl InboxLayer {
     ///
     /// ```no_run
     /// use result_inbox::inbox::{Batching, InboxLayer, InboxStore};
-    /// use result_inbox::task_view::TaskView;
-    /// use tower::ServiceBuilder;
     ///
     /// # fn build(store: InboxStore) {
-    /// let service = ServiceBuilder::new()
-    ///     .layer(InboxLayer::new(store).batching(Batching::new(16).set_path(TaskView::new())))
-    ///     .service(TaskView::new());
-    /// # let _ = service;
+    /// // Up to 16 deliveries per transaction, 4 transactions at once.
+    /// let layer = InboxLayer::new(store).batching(Batching::new(16));
+    /// # let _ = layer;
     /// # }
     /// ```
     pub fn batching(mut self, batching: Batching) -> Self {
