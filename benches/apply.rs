@@ -352,21 +352,25 @@ async fn batched(
     let raw_next = Arc::new(AtomicU64::new(offset));
     offset += 10_000_000;
     let mut cases = Vec::new();
-    for batch in BATCHES {
+    // Each batch size with the task view's set path, and the middle one
+    // also without it: per-delivery statements behind savepoints, under
+    // one COMMIT.
+    let shapes = BATCHES
+        .iter()
+        .map(|&batch| (batch, true))
+        .chain(std::iter::once((16, false)));
+    for (batch, set_path) in shapes {
+        let batching = Batching::new(batch).transactions(TRANSACTIONS);
+        let batching = if set_path {
+            batching.set_path(TaskView::new())
+        } else {
+            batching
+        };
         let service: Inbox<TaskView> = ServiceBuilder::new()
-            .layer(
-                InboxLayer::new(store(dsn, TRANSACTIONS as u32 + 2).await).batching(
-                    Batching::new(batch)
-                        .transactions(TRANSACTIONS)
-                        .set_path(TaskView::new()),
-                ),
-            )
+            .layer(InboxLayer::new(store(dsn, TRANSACTIONS as u32 + 2).await).batching(batching))
             .service(TaskView::new());
-        cases.push((
-            batch,
-            inbox_work(&service),
-            Arc::new(AtomicU64::new(offset)),
-        ));
+        let next = Arc::new(AtomicU64::new(offset));
+        cases.push(((batch, set_path), inbox_work(&service), next));
         offset += 10_000_000;
     }
     let mut raw_measured = Measured::default();
@@ -381,7 +385,7 @@ async fn batched(
             match case {
                 None => round(TRANSACTIONS, time, &raw_next, &raw, &mut raw_measured).await,
                 Some(i) => {
-                    let (batch, work, next) = &cases[i];
+                    let ((batch, _), work, next) = &cases[i];
                     let before = counted(admin_pool).await;
                     // Room for full batches in every transaction.
                     round(TRANSACTIONS * batch, time, next, work, &mut measured[i].0).await;
@@ -391,10 +395,11 @@ async fn batched(
             }
         }
     }
-    for ((batch, _, _), (m, statements)) in cases.iter().zip(&measured) {
+    for (((batch, set_path), _, _), (m, statements)) in cases.iter().zip(&measured) {
         let (server, client) = m.cpu_us();
+        let path = if *set_path { "set" } else { "per_delivery" };
         println!(
-            "batched transactions={TRANSACTIONS} batch_max={batch} raw_tx_per_s={:.0} batched_deliveries_per_s={:.0} ratio={:.2} \
+            "batched transactions={TRANSACTIONS} batch_max={batch} path={path} raw_tx_per_s={:.0} batched_deliveries_per_s={:.0} ratio={:.2} \
              statements_per_delivery={:.2} cpu_us_per_delivery_server/client={server:.0}/{client:.0}",
             raw_measured.tx_per_s(),
             m.tx_per_s(),

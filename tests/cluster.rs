@@ -14,6 +14,7 @@ use result_inbox::event::TaskId;
 use result_inbox::inbox::{Conflict, InboxError, InboxStore, Outcome, Receipt};
 use result_inbox::scope::InboxScope;
 use result_inbox::task_view;
+use tower::ServiceExt;
 
 const NODES: usize = 3;
 /// Rounds of eight racing copies.
@@ -71,11 +72,13 @@ impl Cluster {
 
     /// Applies each `(node, event)` at the same time, each on its node.
     async fn race(&self, copies: Vec<(usize, String)>) -> Vec<Result<Receipt, InboxError>> {
+        // One receiver per node, as a consumer there runs it.
+        let receivers: Vec<_> = self.stores.iter().map(common::receiver).collect();
         let handles: Vec<_> = copies
             .into_iter()
             .map(|(node, json)| {
-                let store = self.stores[node].clone();
-                tokio::spawn(async move { apply(&store, &json).await })
+                let receiver = receivers[node].clone();
+                tokio::spawn(async move { receiver.oneshot(common::delivery_of(&json)).await })
             })
             .collect();
         let mut answers = Vec::new();

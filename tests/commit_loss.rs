@@ -15,13 +15,13 @@ use common::{random_hex, scope, EventSpec, TestDb};
 use result_inbox::consumer::{Consumer, ConsumerOptions, ConsumerReport};
 use result_inbox::delivery::{Delivery, DeliveryId};
 use result_inbox::event::TaskId;
-use result_inbox::inbox::{InboxError, InboxLayer, InboxStore, Outcome, Receipt, StoreOptions};
+use result_inbox::inbox::{InboxError, InboxStore, Outcome, Receipt, StoreOptions};
 use result_inbox::orbit::OrbitSource;
 use result_inbox::scope::{InboxScope, ReceiverName};
-use result_inbox::task_view::{self, TaskView, TaskViewRow};
+use result_inbox::task_view::{self, TaskViewRow};
 use sqlx::{Connection, MySqlConnection, MySqlPool};
 use tokio::time::Instant;
-use tower::{ServiceBuilder, ServiceExt};
+use tower::ServiceExt;
 
 /// One test's database, proxy, scope and task.
 struct Fixture {
@@ -132,11 +132,7 @@ impl Fixture {
 
 /// The receiver's service: the inbox over the task view.
 async fn apply(store: &InboxStore, delivery: Delivery<Bytes>) -> Result<Receipt, InboxError> {
-    ServiceBuilder::new()
-        .layer(InboxLayer::new(store.clone()))
-        .service(TaskView::new())
-        .oneshot(delivery)
-        .await
+    common::receiver(store).oneshot(delivery).await
 }
 
 #[tokio::test]
@@ -194,9 +190,7 @@ async fn the_consumer_does_not_ack_an_unconfirmed_commit_and_the_redelivery_dedu
 
     let store = f.proxied_store().await;
     f.proxy.arm(Fault::DropCommitOk);
-    let service = ServiceBuilder::new()
-        .layer(InboxLayer::new(store))
-        .service(TaskView::new());
+    let service = common::receiver(&store);
     let source = OrbitSource::connect(orbit.client(&creds), sub.clone(), &creds.queue())
         .await
         .unwrap();

@@ -28,12 +28,12 @@ use result_inbox::db::Dsn;
 use result_inbox::delivery::Delivery;
 use result_inbox::event::{EventType, TaskId};
 use result_inbox::ids::{QueueId, SubscriptionId};
-use result_inbox::inbox::{InboxLayer, InboxStore, StoreOptions};
+use result_inbox::inbox::{InboxStore, StoreOptions};
 use result_inbox::orbit::{OrbitClient, OrbitSource, OrbitUrl, Token};
 use result_inbox::scope::{InboxScope, ReceiverName};
-use result_inbox::task_view::{self, TaskView};
+use result_inbox::task_view;
 use result_inbox::BoxError;
-use tower::{Service, ServiceBuilder};
+use tower::Service;
 
 const NAME: &str = "task-result-view";
 
@@ -160,9 +160,7 @@ fn child_barrier_consume() {
         let source = OrbitSource::connect(client, sub, &queue).await.unwrap();
         let consumer = Consumer::new(source, ConsumerOptions::default());
         let service = HoldAfterCommit {
-            inner: ServiceBuilder::new()
-                .layer(InboxLayer::new(store))
-                .service(TaskView::new()),
+            inner: common::receiver(&store),
         };
         consumer.run(service, std::future::pending()).await.unwrap();
     });
@@ -425,9 +423,7 @@ async fn budget_exhaustion_and_revival() {
         .await
         .unwrap();
     let consumer = Consumer::new(source, ConsumerOptions::default());
-    let service = ServiceBuilder::new()
-        .layer(InboxLayer::new(store))
-        .service(TaskView::new());
+    let service = common::receiver(&store);
     let running = tokio::spawn(consumer.run(service, async move {
         let mut stopped = stopped;
         let _ = stopped.wait_for(|s| *s).await;

@@ -291,6 +291,55 @@ async fn a_consumer_started_while_its_database_is_down_leases_nothing_until_it_i
 }
 
 #[tokio::test]
+async fn credit_granted_before_an_outage_is_not_spent_on_redeliveries_during_it() {
+    // One delivery, credit for eight, lease 1 s, budget 3: were the unspent
+    // credit kept, every lease that ran out would come back on it and spend
+    // an attempt, and the delivery would expire long before the database
+    // is back.
+    const OUTAGE: Duration = Duration::from_secs(8);
+    let Receiver {
+        mut server,
+        root_dsn,
+        app_dsn,
+    } = Receiver::start().await;
+    let (orbit, creds, sub) = OrbitDev::subscribed(1_000, 3, "inbox-db-credit").await;
+    let mut consume = Consume::start(&orbit, &creds, &app_dsn, &sub, RECEIVER, &[]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !consume.output().contains("delivery stream open") {
+        assert!(Instant::now() < deadline, "{}", consume.output());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    server.stop();
+    let events = vec![orbit.inject_new_task(&creds, &sub).await];
+    tokio::time::sleep(OUTAGE).await;
+    let during = orbit
+        .wait_for_counts(&creds, &sub, Duration::from_secs(1), |_| true)
+        .await;
+    assert_eq!(during["expired"], 0, "{during}");
+    server.restart();
+
+    let counts = orbit
+        .wait_for_counts(&creds, &sub, Duration::from_secs(60), |c| acked(c) == 1)
+        .await;
+    assert_eq!(counts["expired"], 0, "{counts}");
+    let attempts: Vec<u64> = deliveries(&orbit, &creds, &sub)
+        .await
+        .iter()
+        .map(|d| d["attempts"].as_u64().unwrap())
+        .collect();
+    assert_eq!(attempts.len(), 1);
+    assert!(
+        attempts[0] <= 2,
+        "attempts: {attempts:?}: {}",
+        consume.output()
+    );
+    let status = consume.terminate();
+    assert!(status.success(), "{status}: {}", consume.output());
+    assert_applied_once(&root_dsn, creds.queue(), &events).await;
+}
+
+#[tokio::test]
 async fn an_outage_ten_times_budget_times_lease_expires_nothing_and_spends_at_most_one_attempt() {
     // Lease 1 s, budget 3: without the breaker every delivery would expire
     // within about 3 s of the database going away.

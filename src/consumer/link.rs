@@ -64,6 +64,21 @@ where
         self.retry_later();
     }
 
+    /// Closes the stream to give up its unspent credit, to be reopened once
+    /// deliveries may start again (a new stream starts without credit).
+    /// Credit cannot be taken back otherwise: the source would spend it on
+    /// every delivery whose lease runs out meanwhile, each time spending
+    /// one of its attempts.
+    pub(super) async fn give_up_credit(&mut self, close_within: Duration) {
+        let Some(stream) = self.stream.take() else {
+            return;
+        };
+        let _ = timeout(close_within, stream.close()).await;
+        self.outstanding = 0;
+        self.health.set_stream_open(false);
+        self.reconnect_at = Instant::now();
+    }
+
     /// Grants credit until `wanted` deliveries are granted but not yet
     /// received, on top of those in the consumer's hands, once at least
     /// `step` are missing.

@@ -151,7 +151,14 @@ impl<Src: Source> Consumer<Src> {
         tokio::pin!(shutdown);
 
         loop {
-            if link.stream.is_none() && Instant::now() >= link.reconnect_at {
+            // While the breaker is open no delivery may start, so no stream
+            // is opened either: it would only take credit.
+            let paused = breaker.is_open();
+            if paused && link.outstanding > 0 {
+                info!(credit = link.outstanding, "closing the delivery stream to give up its unspent credit while the database is unreachable");
+                link.give_up_credit(CLOSE_TIMEOUT).await;
+            }
+            if link.stream.is_none() && !paused && Instant::now() >= link.reconnect_at {
                 let opened = tokio::select! {
                     biased;
                     _ = &mut shutdown => break,
@@ -267,7 +274,7 @@ impl<Src: Source> Consumer<Src> {
                     }
                     link.lost("delivery stream silent for too long; reopening it");
                 }
-                _ = sleep_until(link.reconnect_at), if link.stream.is_none() => {}
+                _ = sleep_until(link.reconnect_at), if link.stream.is_none() && !paused => {}
             }
         }
 

@@ -168,16 +168,39 @@ pub async fn apply_once(
     json: &str,
 ) -> Result<result_inbox::inbox::Receipt, result_inbox::inbox::InboxError> {
     use tower::ServiceExt;
-    let delivery = result_inbox::delivery::Delivery::new(
+    receiver(store).oneshot(delivery_of(json)).await
+}
+
+/// A first delivery of `json`, with a new delivery id.
+pub fn delivery_of(json: &str) -> result_inbox::delivery::Delivery<bytes::Bytes> {
+    result_inbox::delivery::Delivery::new(
         result_inbox::delivery::DeliveryId::new(random_hex(16)),
         bytes::Bytes::from(json.to_owned()),
     )
-    .with_attempt(1);
+    .with_attempt(1)
+}
+
+/// The inbox layer as the receiver runs it: one transaction per delivery,
+/// or batching mode when `RECEIVER_BATCH_MAX` is set, as for `receiver
+/// consume` (`make test` runs the crash-window and cluster tests in both).
+pub fn inbox_layer(store: &InboxStore) -> result_inbox::inbox::InboxLayer {
+    let layer = result_inbox::inbox::InboxLayer::new(store.clone());
+    match std::env::var("RECEIVER_BATCH_MAX") {
+        Ok(n) => layer.batching(
+            result_inbox::inbox::Batching::new(n.parse().expect("RECEIVER_BATCH_MAX is a number"))
+                .set_path(result_inbox::task_view::TaskView::new()),
+        ),
+        Err(_) => layer,
+    }
+}
+
+/// The receiver's service on `store`: [`inbox_layer`] over the task view.
+pub fn receiver(
+    store: &InboxStore,
+) -> result_inbox::inbox::Inbox<result_inbox::task_view::TaskView> {
     tower::ServiceBuilder::new()
-        .layer(result_inbox::inbox::InboxLayer::new(store.clone()))
+        .layer(inbox_layer(store))
         .service(result_inbox::task_view::TaskView::new())
-        .oneshot(delivery)
-        .await
 }
 
 pub fn scope(name: &str) -> InboxScope {

@@ -26,7 +26,7 @@ use tracing::info;
 use result_inbox::consumer::{Consumer, ConsumerError, ConsumerOptions, ConsumerReport, Health};
 use result_inbox::db::Dsn;
 use result_inbox::ids::{QueueId, SubscriptionId};
-use result_inbox::inbox::{InboxLayer, InboxStore, StoreOptions};
+use result_inbox::inbox::{Batching, InboxLayer, InboxStore, StoreOptions};
 use result_inbox::nats::{JetStreamSource, NatsError, NatsSettings};
 use result_inbox::orbit::{OrbitClient, OrbitSource, Scope};
 use result_inbox::retry::until_answered;
@@ -68,6 +68,12 @@ pub(crate) struct ConsumeArgs {
     /// --source orbit, 16 with --source nats (pull requests of 8)]
     #[arg(long, env = "RECEIVER_PREFETCH", value_parser = clap::value_parser!(u32).range(0..=64))]
     pub(crate) prefetch: Option<u32>,
+    /// Batching mode: deliveries that are waiting share one transaction,
+    /// up to this many (1 to 64), in up to 4 transactions at once, each
+    /// delivery still answered, logged and ACKed on its own after its
+    /// batch's COMMIT. Off unless set: one transaction per delivery.
+    #[arg(long, env = "RECEIVER_BATCH_MAX", value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub(crate) batch_max: Option<u32>,
 }
 
 pub(crate) fn run_consume(args: ConsumeArgs) -> Outcome {
@@ -115,15 +121,20 @@ fn consume_config(args: ConsumeArgs) -> Result<ConsumeConfig, String> {
         subscription_id,
         nats,
         prefetch,
+        batch_max,
         ..
     } = args;
+    let defaults = ConsumerOptions::default();
     let consumer = ConsumerOptions {
+        // In batching mode the concurrency counts transactions; the
+        // consumer keeps enough deliveries in flight to fill them.
+        concurrency: batch_max.map_or(defaults.concurrency, |n| defaults.concurrency * n),
         shutdown_grace: CONSUME_GRACE,
         prefetch: prefetch.unwrap_or(match source {
             SourceKind::Orbit => ConsumerOptions::default().prefetch,
             SourceKind::Nats => result_inbox::nats::DEFAULT_PREFETCH,
         }),
-        ..ConsumerOptions::default()
+        ..defaults
     };
     let (source, dsn, name) = match source {
         SourceKind::Orbit => {
@@ -147,6 +158,7 @@ fn consume_config(args: ConsumeArgs) -> Result<ConsumeConfig, String> {
         dsn,
         name,
         consumer,
+        batch_max,
     })
 }
 
@@ -161,6 +173,8 @@ struct ConsumeConfig {
     name: ReceiverName,
     /// How the consumer behaves.
     consumer: ConsumerOptions,
+    /// Deliveries per transaction in batching mode; `None`: one each.
+    batch_max: Option<u32>,
 }
 
 /// Where `receiver consume` takes its deliveries from.
@@ -272,10 +286,16 @@ async fn serve<Src: Source>(
     config: &ConsumeConfig,
     shutdown: CancellationToken,
 ) -> Result<Option<ConsumerReport>, ConsumeError> {
-    let service = ServiceBuilder::new()
-        .layer(InboxLayer::new(store.clone()))
-        .service(TaskView::new());
-    info!(receiver = %config.name, queue = %config.source.queue_id(), "consuming");
+    let mut inbox = InboxLayer::new(store.clone());
+    if let Some(n) = config.batch_max {
+        let batching = Batching::new(n as usize)
+            // The seed's four handlers, as transactions.
+            .transactions(ConsumerOptions::default().concurrency as usize)
+            .set_path(TaskView::new());
+        inbox = inbox.batching(batching);
+    }
+    let service = ServiceBuilder::new().layer(inbox).service(TaskView::new());
+    info!(receiver = %config.name, queue = %config.source.queue_id(), batch_max = config.batch_max.unwrap_or(1), "consuming");
     let report = consumer
         .with_probe(store)
         .with_health(health)
