@@ -14,8 +14,13 @@ demo: toolchain build
 	scripts/demo.sh
 
 ## test: formatting, lints, docs, then every test (against a throwaway database server, a throwaway three-node Galera cluster and throwaway nats-servers)
+# The crash-window and cluster tests once more, with the receiver in
+# batching mode (tests/common builds its layer from RECEIVER_BATCH_MAX,
+# as receiver consume does).
+BATCHING_TESTS := --test commit_loss --test crash --test db_outage --test cluster --test cluster_node_loss
 test: check build nats-server
 	$(WITH_MYSQL) $(WITH_GALERA) $(CARGO) test --workspace --locked $(CLI)
+	RECEIVER_BATCH_MAX=16 $(WITH_MYSQL) $(WITH_GALERA) $(CARGO) test --locked $(CLI) $(BATCHING_TESTS)
 
 ## build: the binaries (receiver, orbit-dev); the end-to-end tests run them as processes
 build:

@@ -45,7 +45,7 @@ use common::{cpu_seconds, dsn_for, mysqld_pid, random_hex, run_queue_seconds, Ev
 use result_inbox::delivery::{Delivery, DeliveryId};
 use result_inbox::event::EventType;
 use result_inbox::ids::SubscriptionId;
-use result_inbox::inbox::{InboxLayer, InboxStore, Outcome, StoreOptions};
+use result_inbox::inbox::{Batching, InboxLayer, InboxStore, Outcome, StoreOptions};
 use result_inbox::scope::{InboxScope, ReceiverName};
 use result_inbox::task_view::TaskView;
 use tower::{ServiceBuilder, ServiceExt};
@@ -55,6 +55,10 @@ use tower::{ServiceBuilder, ServiceExt};
 const DELIVERIES: usize = 10_000;
 const ROUNDS: usize = 3;
 const LARGE_EVENTS: usize = 40;
+/// Deliveries per transaction in batching mode (`receiver consume
+/// --batch-max`), with the receiver's 4 transactions at once.
+const BATCH_MAX: usize = 16;
+const TRANSACTIONS: usize = 4;
 
 fn small_event(queue: &str) -> String {
     EventSpec {
@@ -106,15 +110,14 @@ async fn consume_until_acked(
     sub: &SubscriptionId,
     db: &TestDb,
     count: usize,
+    batch: Option<usize>,
 ) -> Consume {
-    let consume = Consume::start(
-        orbit,
-        creds,
-        &dsn_for(&db.name),
-        sub,
-        "bench",
-        &[("RECEIVER_LOG", "warn")],
-    );
+    let batch = batch.map(|n| n.to_string());
+    let mut env = vec![("RECEIVER_LOG", "warn")];
+    if let Some(n) = &batch {
+        env.push(("RECEIVER_BATCH_MAX", n));
+    }
+    let consume = Consume::start(orbit, creds, &dsn_for(&db.name), sub, "bench", &env);
     orbit
         .wait_for_counts(creds, sub, Duration::from_secs(600), |c| {
             c["acked"] == count as u64
@@ -147,29 +150,33 @@ async fn main() {
         .map(|_| small_event(&creds.queue_id))
         .collect();
 
-    // Wall seconds per path, summed over the rounds.
-    let (mut alone_s, mut orbit_s, mut nats_s) = (0.0, 0.0, 0.0);
-    for round in 1..=ROUNDS {
-        let through_orbit = orbit_end_to_end(round, &orbit, &creds, &events).await;
-        let alone = apply_alone(round, &creds, &events).await;
-        let through_nats = nats_end_to_end(round, &creds.queue_id, &events).await;
-        alone_s += alone;
-        orbit_s += through_orbit;
-        nats_s += through_nats.unwrap_or(f64::NAN);
+    // Wall seconds per path, summed over the rounds: one transaction per
+    // delivery, then batching mode.
+    for batch in [None, Some(BATCH_MAX)] {
+        let mode = mode(batch);
+        let (mut alone_s, mut orbit_s, mut nats_s) = (0.0, 0.0, 0.0);
+        for round in 1..=ROUNDS {
+            let through_orbit = orbit_end_to_end(round, &orbit, &creds, &events, batch).await;
+            let alone = apply_alone(round, &creds, &events, batch).await;
+            let through_nats = nats_end_to_end(round, &creds.queue_id, &events, batch).await;
+            alone_s += alone;
+            orbit_s += through_orbit;
+            nats_s += through_nats.unwrap_or(f64::NAN);
+            println!(
+                "e2e round={round}{mode} {}",
+                rates(DELIVERIES, alone, through_orbit, through_nats)
+            );
+        }
         println!(
-            "e2e round={round} {}",
-            rates(DELIVERIES, alone, through_orbit, through_nats)
+            "e2e rounds={ROUNDS}{mode} {}",
+            rates(
+                DELIVERIES * ROUNDS,
+                alone_s,
+                orbit_s,
+                cfg!(feature = "nats").then_some(nats_s)
+            )
         );
     }
-    println!(
-        "e2e rounds={ROUNDS} {}",
-        rates(
-            DELIVERIES * ROUNDS,
-            alone_s,
-            orbit_s,
-            cfg!(feature = "nats").then_some(nats_s)
-        )
-    );
 
     // Memory with the largest events the receiver accepts.
     let sub = client.create_subscription(&EventType::ALL).await.unwrap();
@@ -178,7 +185,7 @@ async fn main() {
         orbit.inject(&sub.id, &large_event(&creds.queue_id)).await;
     }
     let db3 = TestDb::initialized().await;
-    let mut consume = consume_until_acked(&orbit, &creds, &sub.id, &db3, LARGE_EVENTS).await;
+    let mut consume = consume_until_acked(&orbit, &creds, &sub.id, &db3, LARGE_EVENTS, None).await;
     let rss = peak_rss_kib(consume.child.id());
     assert!(consume.terminate().success());
     println!(
@@ -205,6 +212,11 @@ fn rates(deliveries: usize, alone: f64, orbit: f64, nats: Option<f64>) -> String
         );
     }
     line
+}
+
+/// The words a line of batching mode carries.
+fn mode(batch: Option<usize>) -> String {
+    batch.map(|n| format!(" batch_max={n}")).unwrap_or_default()
 }
 
 /// Seconds per 1000 deliveries.
@@ -260,6 +272,7 @@ async fn orbit_end_to_end(
     orbit: &OrbitDev,
     creds: &QueueCredentials,
     events: &[String],
+    batch: Option<usize>,
 ) -> f64 {
     let sub = orbit
         .client(creds)
@@ -272,10 +285,10 @@ async fn orbit_end_to_end(
     let db = TestDb::initialized().await;
     let started = Instant::now();
     let (orbit_cpu, mysql_cpu) = (usage(orbit.pid()), usage(mysqld_pid()));
-    let mut consume = consume_until_acked(orbit, creds, &sub.id, &db, events.len()).await;
+    let mut consume = consume_until_acked(orbit, creds, &sub.id, &db, events.len(), batch).await;
     let elapsed = started.elapsed().as_secs_f64();
     print_cpu(
-        &format!("round={round}"),
+        &format!("round={round}{}", mode(batch)),
         &consume,
         ("orbit_dev", orbit.pid(), orbit_cpu),
         mysql_cpu,
@@ -285,23 +298,37 @@ async fn orbit_end_to_end(
     elapsed
 }
 
-/// The inbox alone, same events, same concurrency (4), fresh database; its
-/// wall seconds.
-async fn apply_alone(round: usize, creds: &QueueCredentials, events: &[String]) -> f64 {
+/// The inbox alone, same events, same concurrency (4 transactions; in
+/// batching mode room for a full batch in each), fresh database; its wall
+/// seconds.
+async fn apply_alone(
+    round: usize,
+    creds: &QueueCredentials,
+    events: &[String],
+    batch: Option<usize>,
+) -> f64 {
     let db = TestDb::initialized().await;
     let scope = InboxScope::new(ReceiverName::parse("bench").unwrap(), creds.queue());
     let store = InboxStore::connect(&db.dsn, scope, StoreOptions::default())
         .await
         .unwrap();
-    let service = ServiceBuilder::new()
-        .layer(InboxLayer::new(store))
-        .service(TaskView::new());
+    let layer = InboxLayer::new(store);
+    let (layer, callers) = match batch {
+        None => (layer, TRANSACTIONS),
+        Some(n) => {
+            let batching = Batching::new(n)
+                .transactions(TRANSACTIONS)
+                .set_path(TaskView::new());
+            (layer.batching(batching), TRANSACTIONS * n)
+        }
+    };
+    let service = ServiceBuilder::new().layer(layer).service(TaskView::new());
     let events = Arc::new(events.to_vec());
     let next = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let (own, mysql) = (usage(std::process::id()), usage(mysqld_pid()));
     let mut workers = Vec::new();
-    for _ in 0..4 {
+    for _ in 0..callers {
         let (service, events, next) = (service.clone(), events.clone(), next.clone());
         workers.push(tokio::spawn(async move {
             loop {
@@ -325,20 +352,23 @@ async fn apply_alone(round: usize, creds: &QueueCredentials, events: &[String]) 
         used_since(mysqld_pid(), mysql),
     );
     println!(
-        "e2e round={round} apply_alone cpu_s_per_1000_deliveries inbox={:.2} mysqld={:.2} wall_s_per_1000={:.2}",
+        "e2e round={round}{} apply_alone cpu_s_per_1000_deliveries inbox={:.2} mysqld={:.2} wall_s_per_1000={:.2}",
+        mode(batch),
         inbox[0],
         mysqld[0],
         per_thousand(elapsed),
     );
     println!(
-        "e2e round={round} apply_alone run_queue_s_per_1000_deliveries inbox={:.2} mysqld={:.2}",
-        inbox[1], mysqld[1],
+        "e2e round={round}{} apply_alone run_queue_s_per_1000_deliveries inbox={:.2} mysqld={:.2}",
+        mode(batch),
+        inbox[1],
+        mysqld[1],
     );
     elapsed
 }
 
 #[cfg(not(feature = "nats"))]
-async fn nats_end_to_end(_: usize, _: &str, _: &[String]) -> Option<f64> {
+async fn nats_end_to_end(_: usize, _: &str, _: &[String], _: Option<usize>) -> Option<f64> {
     None
 }
 
@@ -346,7 +376,12 @@ async fn nats_end_to_end(_: usize, _: &str, _: &[String]) -> Option<f64> {
 /// nats-server, into a fresh database; the wall seconds until the consumer
 /// reports nothing pending and nothing waiting for an ACK.
 #[cfg(feature = "nats")]
-async fn nats_end_to_end(round: usize, queue: &str, events: &[String]) -> Option<f64> {
+async fn nats_end_to_end(
+    round: usize,
+    queue: &str,
+    events: &[String],
+    batch: Option<usize>,
+) -> Option<f64> {
     use common::nats::{JetStreamQueue, NatsServer};
     let server = NatsServer::start();
     let js = JetStreamQueue::create(&server, queue, Duration::from_secs(30), 5).await;
@@ -358,13 +393,16 @@ async fn nats_end_to_end(round: usize, queue: &str, events: &[String]) -> Option
     env.push(("ORBIT_RECEIVER_DSN".into(), dsn_for(&db.name)));
     env.push(("RECEIVER_NAME".into(), "bench".into()));
     env.push(("RECEIVER_LOG".into(), "warn".into()));
+    if let Some(n) = batch {
+        env.push(("RECEIVER_BATCH_MAX".into(), n.to_string()));
+    }
     let started = Instant::now();
     let (nats_cpu, mysql_cpu) = (usage(server.pid()), usage(mysqld_pid()));
     let mut consume = Consume::with_env(&server.dir, &env);
     js.wait_all_acked(Duration::from_secs(600)).await;
     let elapsed = started.elapsed().as_secs_f64();
     print_cpu(
-        &format!("round={round} nats"),
+        &format!("round={round} nats{}", mode(batch)),
         &consume,
         ("nats_server", server.pid(), nats_cpu),
         mysql_cpu,
