@@ -5,10 +5,14 @@
 //! applies fresh deliveries (a new task each) through `InboxLayer` over
 //! `TaskView` with 4 workers per node used, for `CLUSTER_BENCH_SECS` in all
 //! (default 12), taking turns in rounds so that a change in the machine's
-//! load weighs on both. Prints:
+//! load weighs on both. Then the same in batching mode (16 deliveries per
+//! transaction, 4 transactions per node), every case in every round, the
+//! order turning. Prints:
 //!
 //! ```text
 //! cluster one_node_per_s=… three_nodes_per_s=… ratio=… certification_retries=…
+//! cluster batch_max=16 one_node_per_s=… three_nodes_per_s=… ratio=… certification_retries=…
+//! cluster batched_vs_unbatched one_node=… three_nodes=…
 //! ```
 
 #[path = "../tests/common/mod.rs"]
@@ -23,26 +27,38 @@ use bytes::Bytes;
 use common::galera::ClusterDb;
 use common::{random_hex, scope, EventSpec};
 use result_inbox::delivery::{Delivery, DeliveryId};
-use result_inbox::inbox::{InboxLayer, InboxStore, Outcome};
+use result_inbox::inbox::{Batching, InboxLayer, InboxStore, Outcome};
 use result_inbox::task_view::TaskView;
 use tower::{ServiceBuilder, ServiceExt};
 
 const WORKERS_PER_NODE: usize = 4;
 const ROUNDS: u32 = 3;
+/// Deliveries per transaction in batching mode.
+const BATCH_MAX: usize = 16;
 
 /// Applies fresh events with `WORKERS_PER_NODE` workers on each store for
 /// `time`; returns how many were applied.
-async fn run(stores: &[InboxStore], queue: &str, time: Duration) -> u64 {
+async fn run(stores: &[InboxStore], queue: &str, time: Duration, batch: Option<usize>) -> u64 {
     let applied = Arc::new(AtomicU64::new(0));
     let until = Instant::now() + time;
     let mut workers = Vec::new();
     for store in stores {
-        for _ in 0..WORKERS_PER_NODE {
-            let (store, applied, queue) = (store.clone(), applied.clone(), queue.to_owned());
+        // One receiver per node; in batching mode its 4 transactions get
+        // room for a full batch each.
+        let layer = InboxLayer::new(store.clone());
+        let (layer, callers) = match batch {
+            None => (layer, WORKERS_PER_NODE),
+            Some(n) => {
+                let batching = Batching::new(n)
+                    .transactions(WORKERS_PER_NODE)
+                    .set_path(TaskView::new());
+                (layer.batching(batching), WORKERS_PER_NODE * n)
+            }
+        };
+        let service = ServiceBuilder::new().layer(layer).service(TaskView::new());
+        for _ in 0..callers {
+            let (service, applied, queue) = (service.clone(), applied.clone(), queue.to_owned());
             workers.push(tokio::spawn(async move {
-                let service = ServiceBuilder::new()
-                    .layer(InboxLayer::new(store))
-                    .service(TaskView::new());
                 while Instant::now() < until {
                     let json = EventSpec::submitted(&queue, &random_hex(16)).json();
                     let delivery = Delivery::new(DeliveryId::new(random_hex(8)), Bytes::from(json))
@@ -78,16 +94,40 @@ async fn main() {
         stores.push(db.store(node, scope.clone()).await);
     }
     let queue = scope.queue_id.as_str().to_owned();
-    let (mut one, mut three) = (0, 0);
-    for _ in 0..ROUNDS {
-        one += run(&stores[..1], &queue, slice).await;
-        three += run(&stores, &queue, slice).await;
+    // Applied per case: one node, three nodes, each unbatched and batched.
+    let mut applied = [0u64; 4];
+    let cases = [
+        (1, None),
+        (3, None),
+        (1, Some(BATCH_MAX)),
+        (3, Some(BATCH_MAX)),
+    ];
+    let mut retries = [0u64; 2];
+    for round in 0..ROUNDS as usize {
+        for turn in 0..cases.len() {
+            let case = (turn + round) % cases.len();
+            let (nodes, batch) = cases[case];
+            let before: u64 = stores.iter().map(|s| s.stats().deadlock_retries).sum();
+            applied[case] += run(&stores[..nodes], &queue, slice, batch).await;
+            let after: u64 = stores.iter().map(|s| s.stats().deadlock_retries).sum();
+            retries[usize::from(batch.is_some())] += after - before;
+        }
     }
     let seconds = (slice * ROUNDS).as_secs_f64();
-    let (one, three) = (one as f64 / seconds, three as f64 / seconds);
-    let retries: u64 = stores.iter().map(|s| s.stats().deadlock_retries).sum();
+    let [one, three, one_batched, three_batched] = applied.map(|n| n as f64 / seconds);
     println!(
-        "cluster one_node_per_s={one:.0} three_nodes_per_s={three:.0} ratio={:.2} certification_retries={retries}",
-        three / one
+        "cluster one_node_per_s={one:.0} three_nodes_per_s={three:.0} ratio={:.2} certification_retries={}",
+        three / one,
+        retries[0]
+    );
+    println!(
+        "cluster batch_max={BATCH_MAX} one_node_per_s={one_batched:.0} three_nodes_per_s={three_batched:.0} ratio={:.2} certification_retries={}",
+        three_batched / one_batched,
+        retries[1]
+    );
+    println!(
+        "cluster batched_vs_unbatched one_node={:.2} three_nodes={:.2}",
+        one_batched / one,
+        three_batched / three
     );
 }

@@ -198,6 +198,58 @@ async fn metrics_count_each_kind_of_delivery_and_ack_as_it_happened() {
 }
 
 #[tokio::test]
+async fn in_batching_mode_batch_sizes_are_a_histogram_and_each_delivery_is_logged_once() {
+    const EVENTS: usize = 40;
+    let (orbit, creds, sub) = OrbitDev::subscribed(30_000, 5, "metrics-batches").await;
+    for _ in 0..EVENTS {
+        orbit.inject_new_task(&creds, &sub).await;
+    }
+    let db = TestDb::initialized().await;
+    let (mut consume, url) =
+        consume_with_metrics(&orbit, &creds, &db, &sub, &[("RECEIVER_BATCH_MAX", "8")]).await;
+    orbit
+        .wait_for_counts(&creds, &sub, Duration::from_secs(30), |c| {
+            c["acked"] == EVENTS as u64
+        })
+        .await;
+
+    let metrics = scrape(&url).await;
+    let sizes = metrics
+        .samples
+        .iter()
+        .find(|s| s.metric == "receiver_batch_size")
+        .expect("a receiver_batch_size histogram");
+    let Value::Histogram(buckets) = &sizes.value else {
+        panic!("receiver_batch_size is not a histogram: {sizes:?}");
+    };
+    let transactions = buckets
+        .iter()
+        .find(|b| b.less_than.is_infinite())
+        .unwrap()
+        .count;
+    let sum = metrics
+        .samples
+        .iter()
+        .find(|s| s.metric == "receiver_batch_size_sum")
+        .map(|s| match s.value {
+            Value::Untyped(v) | Value::Counter(v) | Value::Gauge(v) => v,
+            _ => f64::NAN,
+        });
+    assert_eq!(
+        sum,
+        Some(EVENTS as f64),
+        "every delivery in one transaction"
+    );
+    assert!(
+        transactions < EVENTS as f64,
+        "{transactions} transactions for {EVENTS} waiting deliveries: none shared one"
+    );
+    let out = consume.output();
+    assert_eq!(out.matches(r#"class="applied""#).count(), EVENTS, "{out}");
+    assert!(consume.terminate().success());
+}
+
+#[tokio::test]
 async fn a_conflict_is_logged_with_both_digests_as_receiver_digest_computes_them() {
     let (orbit, creds, sub) = OrbitDev::subscribed(1_000, 1, "log-conflict").await;
     let db = TestDb::initialized().await;

@@ -32,6 +32,9 @@ const APPLY_BUCKETS: [f64; 12] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
 ];
 
+/// Buckets of the batch-size histogram: up to `--batch-max`'s 64.
+const BATCH_BUCKETS: [f64; 7] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0];
+
 /// Installs the process-wide Prometheus recorder (once per process) and
 /// describes the receiver's series.
 pub fn install_recorder() -> Result<PrometheusHandle, BuildError> {
@@ -39,6 +42,10 @@ pub fn install_recorder() -> Result<PrometheusHandle, BuildError> {
         .set_buckets_for_metric(
             Matcher::Full(telemetry::APPLY_DURATION.to_owned()),
             &APPLY_BUCKETS,
+        )?
+        .set_buckets_for_metric(
+            Matcher::Full(telemetry::BATCH_SIZE.to_owned()),
+            &BATCH_BUCKETS,
         )?
         .install_recorder()?;
     telemetry::describe();
