@@ -27,6 +27,11 @@
 //! e2e large_events=N event_bytes=… consume_peak_rss_kib=…
 //! ```
 //!
+//! and the same rounds again in batching mode, their lines marked
+//! `batch_max=16`: `receiver consume --batch-max 16` on both sources,
+//! against the inbox alone with 16 per transaction, 4 transactions and 64
+//! callers.
+//!
 //! The NATS figures need `--features result-inbox/cli`, as `make bench`
 //! builds it.
 
