@@ -27,7 +27,7 @@ use bytes::Bytes;
 use common::galera::ClusterDb;
 use common::{random_hex, scope, EventSpec};
 use result_inbox::delivery::{Delivery, DeliveryId};
-use result_inbox::inbox::{Batching, InboxLayer, InboxStore, Outcome};
+use result_inbox::inbox::{InboxStore, Outcome};
 use result_inbox::task_view::TaskView;
 use tower::{ServiceBuilder, ServiceExt};
 
@@ -45,16 +45,7 @@ async fn run(stores: &[InboxStore], queue: &str, time: Duration, batch: Option<u
     for store in stores {
         // One receiver per node; in batching mode its 4 transactions get
         // room for a full batch each.
-        let layer = InboxLayer::new(store.clone());
-        let (layer, callers) = match batch {
-            None => (layer, WORKERS_PER_NODE),
-            Some(n) => {
-                let batching = Batching::new(n)
-                    .transactions(WORKERS_PER_NODE)
-                    .set_path(TaskView::new());
-                (layer.batching(batching), WORKERS_PER_NODE * n)
-            }
-        };
+        let (layer, callers) = common::sized_layer(store, batch, WORKERS_PER_NODE);
         let service = ServiceBuilder::new().layer(layer).service(TaskView::new());
         for _ in 0..callers {
             let (service, applied, queue) = (service.clone(), applied.clone(), queue.to_owned());

@@ -50,7 +50,7 @@ use common::{cpu_seconds, dsn_for, mysqld_pid, random_hex, run_queue_seconds, Ev
 use result_inbox::delivery::{Delivery, DeliveryId};
 use result_inbox::event::EventType;
 use result_inbox::ids::SubscriptionId;
-use result_inbox::inbox::{Batching, InboxLayer, InboxStore, Outcome, StoreOptions};
+use result_inbox::inbox::{InboxStore, Outcome, StoreOptions};
 use result_inbox::scope::{InboxScope, ReceiverName};
 use result_inbox::task_view::TaskView;
 use tower::{ServiceBuilder, ServiceExt};
@@ -317,16 +317,7 @@ async fn apply_alone(
     let store = InboxStore::connect(&db.dsn, scope, StoreOptions::default())
         .await
         .unwrap();
-    let layer = InboxLayer::new(store);
-    let (layer, callers) = match batch {
-        None => (layer, TRANSACTIONS),
-        Some(n) => {
-            let batching = Batching::new(n)
-                .transactions(TRANSACTIONS)
-                .set_path(TaskView::new());
-            (layer.batching(batching), TRANSACTIONS * n)
-        }
-    };
+    let (layer, callers) = common::sized_layer(&store, batch, TRANSACTIONS);
     let service = ServiceBuilder::new().layer(layer).service(TaskView::new());
     let events = Arc::new(events.to_vec());
     let next = Arc::new(AtomicU64::new(0));

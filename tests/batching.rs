@@ -132,6 +132,23 @@ async fn behind_a_plug(
     queued.await
 }
 
+/// `jsons` in one batch of the receiver `batched` of `f` (with or without
+/// the set path, the events of `failing` failing in the inner service),
+/// behind a plug of its own; their answers, and what the inner service saw.
+async fn in_one_batch(
+    f: &Fixture,
+    set_path: bool,
+    failing: &[String],
+    jsons: &[String],
+) -> (Vec<Result<Receipt, InboxError>>, Probing) {
+    let store = f.store("batched").await;
+    let plug = f.event(&random_hex(16), 1);
+    let probing = Probing::plugged(&EventIdOf(&plug).to_string()).failing(failing.to_vec());
+    let service = batched(&store, probing.clone(), set_path);
+    let answers = behind_a_plug(&service, &probing, &plug, jsons).await;
+    (answers, probing)
+}
+
 struct Fixture {
     db: TestDb,
     pool: MySqlPool,
@@ -255,13 +272,9 @@ fn batched(store: &InboxStore, inner: Probing, set_path: bool) -> Inbox<Probing>
 #[tokio::test]
 async fn deliveries_waiting_behind_a_transaction_share_the_next_one() {
     let f = Fixture::new().await;
-    let store = f.store("batched").await;
-    let plug = f.event(&random_hex(16), 1);
-    let probing = Probing::plugged(&EventIdOf(&plug).to_string());
-    let service = batched(&store, probing.clone(), false);
     let jsons: Vec<String> = (0..5).map(|_| f.event(&random_hex(16), 1)).collect();
 
-    let answers = behind_a_plug(&service, &probing, &plug, &jsons).await;
+    let (answers, probing) = in_one_batch(&f, false, &[], &jsons).await;
 
     for answer in &answers {
         assert_eq!(answer.as_ref().unwrap().outcome, Outcome::Applied);
@@ -282,14 +295,10 @@ async fn deliveries_waiting_behind_a_transaction_share_the_next_one() {
 #[tokio::test]
 async fn a_failed_delivery_is_rolled_back_alone_and_its_siblings_commit() {
     let f = Fixture::new().await;
-    let store = f.store("batched").await;
-    let plug = f.event(&random_hex(16), 1);
     let jsons: Vec<String> = (0..3).map(|_| f.event(&random_hex(16), 1)).collect();
     let failing = EventIdOf(&jsons[1]).to_string();
-    let probing = Probing::plugged(&EventIdOf(&plug).to_string()).failing([failing.clone()]);
-    let service = batched(&store, probing.clone(), false);
 
-    let answers = behind_a_plug(&service, &probing, &plug, &jsons).await;
+    let (answers, _) = in_one_batch(&f, false, std::slice::from_ref(&failing), &jsons).await;
 
     let fates: Vec<String> = answers.iter().map(fate).collect();
     assert_eq!(fates, ["Applied", "error", "Applied"]);
@@ -303,13 +312,9 @@ async fn a_failed_delivery_is_rolled_back_alone_and_its_siblings_commit() {
 async fn two_copies_of_one_event_in_a_batch_are_one_applied_and_one_duplicate() {
     for set_path in [false, true] {
         let f = Fixture::new().await;
-        let store = f.store("batched").await;
-        let plug = f.event(&random_hex(16), 1);
-        let probing = Probing::plugged(&EventIdOf(&plug).to_string());
-        let service = batched(&store, probing.clone(), set_path);
         let copy = f.event(&random_hex(16), 1);
 
-        let answers = behind_a_plug(&service, &probing, &plug, &[copy.clone(), copy]).await;
+        let (answers, _) = in_one_batch(&f, set_path, &[], &[copy.clone(), copy]).await;
 
         let fates: Vec<String> = answers.iter().map(fate).collect();
         assert_eq!(
@@ -326,14 +331,10 @@ async fn two_copies_of_one_event_in_a_batch_are_one_applied_and_one_duplicate() 
 async fn several_versions_of_a_task_in_one_batch_leave_the_highest() {
     for set_path in [false, true] {
         let f = Fixture::new().await;
-        let store = f.store("batched").await;
-        let plug = f.event(&random_hex(16), 1);
-        let probing = Probing::plugged(&EventIdOf(&plug).to_string());
-        let service = batched(&store, probing.clone(), set_path);
         let task = random_hex(16);
         let versions = [1, 3, 2].map(|v| f.event(&task, v));
 
-        let answers = behind_a_plug(&service, &probing, &plug, &versions).await;
+        let (answers, _) = in_one_batch(&f, set_path, &[], &versions).await;
 
         let fates: Vec<String> = answers.iter().map(fate).collect();
         assert_eq!(
@@ -357,10 +358,6 @@ async fn several_versions_of_a_task_in_one_batch_leave_the_highest() {
 async fn a_version_conflict_fails_only_its_own_delivery() {
     for set_path in [false, true] {
         let f = Fixture::new().await;
-        let store = f.store("batched").await;
-        let plug = f.event(&random_hex(16), 1);
-        let probing = Probing::plugged(&EventIdOf(&plug).to_string());
-        let service = batched(&store, probing.clone(), set_path);
         let task = random_hex(16);
         let jsons = [
             f.event(&task, 2),
@@ -368,7 +365,7 @@ async fn a_version_conflict_fails_only_its_own_delivery() {
             f.event(&random_hex(16), 1),
         ];
 
-        let answers = behind_a_plug(&service, &probing, &plug, &jsons).await;
+        let (answers, _) = in_one_batch(&f, set_path, &[], &jsons).await;
 
         let fates: Vec<String> = answers.iter().map(fate).collect();
         assert_eq!(

@@ -304,11 +304,11 @@ async fn credit_granted_before_an_outage_is_not_spent_on_redeliveries_during_it(
     } = Receiver::start().await;
     let (orbit, creds, sub) = OrbitDev::subscribed(1_000, 3, "inbox-db-credit").await;
     let mut consume = Consume::start(&orbit, &creds, &app_dsn, &sub, RECEIVER, &[]);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !consume.output().contains("delivery stream open") {
-        assert!(Instant::now() < deadline, "{}", consume.output());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    consume
+        .wait_for_output(Duration::from_secs(20), |out| {
+            out.contains("delivery stream open")
+        })
+        .await;
 
     server.stop();
     let events = vec![orbit.inject_new_task(&creds, &sub).await];

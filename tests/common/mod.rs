@@ -184,13 +184,29 @@ pub fn delivery_of(json: &str) -> result_inbox::delivery::Delivery<bytes::Bytes>
 /// or batching mode when `RECEIVER_BATCH_MAX` is set, as for `receiver
 /// consume` (`make test` runs the crash-window and cluster tests in both).
 pub fn inbox_layer(store: &InboxStore) -> result_inbox::inbox::InboxLayer {
+    let batch = std::env::var("RECEIVER_BATCH_MAX")
+        .ok()
+        .map(|n| n.parse().expect("RECEIVER_BATCH_MAX is a number"));
+    sized_layer(store, batch, 4).0
+}
+
+/// The inbox layer in `transactions` at once, batching `batch` deliveries
+/// per transaction over the task view's set path if given, and how many
+/// callers fill it: one per transaction, or a full batch for each.
+pub fn sized_layer(
+    store: &InboxStore,
+    batch: Option<usize>,
+    transactions: usize,
+) -> (result_inbox::inbox::InboxLayer, usize) {
     let layer = result_inbox::inbox::InboxLayer::new(store.clone());
-    match std::env::var("RECEIVER_BATCH_MAX") {
-        Ok(n) => layer.batching(
-            result_inbox::inbox::Batching::new(n.parse().expect("RECEIVER_BATCH_MAX is a number"))
-                .set_path(result_inbox::task_view::TaskView::new()),
-        ),
-        Err(_) => layer,
+    match batch {
+        None => (layer, transactions),
+        Some(n) => {
+            let batching = result_inbox::inbox::Batching::new(n)
+                .transactions(transactions)
+                .set_path(result_inbox::task_view::TaskView::new());
+            (layer.batching(batching), transactions * n)
+        }
     }
 }
 
