@@ -6,22 +6,31 @@
 
 mod common;
 
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use common::mysql_proxy::{Fault, MySqlProxy};
 use common::orbit::OrbitDev;
 use common::{random_hex, scope, EventSpec, TestDb};
+use futures::future::{join_all, BoxFuture};
 use result_inbox::consumer::{Consumer, ConsumerOptions, ConsumerReport};
 use result_inbox::delivery::{Delivery, DeliveryId};
 use result_inbox::event::TaskId;
-use result_inbox::inbox::{InboxError, InboxStore, Outcome, Receipt, StoreOptions};
+use result_inbox::inbox::{
+    Applying, Batching, Inbox, InboxError, InboxStore, Outcome, Receipt, StoreOptions, Verdict,
+};
 use result_inbox::orbit::OrbitSource;
 use result_inbox::scope::{InboxScope, ReceiverName};
-use result_inbox::task_view::{self, TaskViewRow};
+use result_inbox::task_view::{self, TaskView, TaskViewRow};
+use result_inbox::BoxError;
 use sqlx::{Connection, MySqlConnection, MySqlPool};
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
-use tower::ServiceExt;
+use tower::{Service, ServiceExt};
 
 /// One test's database, proxy, scope and task.
 struct Fixture {
@@ -250,4 +259,104 @@ async fn the_consumer_does_not_ack_an_unconfirmed_commit_and_the_redelivery_dedu
             released: 0,
         }
     );
+}
+
+/// The task view behind a gate: the first call waits for the gate and then
+/// fails, so its transaction rolls back (no COMMIT), and whatever queued
+/// behind it meanwhile makes the next batch.
+#[derive(Clone)]
+struct FailingPlug {
+    entered: Arc<Semaphore>,
+    gate: Arc<Semaphore>,
+    first: Arc<AtomicBool>,
+}
+
+impl Service<Delivery<Applying>> for FailingPlug {
+    type Response = Verdict;
+    type Error = BoxError;
+    type Future = BoxFuture<'static, Result<Verdict, BoxError>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, delivery: Delivery<Applying>) -> Self::Future {
+        let this = self.clone();
+        Box::pin(async move {
+            if !this.first.swap(true, Ordering::SeqCst) {
+                this.entered.add_permits(1);
+                this.gate.acquire().await?.forget();
+                return Err("the plug never applies".into());
+            }
+            Ok(TaskView::new().call(delivery).await?)
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_batch_whose_commit_answer_is_lost_is_unconfirmed_for_every_delivery_and_committed() {
+    let f = Fixture::new(scope("task-result-view")).await;
+    let store = f.proxied_store().await;
+    let plug = FailingPlug {
+        entered: Arc::new(Semaphore::new(0)),
+        gate: Arc::new(Semaphore::new(0)),
+        first: Arc::default(),
+    };
+    let inbox = Inbox::batched(plug.clone(), store, Batching::new(8).transactions(1));
+    let json = |task: &str| {
+        EventSpec {
+            id: random_hex(16),
+            queue_id: f.scope.queue_id.as_str(),
+            task_id: task,
+            version: 1,
+            event_type: "task.submitted",
+            state: "PENDING",
+            result: None,
+        }
+        .json()
+    };
+    let delivery = |json: &str| {
+        Delivery::new(
+            DeliveryId::new(random_hex(16)),
+            Bytes::from(json.to_owned()),
+        )
+        .with_attempt(1)
+    };
+    let first = tokio::spawn(inbox.clone().oneshot(delivery(&json(&random_hex(16)))));
+    plug.entered.acquire().await.unwrap().forget();
+    let jsons: Vec<String> = (0..3).map(|_| json(&random_hex(16))).collect();
+    let mut batch = Box::pin(join_all(
+        jsons.iter().map(|j| inbox.clone().oneshot(delivery(j))),
+    ));
+    std::future::poll_fn(|cx| {
+        assert!(batch.as_mut().poll(cx).is_pending());
+        Poll::Ready(())
+    })
+    .await;
+    f.proxy.arm(Fault::DropCommitOk);
+    plug.gate.add_permits(1);
+    assert!(
+        first.await.unwrap().is_err(),
+        "the plug fails and commits nothing"
+    );
+
+    let answers = batch.await;
+    for answer in &answers {
+        assert!(
+            matches!(answer, Err(InboxError::CommitUnconfirmed)),
+            "{answer:?}"
+        );
+    }
+    assert_eq!(
+        f.proxy.fired(),
+        1,
+        "one COMMIT for the three, its answer lost"
+    );
+
+    // The server did commit all three: each redelivery is a duplicate.
+    let direct = f.direct_store().await;
+    for json in &jsons {
+        let receipt = apply(&direct, delivery(json)).await.unwrap();
+        assert_eq!(receipt.outcome, Outcome::Duplicate { applied: true });
+    }
 }

@@ -172,6 +172,12 @@ where
     /// place. Called after queueing and after giving up a place, so that
     /// whichever comes second sees both the delivery and the place.
     fn start(self: &Arc<Self>) {
+        // A place given up while the runtime itself is going away has no
+        // runtime to start anything on; the callers' answers are dropped,
+        // which none of them takes for a commit.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
         loop {
             if self.lock().is_empty() {
                 return;
@@ -187,7 +193,7 @@ where
                 gather: self.clone(),
                 permit: Some(place),
             };
-            tokio::spawn(place.work(jobs));
+            runtime.spawn(place.work(jobs));
         }
     }
 
