@@ -429,7 +429,7 @@ async fn last_events(
     // the primary key.
     let mut found = std::collections::HashMap::with_capacity(views.len());
     for run in views.chunk_by(|a, b| (&a.0, &a.1) == (&b.0, &b.1)) {
-        let marks = vec!["?"; run.len()].join(", ");
+        let marks = crate::db::sql::list("?", run.len());
         let sql = format!(
             "SELECT consumer_name, queue_id, event_id, applied, event_canonical FROM receiver_inbox \
              WHERE consumer_name = ? AND queue_id = ? AND event_id IN ({marks})"

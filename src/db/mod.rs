@@ -10,6 +10,7 @@ pub mod errno;
 mod error;
 pub mod row;
 pub mod schema;
+pub(crate) mod sql;
 
 pub use self::dsn::{Dsn, DsnError};
 pub use self::error::{DbError, DbErrorKind};

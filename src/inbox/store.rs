@@ -9,7 +9,7 @@ use sqlx::Executor;
 
 use super::shelf::Shelf;
 use super::tx::InboxTx;
-use crate::db::{DbError, DbErrorKind, Dsn};
+use crate::db::{sql, DbError, DbErrorKind, Dsn};
 use crate::event::Event;
 use crate::failure::Failure;
 use crate::probe::Probe;
@@ -373,14 +373,11 @@ pub(crate) async fn mark_stale_all(
     scope: &InboxScope,
     events: &[&Event],
 ) -> Result<(), sqlx::Error> {
-    let mut sql = String::from(
+    let sql = format!(
         "UPDATE receiver_inbox SET applied = 0 \
-         WHERE consumer_name = ? AND queue_id = ? AND event_id IN (",
+         WHERE consumer_name = ? AND queue_id = ? AND event_id IN ({})",
+        sql::list("?", events.len())
     );
-    for i in 0..events.len() {
-        sql.push_str(if i == 0 { "?" } else { ", ?" });
-    }
-    sql.push(')');
     let mut query = sqlx::query(&sql)
         .bind(scope.receiver.as_str())
         .bind(scope.queue_id.as_str());

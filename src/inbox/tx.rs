@@ -22,7 +22,7 @@ use tokio::sync::oneshot;
 
 use super::error::InboxError;
 use super::shelf::{Lent, Shelf};
-use crate::db::{errno, DbError};
+use crate::db::{errno, sql, DbError};
 use crate::digest::Digest;
 use crate::event::Event;
 use crate::scope::InboxScope;
@@ -197,13 +197,7 @@ impl InboxTx {
         scope: &InboxScope,
         events: &[&Event],
     ) -> Result<bool, sqlx::Error> {
-        let mut sql = String::from(INSERT_ALL_SQL);
-        for i in 0..events.len() {
-            if i > 0 {
-                sql.push_str(", ");
-            }
-            sql.push_str(ROW);
-        }
+        let sql = format!("{INSERT_ALL_SQL}{}", sql::list(ROW, events.len()));
         let mut query = sqlx::query(&sql);
         for event in events {
             let canonical = event.canonical();

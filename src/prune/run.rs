@@ -486,5 +486,5 @@ async fn tally(
 }
 
 fn marks(n: usize) -> String {
-    vec!["?"; n].join(", ")
+    crate::db::sql::list("?", n)
 }

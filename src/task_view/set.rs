@@ -18,7 +18,7 @@ use sqlx::mysql::MySqlConnection;
 use sqlx::Row;
 
 use super::TaskView;
-use crate::db::{errno, DbError};
+use crate::db::{errno, row, sql};
 use crate::event::Event;
 use crate::inbox::{ApplySet, InboxError};
 use crate::scope::InboxScope;
@@ -111,15 +111,6 @@ async fn apply_set(
     Ok(Some(advanced))
 }
 
-/// `?, ?, …` for `n` values.
-fn marks(n: usize) -> String {
-    let mut marks = String::with_capacity(n * 3);
-    for i in 0..n {
-        marks.push_str(if i == 0 { "?" } else { ", ?" });
-    }
-    marks
-}
-
 /// Locks the existing view rows of the events' tasks: task id, version,
 /// last event id.
 async fn lock_rows(
@@ -133,7 +124,7 @@ async fn lock_rows(
     let sql = format!(
         "SELECT task_id, task_version, last_event_id FROM receiver_task_views \
          WHERE consumer_name = ? AND queue_id = ? AND task_id IN ({}) FOR UPDATE",
-        marks(tasks.len())
+        sql::list("?", tasks.len())
     );
     let mut query = sqlx::query(&sql)
         .bind(scope.receiver.as_str())
@@ -142,15 +133,11 @@ async fn lock_rows(
         query = query.bind(*task);
     }
     let rows = query.fetch_all(&mut *conn).await?;
-    // The columns use a binary collation, which sqlx hands out as bytes.
-    let text = |row: &sqlx::mysql::MySqlRow, column: &str| -> Result<String, InboxError> {
-        let bytes: Vec<u8> = row.try_get(column)?;
-        String::from_utf8(bytes).map_err(|_| InboxError::Database(DbError::inconsistent()))
-    };
     rows.iter()
-        .map(|row| {
-            let version: u64 = row.try_get("task_version")?;
-            Ok((text(row, "task_id")?, version, text(row, "last_event_id")?))
+        .map(|r| {
+            let version: u64 = r.try_get(1)?;
+            let text = |i| row::text(r, i).map_err(InboxError::Database);
+            Ok((text(0)?, version, text(2)?))
         })
         .collect()
 }
@@ -161,17 +148,15 @@ async fn insert_rows(
     scope: &InboxScope,
     rows: &[(&Event, u64)],
 ) -> Result<bool, InboxError> {
-    let mut sql = String::from(
+    let sql = format!(
         "INSERT INTO receiver_task_views \
          (consumer_name, queue_id, task_id, task_version, last_event_id, last_state, last_result, \
-          applied_events, created_at, updated_at) VALUES ",
+          applied_events, created_at, updated_at) VALUES {}",
+        sql::list(
+            "(?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
+            rows.len()
+        )
     );
-    for i in 0..rows.len() {
-        if i > 0 {
-            sql.push_str(", ");
-        }
-        sql.push_str("(?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))");
-    }
     let mut query = sqlx::query(&sql);
     for (event, advanced) in rows {
         let task = event.task();
@@ -199,22 +184,15 @@ async fn update_rows(
     scope: &InboxScope,
     rows: &[(&Event, u64)],
 ) -> Result<bool, InboxError> {
-    let case = || {
-        let mut case = String::from("CASE task_id");
-        for _ in rows {
-            case.push_str(" WHEN ? THEN ?");
-        }
-        case.push_str(" END");
-        case
-    };
+    let case = format!("CASE task_id{} END", " WHEN ? THEN ?".repeat(rows.len()));
     let sql = format!(
         "UPDATE receiver_task_views SET \
          last_event_id = {c}, last_state = {c}, last_result = {c}, \
          applied_events = applied_events + {c}, task_version = {c}, \
          updated_at = UTC_TIMESTAMP(6) \
          WHERE consumer_name = ? AND queue_id = ? AND task_id IN ({})",
-        marks(rows.len()),
-        c = case(),
+        sql::list("?", rows.len()),
+        c = case,
     );
     let mut query = sqlx::query(&sql);
     for (event, _) in rows {

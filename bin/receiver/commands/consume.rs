@@ -131,7 +131,7 @@ fn consume_config(args: ConsumeArgs) -> Result<ConsumeConfig, String> {
         concurrency: batch_max.map_or(defaults.concurrency, |n| defaults.concurrency * n),
         shutdown_grace: CONSUME_GRACE,
         prefetch: prefetch.unwrap_or(match source {
-            SourceKind::Orbit => ConsumerOptions::default().prefetch,
+            SourceKind::Orbit => defaults.prefetch,
             SourceKind::Nats => result_inbox::nats::DEFAULT_PREFETCH,
         }),
         ..defaults
