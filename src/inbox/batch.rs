@@ -22,7 +22,6 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use tokio::sync::oneshot;
 use tokio::time::{timeout_at, Instant};
 use tower::{Service, ServiceExt};
 
@@ -33,15 +32,13 @@ use super::{error, found, retry_pause, Applying, InboxError, InboxStore, Outcome
 use crate::db::DbError;
 use crate::delivery::Delivery;
 use crate::event::Event;
-use crate::telemetry;
 use crate::BoxError;
 
-/// One queued delivery: validated, its inner service polled ready.
+/// One delivery of a batch: validated, its inner service polled ready.
 pub(super) struct Job<S> {
     pub(super) inner: S,
     pub(super) delivery: Delivery<Bytes>,
     pub(super) event: Arc<Event>,
-    pub(super) reply: oneshot::Sender<Result<Receipt, InboxError>>,
 }
 
 /// A failure of the whole batch: every delivery gets it.
@@ -77,19 +74,35 @@ type Fates = Vec<Result<Outcome, InboxError>>;
 const SET_BYTES: usize = 4 << 20;
 
 /// Runs the batch's transaction, again while its budget lasts if it was
-/// rolled back, and answers every delivery.
-pub(super) async fn run<S>(store: &InboxStore, set: Option<&dyn ApplySet>, mut jobs: Vec<Job<S>>)
+/// rolled back, and answers every delivery in order. A batch of one is the
+/// default mode's transaction.
+pub(super) async fn run<S>(
+    store: &InboxStore,
+    set: Option<&dyn ApplySet>,
+    jobs: &mut [Job<S>],
+) -> Vec<Result<Receipt, InboxError>>
 where
     S: Service<Delivery<Applying>, Response = Verdict>,
     S::Error: Into<BoxError>,
 {
-    telemetry::batch_size(jobs.len());
-    let answers = settle(store, set, &mut jobs).await;
-    for (job, answer) in jobs.into_iter().zip(answers) {
-        let answer = answer.map(|outcome| Receipt::new(&job.event, outcome));
-        // A caller that stopped waiting is not ACKed; its delivery comes again.
-        let _ = job.reply.send(answer);
-    }
+    let fates = settle(store, set, jobs).await;
+    jobs.iter()
+        .zip(fates)
+        .map(|(job, fate)| fate.map(|outcome| Receipt::new(&job.event, outcome)))
+        .collect()
+}
+
+/// The default mode's transaction: a batch of one, without the set path.
+pub(super) async fn alone<S>(store: &InboxStore, job: Job<S>) -> Result<Receipt, InboxError>
+where
+    S: Service<Delivery<Applying>, Response = Verdict>,
+    S::Error: Into<BoxError>,
+{
+    let mut jobs = [job];
+    let fate = settle(store, None, &mut jobs).await.pop();
+    let [job] = jobs;
+    let fate = fate.expect("a batch has a fate per delivery");
+    fate.map(|outcome| Receipt::new(&job.event, outcome))
 }
 
 async fn settle<S>(store: &InboxStore, set: Option<&dyn ApplySet>, jobs: &mut [Job<S>]) -> Fates
@@ -110,7 +123,8 @@ where
         if let Whole::Database(e) = &whole {
             if e.is_rolled_back() {
                 if let Some(pause) = retry_pause(store, e, &mut retried_connection) {
-                    tracing::info!(deliveries = jobs.len(), cause = %e, "batch rolled back; retrying");
+                    let event = jobs.first().map_or("-", |j| j.event.id().as_str());
+                    tracing::info!(event, deliveries = jobs.len(), cause = %e, "transaction rolled back; retrying");
                     if timeout_at(deadline, tokio::time::sleep(pause)).await.is_ok() {
                         continue;
                     }

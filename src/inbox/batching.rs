@@ -24,7 +24,7 @@ use super::{Applying, InboxError, InboxStore, Receipt, Verdict};
 use crate::delivery::Delivery;
 use crate::event::Event;
 use crate::scope::InboxScope;
-use crate::BoxError;
+use crate::{telemetry, BoxError};
 
 /// How an inbox in batching mode gathers deliveries (see
 /// [`InboxLayer::batching`](super::InboxLayer::batching)).
@@ -113,12 +113,18 @@ pub trait ApplySet: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<Option<Vec<bool>>, InboxError>>;
 }
 
+/// A delivery waiting for a transaction, and where its answer goes.
+struct Queued<S> {
+    job: Job<S>,
+    reply: oneshot::Sender<Result<Receipt, InboxError>>,
+}
+
 /// The queue of an inbox in batching mode, shared by all its clones, and
 /// the places of its running transactions.
 pub(super) struct Gather<S> {
     store: InboxStore,
     batching: Batching,
-    queue: Mutex<VecDeque<Job<S>>>,
+    queue: Mutex<VecDeque<Queued<S>>>,
     places: Arc<Semaphore>,
 }
 
@@ -156,12 +162,12 @@ where
         event: Arc<Event>,
     ) -> Result<Receipt, InboxError> {
         let (reply, answer) = oneshot::channel();
-        self.lock().push_back(Job {
+        let job = Job {
             inner,
             delivery,
             event,
-            reply,
-        });
+        };
+        self.lock().push_back(Queued { job, reply });
         self.start();
         // Only a transaction that was torn down (a panic, a runtime shutting
         // down) drops the answer; it may have been in its COMMIT.
@@ -185,38 +191,38 @@ where
             let Ok(place) = self.places.clone().try_acquire_owned() else {
                 return;
             };
-            let jobs = self.take();
-            if jobs.is_empty() {
+            let batch = self.take();
+            if batch.is_empty() {
                 continue;
             }
             let place = Place {
                 gather: self.clone(),
                 permit: Some(place),
             };
-            runtime.spawn(place.work(jobs));
+            runtime.spawn(place.work(batch));
         }
     }
 
     /// What is queued, up to a batch, leaving out deliveries whose caller
     /// stopped waiting (they are not ACKed; they come again).
-    fn take(&self) -> Vec<Job<S>> {
+    fn take(&self) -> Vec<Queued<S>> {
         let mut queue = self.lock();
-        let mut jobs = Vec::new();
-        while jobs.len() < self.batching.max_batch {
-            let Some(job) = queue.pop_front() else {
+        let mut batch = Vec::new();
+        while batch.len() < self.batching.max_batch {
+            let Some(queued) = queue.pop_front() else {
                 break;
             };
-            if !job.reply.is_closed() {
-                jobs.push(job);
+            if !queued.reply.is_closed() {
+                batch.push(queued);
             }
         }
-        jobs
+        batch
     }
 
 }
 
 impl<S> Gather<S> {
-    fn lock(&self) -> MutexGuard<'_, VecDeque<Job<S>>> {
+    fn lock(&self) -> MutexGuard<'_, VecDeque<Queued<S>>> {
         // Nothing panics while holding it; a poisoned queue is still a queue.
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -240,11 +246,19 @@ where
     S::Error: Into<BoxError>,
     S::Future: Send,
 {
-    async fn work(self, mut jobs: Vec<Job<S>>) {
+    async fn work(self, mut batch: Vec<Queued<S>>) {
         let set = self.gather.batching.set.as_deref();
-        while !jobs.is_empty() {
-            batch::run(&self.gather.store, set, jobs).await;
-            jobs = self.gather.take();
+        while !batch.is_empty() {
+            telemetry::batch_size(batch.len());
+            let (mut jobs, replies): (Vec<_>, Vec<_>) =
+                batch.into_iter().map(|q| (q.job, q.reply)).unzip();
+            let answers = batch::run(&self.gather.store, set, &mut jobs).await;
+            for (reply, answer) in replies.into_iter().zip(answers) {
+                // A caller that stopped waiting is not ACKed; its delivery
+                // comes again.
+                let _ = reply.send(answer);
+            }
+            batch = self.gather.take();
         }
     }
 }

@@ -97,16 +97,16 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use sqlx::mysql::MySqlConnection;
-use tokio::time::{timeout_at, Instant};
-use tower::{Service, ServiceExt};
+use tower::Service;
 
 pub use self::batching::{ApplySet, Batching};
 pub use self::error::{classify, Conflict, InboxError, Refusal};
 pub use self::future::ResponseFuture;
 pub use self::layer::InboxLayer;
 pub use self::store::{InboxStats, InboxStore, Session, SessionSettings, StoreOptions};
+use self::batch::Job;
 use self::batching::Gather;
-use self::tx::{Begun, InboxTx};
+use self::tx::InboxTx;
 use crate::db::DbError;
 use crate::delivery::Delivery;
 use crate::digest::Digest;
@@ -346,19 +346,6 @@ where
     }
 }
 
-/// Where the first phase of a delivery ended.
-enum Phase {
-    /// The inbox row and the inner writes are in the open transaction.
-    ReadyToCommit(Verdict),
-    /// The inbox already held this event id, with this digest and applied
-    /// flag; the transaction was ended.
-    Duplicate {
-        event: Arc<Event>,
-        stored: Digest,
-        applied: bool,
-    },
-}
-
 /// Applies one delivery and reports it: one log line per delivery, with a
 /// stable class (`applied`, `duplicate`, `stale`, `conflict`, `rejected`,
 /// `unconfirmed`, `error`) and the event id when the event could be read,
@@ -395,7 +382,10 @@ where
         Err(e) => Err(e.into()),
         Ok(()) => match gather {
             Some(gather) => gather.submit(inner, delivery, Arc::new(event)).await,
-            None => apply_event(store.clone(), inner, delivery, Arc::new(event)).await,
+            None => {
+                let event = Arc::new(event);
+                batch::alone(&store, Job { inner, delivery, event }).await
+            }
         },
     };
     // Whether the database answered: a COMMIT whose answer was lost or never
@@ -419,67 +409,6 @@ where
         }
     }
     answer
-}
-
-async fn apply_event<S>(
-    store: InboxStore,
-    inner: S,
-    delivery: Delivery<Bytes>,
-    event: Arc<Event>,
-) -> Result<Receipt, InboxError>
-where
-    S: Service<Delivery<Applying>, Response = Verdict> + Clone,
-    S::Error: Into<BoxError>,
-{
-    let deadline = Instant::now() + store.transaction_timeout();
-    // A deadlock victim, a lock-wait timeout, a connection that broke
-    // before COMMIT, and a COMMIT the server answered with such an error (a
-    // cluster's certification failure) were all rolled back, so running the
-    // whole transaction again is safe; it is retried while the time budget
-    // lasts, and on a cluster the retry meets the winner's row as 1062. Only
-    // a COMMIT without an answer is unconfirmed. The first attempt uses the
-    // service that was polled ready; retries wait for a clone to become
-    // ready.
-    let spare = inner.clone();
-    let mut ready = Some(inner);
-    let mut retried_connection = false;
-    loop {
-        // Waiting for a connection is told apart from waiting inside the
-        // transaction: only the first says the database cannot be reached.
-        let tx = match timeout_at(deadline, InboxTx::acquire(store.shelf())).await {
-            Err(_elapsed) => return Err(InboxError::Database(DbError::pool_timeout())),
-            Ok(tx) => tx?,
-        };
-        let service = match ready.take() {
-            Some(service) => service,
-            None => timeout_at(deadline, spare.clone().ready_oneshot())
-                .await
-                .map_err(|_| InboxError::Timeout)?
-                .map_err(|e| InboxError::from_inner(e.into()))?,
-        };
-        let attempt = match timeout_at(
-            deadline,
-            prepare(&store, tx, service, delivery.clone(), event.clone()),
-        )
-        .await
-        {
-            Err(_elapsed) => return Err(InboxError::Timeout),
-            Ok(Ok(phase)) => settle_phase(phase, deadline).await,
-            Ok(Err(e)) => Err(e),
-        };
-        match attempt {
-            Err(InboxError::Database(e)) if e.is_rolled_back() => {
-                let Some(pause) = retry_pause(&store, &e, &mut retried_connection) else {
-                    return Err(InboxError::Database(e));
-                };
-                tracing::info!(event = %event.id(), cause = %e, "transaction rolled back; retrying");
-                timeout_at(deadline, tokio::time::sleep(pause))
-                    .await
-                    .map_err(|_| InboxError::Database(e.clone()))?;
-            }
-            other => return other,
-        }
-    }
 }
 
 /// Whether a transaction that was rolled back is run again, and after
@@ -525,34 +454,6 @@ fn found(event: &Event, stored: Digest, applied: bool) -> Result<Outcome, InboxE
     }
 }
 
-/// A duplicate's digest comparison, or the COMMIT of an applied or stale
-/// event.
-async fn settle_phase(phase: Phase, deadline: Instant) -> Result<Receipt, InboxError> {
-    match phase {
-        Phase::Duplicate {
-            event,
-            stored,
-            applied,
-        } => found(&event, stored, applied).map(|outcome| Receipt::new(&event, outcome)),
-        Phase::ReadyToCommit(Verdict { applying, advanced }) => {
-            let Applying { event, tx, .. } = applying;
-            match timeout_at(deadline, tx.commit()).await {
-                Err(_elapsed) => Err(InboxError::CommitUnconfirmed),
-                // An error packet: the server did not commit.
-                Ok(Err(e)) => Err(error::commit_error(e)),
-                Ok(Ok(())) => {
-                    let outcome = if advanced {
-                        Outcome::Applied
-                    } else {
-                        Outcome::Stale
-                    };
-                    Ok(Receipt::new(&event, outcome))
-                }
-            }
-        }
-    }
-}
-
 /// Pause before running a rolled-back transaction again, so that the
 /// transaction that won the lock can finish.
 const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
@@ -560,42 +461,3 @@ const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
 /// Pause before running a transaction again whose connection broke: long
 /// enough for a pool to hand out a fresh connection, short against a lease.
 const CONNECTION_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
-
-/// Everything up to, not including, COMMIT.
-async fn prepare<S>(
-    store: &InboxStore,
-    tx: InboxTx,
-    mut inner: S,
-    delivery: Delivery<Bytes>,
-    event: Arc<Event>,
-) -> Result<Phase, InboxError>
-where
-    S: Service<Delivery<Applying>, Response = Verdict>,
-    S::Error: Into<BoxError>,
-{
-    let tx = match tx.insert(store.scope(), &event).await? {
-        Begun::Inserted(tx) => tx,
-        Begun::Duplicate { digest, applied } => {
-            return Ok(Phase::Duplicate {
-                event,
-                stored: digest,
-                applied,
-            })
-        }
-    };
-
-    let applying = Applying {
-        event,
-        scope: store.scope().clone(),
-        tx,
-    };
-    let mut verdict = inner
-        .call(delivery.map_body(|_| applying))
-        .await
-        .map_err(|e| InboxError::from_inner(e.into()))?;
-    if !verdict.advanced {
-        let Applying { event, scope, tx } = &mut verdict.applying;
-        store::mark_stale(tx.connection(), scope, event).await?;
-    }
-    Ok(Phase::ReadyToCommit(verdict))
-}

@@ -51,15 +51,6 @@ pub(crate) enum Row {
     Duplicate { digest: Digest, applied: bool },
 }
 
-/// How the first statement ended.
-pub(crate) enum Begun {
-    /// The inbox row is inserted; the transaction is open.
-    Inserted(InboxTx),
-    /// The row exists (MySQL 1062): this event was committed before, with
-    /// this digest and `applied` flag. The transaction was rolled back.
-    Duplicate { digest: Digest, applied: bool },
-}
-
 /// The statement that records the first receipt of an event. A duplicate
 /// key here is the signal that this event was committed before.
 ///
@@ -122,38 +113,13 @@ impl InboxTx {
         self
     }
 
-    /// Opens the transaction with the plain `INSERT` of `event`'s inbox row.
-    ///
-    /// Only error 1062 becomes [`Begun::Duplicate`]: the row that caused it
-    /// is committed (an uncommitted one would have made the insert wait for
-    /// its lock), so it is read back in the same transaction, which then
-    /// rolls back. A duplicate key without a readable row means something
-    /// deleted or damaged inbox rows, which this receiver never does: an
-    /// inconsistency. Any other error is returned, with the transaction
-    /// rolled back or the connection closed.
-    pub(crate) async fn insert(
-        mut self,
-        scope: &InboxScope,
-        event: &Event,
-    ) -> Result<Begun, InboxError> {
-        match self.insert_row(scope, event).await {
-            Ok(Row::Inserted) => Ok(Begun::Inserted(self)),
-            Ok(Row::Duplicate { digest, applied }) => {
-                self.rollback().await?;
-                Ok(Begun::Duplicate { digest, applied })
-            }
-            Err(e) => {
-                // The failed statement may have left the transaction open;
-                // end it before giving up.
-                let _ = self.rollback().await;
-                Err(e)
-            }
-        }
-    }
-
     /// The plain `INSERT` of `event`'s inbox row, in whatever transaction
-    /// is open (or opening one). A duplicate key is read back, in this
-    /// transaction: a committed row, or one this transaction inserted.
+    /// is open (or opening one). Only error 1062 is read back, in this
+    /// transaction: a committed row (an uncommitted one of another
+    /// transaction would have made the insert wait for its lock), or one
+    /// this transaction inserted. A duplicate key without a readable row
+    /// (deleted meanwhile by a prune, or damaged) is an inconsistency: the
+    /// delivery fails unacknowledged and its next attempt reads again.
     pub(crate) async fn insert_row(
         &mut self,
         scope: &InboxScope,
