@@ -26,7 +26,7 @@ use tokio::time::{timeout_at, Instant};
 use tower::{Service, ServiceExt};
 
 use super::batching::ApplySet;
-use super::store::{mark_stale, mark_stale_all};
+use super::store::mark_stale_all;
 use super::tx::{InboxTx, Row};
 use super::{error, found, retry_pause, Applying, InboxError, InboxStore, Outcome, Receipt, Verdict};
 use crate::db::DbError;
@@ -340,7 +340,7 @@ where
             let Verdict { applying, advanced } = verdict;
             let mut tx = applying.tx.keep();
             if !advanced {
-                if let Err(e) = mark_stale(tx.connection(), scope, &job.event).await {
+                if let Err(e) = mark_stale_all(tx.connection(), scope, &[&job.event]).await {
                     return own_or_whole(tx, e.into());
                 }
             }

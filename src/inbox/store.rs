@@ -348,24 +348,6 @@ pub struct SessionSettings {
     pub autocommit: bool,
 }
 
-/// Marks the event's inbox row as recorded without advancing the view.
-pub(crate) async fn mark_stale(
-    conn: &mut MySqlConnection,
-    scope: &InboxScope,
-    event: &Event,
-) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "UPDATE receiver_inbox SET applied = 0 \
-         WHERE consumer_name = ? AND queue_id = ? AND event_id = ?",
-    )
-    .bind(scope.receiver.as_str())
-    .bind(scope.queue_id.as_str())
-    .bind(event.id().as_str())
-    .execute(conn)
-    .await?;
-    Ok(())
-}
-
 /// Marks the inbox rows of `events` (inserted as applied, in this
 /// transaction) as recorded without advancing the view: one statement.
 pub(crate) async fn mark_stale_all(

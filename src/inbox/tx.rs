@@ -51,20 +51,15 @@ pub(crate) enum Row {
     Duplicate { digest: Digest, applied: bool },
 }
 
-/// The statement that records the first receipt of an event. A duplicate
-/// key here is the signal that this event was committed before.
+/// The statement that records the first receipts of events, one [`ROW`]
+/// per event. A duplicate key here is the signal that an event was
+/// committed before.
 ///
-/// The row is written with `applied = 1`, the common outcome, so that an
+/// The rows are written with `applied = 1`, the common outcome, so that an
 /// advancing event needs no second statement on the inbox; a stale one is
-/// corrected by [`mark_stale`](super::store::mark_stale) before COMMIT.
-/// Nobody sees the provisional value: the row is invisible to others until
+/// corrected by [`mark_stale_all`](super::store::mark_stale_all) before COMMIT.
+/// Nobody sees the provisional value: a row is invisible to others until
 /// it commits, and a racing copy of the event waits on its key lock.
-const INSERT_SQL: &str = "\
-INSERT INTO receiver_inbox
-  (consumer_name, queue_id, event_id, event_digest, event_canonical, applied, received_at)
-VALUES (?, ?, ?, ?, ?, 1, UTC_TIMESTAMP(6))";
-
-/// The multi-row form of [`INSERT_SQL`], one [`ROW`] per event.
 const INSERT_ALL_SQL: &str = "\
 INSERT INTO receiver_inbox
   (consumer_name, queue_id, event_id, event_digest, event_canonical, applied, received_at)
@@ -125,18 +120,9 @@ impl InboxTx {
         scope: &InboxScope,
         event: &Event,
     ) -> Result<Row, InboxError> {
-        let canonical = event.canonical();
-        let inserted = sqlx::query(INSERT_SQL)
-            .bind(scope.receiver.as_str())
-            .bind(scope.queue_id.as_str())
-            .bind(event.id().as_str())
-            .bind(canonical.digest().to_hex())
-            .bind(canonical.as_str())
-            .execute(self.connection())
-            .await;
-        match inserted {
-            Ok(_) => Ok(Row::Inserted),
-            Err(e) if errno::is_duplicate_key(&e) => {
+        match self.insert_all(scope, &[event]).await {
+            Ok(true) => Ok(Row::Inserted),
+            Ok(false) => {
                 let row: Option<(Vec<u8>, bool)> = sqlx::query_as(COMMITTED_ROW_SQL)
                     .bind(scope.receiver.as_str())
                     .bind(scope.queue_id.as_str())
