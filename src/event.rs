@@ -274,47 +274,24 @@ impl Event {
     /// receiver consumes is [`Event::check_queue`].
     pub fn from_json(raw: &[u8]) -> Result<Event, EventError> {
         let canonical = digest::canonicalize(raw)?;
-        // serde's derived structs also accept a JSON array of the fields in
-        // declaration order; the envelope is an object and nothing else.
-        let envelope: RawEnvelope<'_> = object(canonical.as_str())
-            .and_then(|text| serde_json::from_str(text).ok())
-            .ok_or(EventError::Malformed {
-                field: "(event)",
-                problem: "must be a JSON object",
-            })?;
+        let envelope: RawEnvelope<'_> = object(canonical.as_str(), "(event)")?;
 
         let id = hex_field(envelope.id, "id").map(EventId)?;
         let event_type = string_field(envelope.event_type, "type")?;
-        let event_type = EventType::parse(&event_type).ok_or(EventError::Malformed {
-            field: "type",
-            problem: "is not a known event type",
-        })?;
+        let event_type =
+            EventType::parse(&event_type).ok_or(malformed("type", "is not a known event type"))?;
         let queue_id = hex_field(envelope.queue_id, "queue_id").map(QueueId)?;
         let occurred_at = string_field(envelope.occurred_at, "occurred_at")?;
         if !digest::is_utc_timestamp(&occurred_at) {
-            return Err(EventError::Malformed {
-                field: "occurred_at",
-                problem: "must be an RFC 3339 date-time",
-            });
+            return Err(malformed("occurred_at", "must be an RFC 3339 date-time"));
         }
 
-        let task = envelope.task.ok_or(EventError::Malformed {
-            field: "task",
-            problem: "is missing",
-        })?;
-        let task: RawTask<'_> = object(task.get())
-            .and_then(|text| serde_json::from_str(text).ok())
-            .ok_or(EventError::Malformed {
-                field: "task",
-                problem: "must be a JSON object",
-            })?;
+        let task: RawTask<'_> = object(present(envelope.task, "task")?.get(), "task")?;
         let task_id = hex_field(task.id, "task.id").map(TaskId)?;
         let version = version_field(task.version)?;
         let state = string_field(task.state, "task.state")?;
-        let state = TaskState::parse(&state).ok_or(EventError::Malformed {
-            field: "task.state",
-            problem: "is not a known task state",
-        })?;
+        let state =
+            TaskState::parse(&state).ok_or(malformed("task.state", "is not a known task state"))?;
         if event_type.state() != state {
             return Err(EventError::TypeStateMismatch { event_type, state });
         }
@@ -383,7 +360,6 @@ impl Event {
     }
 }
 
-/// `text` if it is a JSON object (canonical text has no leading whitespace).
 /// The event id of a document that may be invalid otherwise, when it can
 /// be read at all: a JSON object (serde's reading, which is laxer than the
 /// canonical parser) whose `id` is a 32-hex string. Only for telling an
@@ -400,46 +376,43 @@ pub fn readable_id(raw: &[u8]) -> Option<EventId> {
     EventId::parse(&id)
 }
 
-fn object(text: &str) -> Option<&str> {
-    text.starts_with('{').then_some(text)
+fn malformed(field: &'static str, problem: &'static str) -> EventError {
+    EventError::Malformed { field, problem }
+}
+
+fn present<'a>(raw: Option<&'a RawValue>, field: &'static str) -> Result<&'a RawValue, EventError> {
+    raw.ok_or(malformed(field, "is missing"))
+}
+
+/// `text` read as an object. serde's derived structs also accept a JSON
+/// array of the fields in declaration order; the envelope and the task are
+/// objects and nothing else (canonical text has no leading whitespace).
+fn object<'a, T: Deserialize<'a>>(text: &'a str, field: &'static str) -> Result<T, EventError> {
+    text.starts_with('{')
+        .then(|| serde_json::from_str(text).ok())
+        .flatten()
+        .ok_or(malformed(field, "must be a JSON object"))
 }
 
 fn string_field(raw: Option<&RawValue>, field: &'static str) -> Result<String, EventError> {
-    let raw = raw.ok_or(EventError::Malformed {
-        field,
-        problem: "is missing",
-    })?;
-    serde_json::from_str::<String>(raw.get()).map_err(|_| EventError::Malformed {
-        field,
-        problem: "must be a string",
-    })
+    serde_json::from_str::<String>(present(raw, field)?.get())
+        .map_err(|_| malformed(field, "must be a string"))
 }
 
 fn hex_field(raw: Option<&RawValue>, field: &'static str) -> Result<String, EventError> {
     let s = string_field(raw, field)?;
-    if is_hex_id(&s) {
-        Ok(s)
-    } else {
-        Err(EventError::Malformed {
-            field,
-            problem: "must be 32 lowercase hexadecimal characters",
-        })
-    }
+    is_hex_id(&s).then_some(s).ok_or(malformed(
+        field,
+        "must be 32 lowercase hexadecimal characters",
+    ))
 }
 
 /// Reads the version from its exact decimal text: `2.0`, `2e0` and `-1` are
 /// not versions, and nothing passes through a float.
 fn version_field(raw: Option<&RawValue>) -> Result<u64, EventError> {
-    let raw = raw.ok_or(EventError::Malformed {
-        field: "task.version",
-        problem: "is missing",
-    })?;
-    let text = raw.get();
+    let text = present(raw, "task.version")?.get();
     if !text.starts_with(|c: char| c == '-' || c.is_ascii_digit()) {
-        return Err(EventError::Malformed {
-            field: "task.version",
-            problem: "must be a number",
-        });
+        return Err(malformed("task.version", "must be a number"));
     }
     match text.parse::<u64>() {
         Ok(v) if v >= 1 => Ok(v),

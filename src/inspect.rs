@@ -19,8 +19,9 @@ use sqlx::{Connection, Row};
 use crate::db::{DbError, Dsn};
 use crate::event::{Event, EventId, TaskId};
 
-/// One stored inbox row.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One stored inbox row. Its `Debug` gives the canonical text's size, not
+/// the text, which holds the result.
+#[derive(Clone, PartialEq, Eq)]
 pub struct InboxRow {
     /// Receiver name.
     pub consumer: String,
@@ -38,6 +39,21 @@ pub struct InboxRow {
     canonical: String,
     /// The event read from it (`None` if the stored text is damaged).
     parsed: Option<Event>,
+}
+
+impl std::fmt::Debug for InboxRow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InboxRow")
+            .field("consumer", &self.consumer)
+            .field("queue", &self.queue)
+            .field("event", &self.event)
+            .field("digest", &self.digest)
+            .field("applied", &self.applied)
+            .field("received_at", &self.received_at)
+            .field("canonical", &format_args!("<{} bytes>", self.canonical.len()))
+            .field("parsed", &self.parsed)
+            .finish()
+    }
 }
 
 impl InboxRow {
@@ -180,4 +196,26 @@ pub async fn task(dsn: &Dsn, id: &TaskId) -> Result<TaskReport, DbError> {
         (a.version(), &a.received_at, &a.event).cmp(&(b.version(), &b.received_at, &b.event))
     });
     Ok(TaskReport { views, events })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_output_gives_the_size_of_the_text_not_the_result_in_it() {
+        let row = InboxRow {
+            consumer: "task-result-view".into(),
+            queue: "0".repeat(32),
+            event: "f".repeat(32),
+            digest: "a".repeat(64),
+            applied: true,
+            received_at: "2026-11-30 08:02:44.123456".into(),
+            canonical: r#"{"result":"sentinel-result"}"#.into(),
+            parsed: None,
+        };
+        let debug = format!("{row:?}");
+        assert!(!debug.contains("sentinel-result"), "{debug}");
+        assert!(debug.contains("canonical: <28 bytes>"), "{debug}");
+    }
 }

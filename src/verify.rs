@@ -208,9 +208,24 @@ struct Counting<'a> {
 }
 
 impl Counting<'_> {
-    fn found(&mut self, finding: Finding) {
+    /// A finding about a row of `consumer`'s `queue`.
+    fn found(
+        &mut self,
+        kind: Kind,
+        (consumer, queue): (&str, &str),
+        event: Option<&str>,
+        task: Option<&str>,
+        detail: String,
+    ) {
         self.summary.problems += 1;
-        self.inner.finding(finding);
+        self.inner.finding(Finding {
+            kind,
+            consumer: consumer.to_owned(),
+            queue: queue.to_owned(),
+            event: event.map(str::to_owned),
+            task: task.map(str::to_owned),
+            detail,
+        });
     }
 }
 
@@ -277,14 +292,7 @@ async fn inbox_rows(conn: &mut MySqlConnection, out: &mut Counting<'_>) -> Resul
             let stored_digest = text(row, 3)?;
             let canonical = text(row, 4)?;
             for (kind, detail) in check_inbox_row(&queue, &event, &stored_digest, &canonical) {
-                out.found(Finding {
-                    kind,
-                    consumer: consumer.clone(),
-                    queue: queue.clone(),
-                    event: Some(event.clone()),
-                    task: None,
-                    detail,
-                });
+                out.found(kind, (&consumer, &queue), Some(&event), None, detail);
             }
             after = Some((consumer, queue, event));
         }
@@ -400,14 +408,7 @@ async fn task_views(conn: &mut MySqlConnection, out: &mut Counting<'_>) -> Resul
                 Some(_) => None,
             };
             if let Some((kind, detail)) = problem {
-                out.found(Finding {
-                    kind,
-                    consumer: consumer.clone(),
-                    queue: queue.clone(),
-                    event: Some(last_event.clone()),
-                    task: Some(task.clone()),
-                    detail,
-                });
+                out.found(kind, (consumer, queue), Some(last_event), Some(task), detail);
             }
         }
         out.summary.task_views += views.len() as u64;
@@ -539,19 +540,11 @@ GROUP BY i.consumer_name, i.queue_id, i.task_id");
         let applied = present + pruned;
         let highest: u64 = row.try_get(4).map_err(DbError::from)?;
         let views: i64 = row.try_get(7).map_err(DbError::from)?;
-        let finding = |kind, detail| Finding {
-            kind,
-            consumer: consumer.clone(),
-            queue: queue.clone(),
-            event: None,
-            task: Some(task.clone()),
-            detail,
-        };
+        let at = (consumer.as_str(), queue.as_str());
         if views == 0 {
             if present > 0 {
                 let detail = format!("{present} applied inbox row(s) but no view");
-                out.summary.problems += 1;
-                out.inner.finding(finding(Kind::ViewMissing, detail));
+                out.found(Kind::ViewMissing, at, None, Some(&task), detail);
             }
             continue;
         }
@@ -578,16 +571,13 @@ GROUP BY i.consumer_name, i.queue_id, i.task_id");
                      and {pruned} pruned"
                 )
             };
-            out.summary.problems += 1;
-            out.inner
-                .finding(finding(Kind::AppliedEventsMismatch, detail));
+            out.found(Kind::AppliedEventsMismatch, at, None, Some(&task), detail);
         }
         if highest > version {
             let detail = format!(
                 "the view has version {version}, an applied inbox row has version {highest}"
             );
-            out.summary.problems += 1;
-            out.inner.finding(finding(Kind::ViewBehindEvent, detail));
+            out.found(Kind::ViewBehindEvent, at, None, Some(&task), detail);
         }
     }
     Ok(())

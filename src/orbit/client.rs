@@ -1,6 +1,5 @@
 //! The HTTP client of one Orbit deployment.
 
-use std::fmt;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -11,7 +10,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
-use super::api::{self, DeliveryInfo, Subscription, Task, WireAck, WireSubscription, WireTask};
+use super::api::{self, DeliveryInfo, Subscription, Task, WireAck};
 use super::error::status_error;
 use super::{DeliveryStream, LeaseProof, OrbitError, OrbitTls, OrbitUrl, Scope, Token};
 use crate::delivery::DeliveryId;
@@ -39,24 +38,13 @@ use crate::source::AckOutcome;
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct OrbitClient {
     url: OrbitUrl,
     token: Token,
     timeout: Duration,
     tls: OrbitTls,
     http: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
-}
-
-impl fmt::Debug for OrbitClient {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("OrbitClient")
-            .field("url", &self.url)
-            .field("token", &self.token)
-            .field("timeout", &self.timeout)
-            .field("tls", &self.tls)
-            .finish_non_exhaustive()
-    }
 }
 
 impl OrbitClient {
@@ -143,23 +131,28 @@ impl OrbitClient {
         }
     }
 
+    /// A call that needs `scope` and answers JSON.
     async fn call_json<T: serde::de::DeserializeOwned>(
         &self,
+        scope: Scope,
         method: Method,
         path: &str,
         body: Option<String>,
     ) -> Result<T, OrbitError> {
-        let bytes = self.call(method, path, body).await?;
+        let bytes = self
+            .call(method, path, body)
+            .await
+            .map_err(|e| e.needing(scope))?;
         serde_json::from_slice(&bytes).map_err(|_| OrbitError::Protocol("malformed JSON answer"))
     }
 
     /// `GET /v1/subscriptions/{id}`.
     pub async fn subscription(&self, id: &SubscriptionId) -> Result<Subscription, OrbitError> {
-        let wire: WireSubscription = self
-            .call_json(Method::GET, &format!("/v1/subscriptions/{id}"), None)
-            .await
-            .map_err(|e| e.needing(Scope::EventsRead))?;
-        api::subscription(wire)
+        let path = format!("/v1/subscriptions/{id}");
+        api::subscription(
+            self.call_json(Scope::EventsRead, Method::GET, &path, None)
+                .await?,
+        )
     }
 
     /// `POST /v1/subscriptions`: a new enabled subscription on the token's
@@ -170,11 +163,11 @@ impl OrbitClient {
     ) -> Result<Subscription, OrbitError> {
         let types: Vec<&str> = event_types.iter().map(|t| t.as_str()).collect();
         let body = serde_json::json!({ "event_types": types }).to_string();
-        let wire: WireSubscription = self
-            .call_json(Method::POST, "/v1/subscriptions", Some(body))
-            .await
-            .map_err(|e| e.needing(Scope::EventsManage))?;
-        api::subscription(wire)
+        let path = "/v1/subscriptions";
+        api::subscription(
+            self.call_json(Scope::EventsManage, Method::POST, path, Some(body))
+                .await?,
+        )
     }
 
     /// `POST /v1/subscriptions/{id}/pause`. Only the operator or the demo
@@ -183,58 +176,46 @@ impl OrbitClient {
         &self,
         id: &SubscriptionId,
     ) -> Result<Subscription, OrbitError> {
-        let wire: WireSubscription = self
-            .call_json(
-                Method::POST,
-                &format!("/v1/subscriptions/{id}/pause"),
-                Some("{}".into()),
-            )
-            .await
-            .map_err(|e| e.needing(Scope::EventsManage))?;
-        api::subscription(wire)
+        let path = format!("/v1/subscriptions/{id}/pause");
+        api::subscription(
+            self.call_json(Scope::EventsManage, Method::POST, &path, empty())
+                .await?,
+        )
     }
 
     /// `POST /v1/tasks`: a new pending task on the token's queue.
     pub async fn submit_task(&self) -> Result<Task, OrbitError> {
-        let wire: WireTask = self
-            .call_json(Method::POST, "/v1/tasks", Some("{}".into()))
-            .await
-            .map_err(|e| e.needing(Scope::TasksSubmit))?;
-        api::task(wire)
+        let path = "/v1/tasks";
+        api::task(
+            self.call_json(Scope::TasksSubmit, Method::POST, path, empty())
+                .await?,
+        )
     }
 
     /// `POST /v1/tasks/{id}/cancel`.
     pub async fn cancel_task(&self, id: &TaskId) -> Result<Task, OrbitError> {
-        let wire: WireTask = self
-            .call_json(
-                Method::POST,
-                &format!("/v1/tasks/{id}/cancel"),
-                Some("{}".into()),
-            )
-            .await
-            .map_err(|e| e.needing(Scope::TasksCancel))?;
-        api::task(wire)
+        let path = format!("/v1/tasks/{id}/cancel");
+        api::task(
+            self.call_json(Scope::TasksCancel, Method::POST, &path, empty())
+                .await?,
+        )
     }
 
     /// `GET /v1/deliveries/{id}`.
     pub async fn delivery(&self, id: &DeliveryId) -> Result<DeliveryInfo, OrbitError> {
-        self.call_json(Method::GET, &format!("/v1/deliveries/{id}"), None)
+        let path = format!("/v1/deliveries/{id}");
+        self.call_json(Scope::EventsRead, Method::GET, &path, None)
             .await
-            .map_err(|e| e.needing(Scope::EventsRead))
     }
 
     /// `POST /v1/deliveries/{id}/ack` with the attempt's proof. Safe to repeat
     /// with the same proof when an answer was lost.
     pub async fn ack(&self, id: &DeliveryId, proof: &LeaseProof) -> Result<AckOutcome, OrbitError> {
         let body = serde_json::json!({ "lease_proof": proof.expose() }).to_string();
+        let path = format!("/v1/deliveries/{id}/ack");
         let wire: WireAck = self
-            .call_json(
-                Method::POST,
-                &format!("/v1/deliveries/{id}/ack"),
-                Some(body),
-            )
-            .await
-            .map_err(|e| e.needing(Scope::EventsConsume))?;
+            .call_json(Scope::EventsConsume, Method::POST, &path, Some(body))
+            .await?;
         Ok(if wire.already_acked {
             AckOutcome::AlreadyAcked
         } else {
@@ -315,6 +296,11 @@ impl OrbitClient {
             )),
         }
     }
+}
+
+/// The body of a POST that carries nothing.
+fn empty() -> Option<String> {
+    Some("{}".to_owned())
 }
 
 #[cfg(test)]

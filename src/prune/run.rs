@@ -9,7 +9,7 @@ use sqlx::{Connection, Executor, Row};
 use tokio_util::sync::CancellationToken;
 
 use crate::db::row::text;
-use crate::db::{DbError, Dsn};
+use crate::db::{sql, DbError, Dsn};
 use crate::event::Event;
 use crate::retry::Backoff;
 
@@ -348,7 +348,7 @@ async fn locked_batch(
         "SELECT event_id, event_digest, event_canonical, applied, CAST(received_at AS CHAR) \
          FROM receiver_inbox WHERE consumer_name = ? AND queue_id = ? AND event_id IN ({}) \
          AND received_at < ? ORDER BY event_id FOR UPDATE",
-        marks(keys.len())
+        sql::list("?", keys.len())
     );
     let mut query = sqlx::query(&sql).bind(consumer).bind(queue);
     for key in keys {
@@ -393,7 +393,7 @@ async fn locked_batch(
     tally(conn, plan, &tasks, &rows).await?;
     let sql = format!(
         "DELETE FROM receiver_inbox WHERE consumer_name = ? AND queue_id = ? AND event_id IN ({})",
-        marks(rows.len())
+        sql::list("?", rows.len())
     );
     let mut delete = sqlx::query(&sql).bind(consumer).bind(queue);
     for row in &rows {
@@ -430,7 +430,7 @@ async fn last_events(
     let sql = format!(
         "SELECT task_id, last_event_id FROM receiver_task_views \
          WHERE consumer_name = ? AND queue_id = ? AND task_id IN ({})",
-        marks(tasks.len())
+        sql::list("?", tasks.len())
     );
     let mut query = sqlx::query(&sql)
         .bind(plan.scope.receiver.as_str())
@@ -483,8 +483,4 @@ async fn tally(
     }
     query.execute(&mut *conn).await?;
     Ok(())
-}
-
-fn marks(n: usize) -> String {
-    crate::db::sql::list("?", n)
 }
