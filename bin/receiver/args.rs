@@ -8,7 +8,7 @@ use clap::{Args, ValueEnum};
 use result_inbox::db::Dsn;
 use result_inbox::ids::SubscriptionId;
 use result_inbox::nats::NatsSettings;
-use result_inbox::scope::ReceiverName;
+use result_inbox::scope::{InboxScope, ReceiverName};
 
 use crate::config::OrbitSettings;
 
@@ -51,12 +51,6 @@ pub(crate) struct NatsArgs {
     /// Refuse a connection without TLS (implied by a tls:// URL).
     #[arg(long, env = "NATS_REQUIRE_TLS")]
     pub(crate) nats_require_tls: bool,
-}
-
-impl NatsArgs {
-    pub(crate) fn resolve(self, queue_id: Option<String>) -> Result<NatsSettings, String> {
-        self.settings(queue_id).map_err(|e| e.to_string())
-    }
 }
 
 /// Where Orbit is and who the receiver is there.
@@ -121,7 +115,7 @@ pub(crate) struct Receiver {
 pub(crate) struct Resolved {
     pub(crate) orbit: OrbitSettings,
     pub(crate) dsn: Dsn,
-    pub(crate) name: ReceiverName,
+    pub(crate) scope: InboxScope,
 }
 
 /// The DSN, which every database command needs, named when it is missing.
@@ -173,18 +167,21 @@ impl Receiver {
     pub(crate) fn resolve(self) -> Result<Resolved, String> {
         let (dsn, name) = self.database_and_name()?;
         let orbit = self.orbit.resolve()?;
-        Ok(Resolved { orbit, dsn, name })
+        let scope = InboxScope::new(name, orbit.queue_id.clone());
+        Ok(Resolved { orbit, dsn, scope })
     }
 
-    /// For `--source nats`: the database, the name and NATS; of Orbit's
+    /// For `--source nats`: the database, the scope and NATS; of Orbit's
     /// settings only the queue.
     pub(crate) fn resolve_for_nats(
         self,
         nats: NatsArgs,
-    ) -> Result<(Dsn, ReceiverName, NatsSettings), String> {
+    ) -> Result<(Dsn, InboxScope, NatsSettings), String> {
         let (dsn, name) = self.database_and_name()?;
         let queue_id = self.orbit.queue_id().map_err(|e| e.to_string())?;
-        Ok((dsn, name, nats.resolve(queue_id)?))
+        let settings = nats.settings(queue_id).map_err(|e| e.to_string())?;
+        let scope = InboxScope::new(name, settings.queue_id.clone());
+        Ok((dsn, scope, settings))
     }
 
     fn database_and_name(&self) -> Result<(Dsn, ReceiverName), String> {

@@ -9,9 +9,7 @@
 
 use result_inbox::ids::QueueId;
 use result_inbox::nats::{NatsAuth, NatsSecret, NatsSettings};
-use result_inbox::orbit::{
-    Credentials, CredentialsError, OrbitClient, OrbitError, OrbitTls, OrbitUrl, Token,
-};
+use result_inbox::orbit::{Credentials, CredentialsError, OrbitTls, OrbitUrl, Token};
 
 use crate::args::{NatsArgs, OrbitArgs};
 
@@ -26,19 +24,6 @@ pub struct OrbitSettings {
     pub queue_id: QueueId,
     /// The certificate authorities trusted for `https://` and `wss://`.
     pub tls: OrbitTls,
-}
-
-impl OrbitSettings {
-    /// A client of this deployment with this token, every call limited to
-    /// `timeout`, trusting the configured certificate authorities.
-    pub fn client(&self, timeout: std::time::Duration) -> Result<OrbitClient, OrbitError> {
-        OrbitClient::with_tls(
-            self.url.clone(),
-            self.token.clone(),
-            timeout,
-            self.tls.clone(),
-        )
-    }
 }
 
 /// A configuration that cannot work.
@@ -68,7 +53,25 @@ pub enum ConfigError {
     },
 }
 
+impl ConfigError {
+    fn invalid(variable: &'static str, problem: impl Into<String>) -> Self {
+        ConfigError::Invalid {
+            variable,
+            problem: problem.into(),
+        }
+    }
+}
+
 impl OrbitArgs {
+    /// The credentials file, when one is configured.
+    fn credentials(&self) -> Result<Option<Credentials>, ConfigError> {
+        Ok(self
+            .credentials_file
+            .as_deref()
+            .map(Credentials::load)
+            .transpose()?)
+    }
+
     /// The queue, as `--source nats` needs it of Orbit's settings:
     /// `ORBIT_QUEUE_ID`, else the credentials file's (the file written by
     /// `bootstrap` serves both sources), else none.
@@ -76,40 +79,31 @@ impl OrbitArgs {
         if let Some(queue) = &self.queue_id {
             return Ok(Some(queue.clone()));
         }
-        let file = self
-            .credentials_file
-            .as_deref()
-            .map(Credentials::load)
-            .transpose()?;
-        Ok(file.map(|f| f.queue_id.to_string()))
+        Ok(self.credentials()?.map(|f| f.queue_id.to_string()))
     }
 
     /// Resolves the settings: explicit values first, then the credentials
     /// file. Reads the CA file, if any, so that an unusable one is a
     /// configuration error before any connection.
     pub(crate) fn settings(self) -> Result<OrbitSettings, ConfigError> {
-        let file = self
-            .credentials_file
-            .as_deref()
-            .map(Credentials::load)
-            .transpose()?;
+        let file = self.credentials()?;
         let url = self
             .orbit_url
             .or_else(|| file.as_ref().and_then(|f| f.orbit_url.clone()))
             .ok_or(ConfigError::Missing("ORBIT_URL"))?;
-        let url = OrbitUrl::parse(&url).map_err(|e| ConfigError::Invalid {
-            variable: "ORBIT_URL",
-            problem: e.to_string(),
-        })?;
+        let url =
+            OrbitUrl::parse(&url).map_err(|e| ConfigError::invalid("ORBIT_URL", e.to_string()))?;
         let token = self
             .token
             .map(Token::new)
             .or_else(|| file.as_ref().map(|f| f.token.clone()))
             .ok_or(ConfigError::Missing("ORBIT_TOKEN"))?;
         let queue_id = match self.queue_id {
-            Some(q) => QueueId::parse(&q).ok_or_else(|| ConfigError::Invalid {
-                variable: "ORBIT_QUEUE_ID",
-                problem: "must be 32 lowercase hexadecimal characters".into(),
+            Some(q) => QueueId::parse(&q).ok_or_else(|| {
+                ConfigError::invalid(
+                    "ORBIT_QUEUE_ID",
+                    "must be 32 lowercase hexadecimal characters",
+                )
             })?,
             None => file
                 .as_ref()
@@ -117,10 +111,8 @@ impl OrbitArgs {
                 .ok_or(ConfigError::Missing("ORBIT_QUEUE_ID"))?,
         };
         let tls = match &self.orbit_ca_file {
-            Some(path) => OrbitTls::with_ca_file(path).map_err(|e| ConfigError::Invalid {
-                variable: "ORBIT_CA_FILE",
-                problem: e.to_string(),
-            })?,
+            Some(path) => OrbitTls::with_ca_file(path)
+                .map_err(|e| ConfigError::invalid("ORBIT_CA_FILE", e.to_string()))?,
             None => OrbitTls::public_roots(),
         };
         Ok(OrbitSettings {
@@ -140,10 +132,8 @@ impl NatsArgs {
             variable: "NATS_URL",
             what: "the NATS server(s), e.g. nats://127.0.0.1:4222",
         })?;
-        NatsSettings::check_servers(&url).map_err(|problem| ConfigError::Invalid {
-            variable: "NATS_URL",
-            problem,
-        })?;
+        NatsSettings::check_servers(&url)
+            .map_err(|problem| ConfigError::invalid("NATS_URL", problem))?;
         let stream = name(
             self.nats_stream,
             "NATS_STREAM",
@@ -158,9 +148,11 @@ impl NatsArgs {
             variable: "ORBIT_QUEUE_ID",
             what: "the queue whose events the stream carries (32 hex)",
         })?;
-        let queue_id = QueueId::parse(&queue_id).ok_or_else(|| ConfigError::Invalid {
-            variable: "ORBIT_QUEUE_ID",
-            problem: "must be 32 lowercase hexadecimal characters".into(),
+        let queue_id = QueueId::parse(&queue_id).ok_or_else(|| {
+            ConfigError::invalid(
+                "ORBIT_QUEUE_ID",
+                "must be 32 lowercase hexadecimal characters",
+            )
         })?;
         let subject = self
             .nats_subject
@@ -171,28 +163,25 @@ impl NatsArgs {
                 .any(|token| token.is_empty() || token == "*" || token == ">")
             || subject.chars().any(char::is_whitespace)
         {
-            return Err(ConfigError::Invalid {
-                variable: "NATS_SUBJECT",
-                problem: format!(
-                    "{subject:?} is not one concrete subject (no wildcards, no empty tokens)"
-                ),
-            });
+            return Err(ConfigError::invalid(
+                "NATS_SUBJECT",
+                format!("{subject:?} is not one concrete subject (no wildcards, no empty tokens)"),
+            ));
         }
         let auth = match (self.nats_token, self.nats_creds_file) {
             (Some(_), Some(_)) => {
-                return Err(ConfigError::Invalid {
-                    variable: "NATS_TOKEN",
-                    problem: "set NATS_TOKEN or NATS_CREDS_FILE, not both".into(),
-                })
+                return Err(ConfigError::invalid(
+                    "NATS_TOKEN",
+                    "set NATS_TOKEN or NATS_CREDS_FILE, not both",
+                ))
             }
             (Some(token), None) => NatsAuth::Token(NatsSecret::new(token)),
             (None, Some(file)) => NatsAuth::CredsFile(file),
             (None, None) => NatsAuth::None,
         };
         if let Some(ca) = &self.nats_ca_file {
-            std::fs::metadata(ca).map_err(|e| ConfigError::Invalid {
-                variable: "NATS_CA_FILE",
-                problem: format!("{}: {e}", ca.display()),
+            std::fs::metadata(ca).map_err(|e| {
+                ConfigError::invalid("NATS_CA_FILE", format!("{}: {e}", ca.display()))
             })?;
         }
         Ok(NatsSettings {
@@ -221,12 +210,10 @@ fn name(
             .chars()
             .any(|c| c.is_whitespace() || matches!(c, '.' | '*' | '>' | '/' | '\\'))
     {
-        return Err(ConfigError::Invalid {
+        return Err(ConfigError::invalid(
             variable,
-            problem: format!(
-                "{value:?} is not a JetStream name (no '.', '*', '>', slashes or spaces)"
-            ),
-        });
+            format!("{value:?} is not a JetStream name (no '.', '*', '>', slashes or spaces)"),
+        ));
     }
     Ok(value)
 }

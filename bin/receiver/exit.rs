@@ -34,6 +34,26 @@ pub(crate) fn config(message: impl std::fmt::Display) -> Failed {
     fail(EXIT_CONFIG, message)
 }
 
+/// A configuration error (exit code 2) when `configuration`, else a failed
+/// operation (exit code 1).
+pub(crate) fn failed(configuration: bool, message: impl std::fmt::Display) -> Failed {
+    let code = if configuration {
+        EXIT_CONFIG
+    } else {
+        EXIT_FAILED
+    };
+    fail(code, message)
+}
+
+/// Exit code 0 when `ok`, else 1.
+pub(crate) fn passed(ok: bool) -> Outcome {
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_FAILED)
+    })
+}
+
 /// The exit code of a command's outcome.
 pub(crate) fn exit_code(outcome: Outcome) -> ExitCode {
     outcome.unwrap_or_else(|Failed(code)| code)
@@ -43,16 +63,8 @@ pub(crate) fn exit_code(outcome: Outcome) -> ExitCode {
 /// unknown database, a missing grant) or a failure.
 pub(crate) fn database_failure(what: &str, e: DbError) -> Failed {
     if let Some(table) = e.missing_table() {
-        return fail(
-            EXIT_CONFIG,
-            format!("{what}: {}", Problem::MissingTable { table }),
-        );
+        return config(format!("{what}: {}", Problem::MissingTable { table }));
     }
     let configuration = e.is_refusal() || e.number() == Some(errno::NO_SUCH_TABLE);
-    let code = if configuration {
-        EXIT_CONFIG
-    } else {
-        EXIT_FAILED
-    };
-    fail(code, format!("{what}: database: {e}"))
+    failed(configuration, format!("{what}: database: {e}"))
 }

@@ -29,7 +29,7 @@ use crate::args::{DatabaseArgs, NatsArgs, OrbitArgs, Receiver, SourceKind};
 use crate::commands::consume::ConsumeArgs;
 use crate::commands::prune::PruneArgs;
 use crate::commands::subscribe::NatsConsumerArgs;
-use crate::exit::{exit_code, fail, EXIT_CONFIG};
+use crate::exit::{config, exit_code, Failed};
 use crate::logging::init_logging;
 
 #[derive(Parser)]
@@ -222,10 +222,10 @@ fn main() -> ExitCode {
         .and_then(|matches| Cli::from_arg_matches(&matches))
     {
         Ok(cli) => cli,
-        Err(e) => return usage_error(e),
+        Err(e) => return exit_code(Err(usage_failure(e))),
     };
     if let Err(e) = init_logging(matches!(cli.command, Command::Consume(_))) {
-        return exit_code(Err(crate::exit::config(e)));
+        return exit_code(Err(config(e)));
     }
     exit_code(match cli.command {
         Command::Init { dsn, keep_existing } => commands::init::run_init(dsn, keep_existing),
@@ -296,11 +296,7 @@ fn without_unset_values(command: clap::Command) -> clap::Command {
 /// Help and version go out as clap writes them; a usage error becomes one
 /// line (clap's first, with the missing arguments when that is the error),
 /// exit code 2, like every other configuration error.
-fn usage_error(e: clap::Error) -> ExitCode {
-    exit_code(Err(usage_failure(e)))
-}
-
-fn usage_failure(e: clap::Error) -> crate::exit::Failed {
+fn usage_failure(e: clap::Error) -> Failed {
     use clap::error::{ContextKind, ContextValue, ErrorKind};
     match e.kind() {
         ErrorKind::DisplayHelp
@@ -311,16 +307,15 @@ fn usage_failure(e: clap::Error) -> crate::exit::Failed {
                 Some(ContextValue::Strings(args)) => args.join(", "),
                 _ => "an argument".to_owned(),
             };
-            fail(
-                EXIT_CONFIG,
-                format!("missing required setting(s): {missing} (see receiver --help)"),
-            )
+            config(format!(
+                "missing required setting(s): {missing} (see receiver --help)"
+            ))
         }
         _ => {
             let message = e.to_string();
             let first = message.lines().next().unwrap_or("invalid arguments");
             let first = first.strip_prefix("error: ").unwrap_or(first);
-            fail(EXIT_CONFIG, format!("{first} (see receiver --help)"))
+            config(format!("{first} (see receiver --help)"))
         }
     }
 }

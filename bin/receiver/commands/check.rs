@@ -3,19 +3,16 @@
 //! and the subscription when one is given) or, with `--source nats`, NATS
 //! and the durable consumer, as `consume` checks them before it leases.
 
-use std::process::ExitCode;
-
 use result_inbox::db::Dsn;
 use result_inbox::inbox::{InboxStore, StoreOptions};
 use result_inbox::nats::JetStreamSource;
 use result_inbox::orbit::Scope;
 use result_inbox::prune::{self, PruneError};
-use result_inbox::scope::InboxScope;
 
 use super::{orbit_client, NATS_CALL_TIMEOUT};
 use crate::args::{required_subscription, NatsArgs, Receiver};
 use crate::check::{self, findings, Finding, Problem, DATABASE_CHECKS, NATS_CHECKS, ORBIT_CHECKS};
-use crate::exit::{config, Outcome, EXIT_FAILED};
+use crate::exit::{config, passed, Outcome};
 use crate::runtime::runtime;
 
 pub(crate) fn run_check(
@@ -31,14 +28,14 @@ pub(crate) fn run_check(
         (_, id) => Some(required_subscription(id).map_err(config)?),
     };
     let client = orbit_client(&resolved.orbit).map_err(config)?;
-    let scope = InboxScope::new(resolved.name, resolved.orbit.queue_id.clone());
     let scopes: &[Scope] = if demo { &Scope::DEMO } else { &Scope::CONSUME };
     let checks: &[&'static str] = match subscription {
         Some(_) => &ORBIT_CHECKS,
         None => &ORBIT_CHECKS[..3],
     };
     let all = runtime().block_on(async {
-        let store = InboxStore::connect_lazy(&resolved.dsn, scope, StoreOptions::default());
+        let store =
+            InboxStore::connect_lazy(&resolved.dsn, resolved.scope, StoreOptions::default());
         let mut all = findings(&DATABASE_CHECKS, &check::database(&store).await);
         let mut outcome = check::orbit_access(&client, scopes).await;
         if let (Ok(()), Some(id)) = (&outcome, &subscription) {
@@ -51,8 +48,7 @@ pub(crate) fn run_check(
 }
 
 pub(crate) fn run_check_nats(receiver: Receiver, nats: NatsArgs) -> Outcome {
-    let (dsn, name, settings) = receiver.resolve_for_nats(nats).map_err(config)?;
-    let scope = InboxScope::new(name, settings.queue_id.clone());
+    let (dsn, scope, settings) = receiver.resolve_for_nats(nats).map_err(config)?;
     let all = runtime().block_on(async {
         let store = InboxStore::connect_lazy(&dsn, scope, StoreOptions::default());
         let mut all = findings(&DATABASE_CHECKS, &check::database(&store).await);
@@ -88,9 +84,5 @@ fn print_findings(findings: &[Finding]) -> Outcome {
     for finding in findings {
         println!("{finding}");
     }
-    if findings.iter().all(|f| f.ok()) {
-        Ok(ExitCode::SUCCESS)
-    } else {
-        Ok(ExitCode::from(EXIT_FAILED))
-    }
+    passed(findings.iter().all(|f| f.ok()))
 }

@@ -30,14 +30,14 @@ use result_inbox::inbox::{Batching, InboxLayer, InboxStore, StoreOptions};
 use result_inbox::nats::{JetStreamSource, NatsError, NatsSettings};
 use result_inbox::orbit::{OrbitClient, OrbitSource, Scope};
 use result_inbox::retry::until_answered;
-use result_inbox::scope::{InboxScope, ReceiverName};
+use result_inbox::scope::InboxScope;
 use result_inbox::source::{Source, SourceError};
 use result_inbox::task_view::TaskView;
 
 use super::{orbit_client, CONSUME_GRACE, NATS_CALL_TIMEOUT};
 use crate::args::{required_subscription, NatsArgs, Receiver, SourceKind};
 use crate::check::{self, Problem};
-use crate::exit::{config, fail, Outcome, EXIT_FAILED};
+use crate::exit::{config, failed, Outcome};
 use crate::health::metrics_endpoint;
 use crate::runtime::{runtime, shutdown_on_signal};
 
@@ -106,8 +106,7 @@ pub(crate) fn run_consume(args: ConsumeArgs) -> Outcome {
                 tracing::info!("stopped during start-up; nothing was leased");
                 Ok(ExitCode::SUCCESS)
             }
-            Err(e) if e.is_configuration() => Err(config(e)),
-            Err(e) => Err(fail(EXIT_FAILED, e)),
+            Err(e) => Err(failed(e.is_configuration(), e)),
         }
     });
     runtime.shutdown_timeout(Duration::from_secs(1));
@@ -136,27 +135,25 @@ fn consume_config(args: ConsumeArgs) -> Result<ConsumeConfig, String> {
         }),
         ..defaults
     };
-    let (source, dsn, name) = match source {
+    let (source, dsn, scope) = match source {
         SourceKind::Orbit => {
             let subscription = required_subscription(subscription_id)?;
             let resolved = receiver.resolve()?;
             let source = SourceConfig::Orbit {
                 client: orbit_client(&resolved.orbit)?,
-                queue_id: resolved.orbit.queue_id,
                 subscription,
             };
-            (source, resolved.dsn, resolved.name)
+            (source, resolved.dsn, resolved.scope)
         }
         SourceKind::Nats => {
-            let (dsn, name, settings) = receiver.resolve_for_nats(nats)?;
-            let source = SourceConfig::Nats { settings };
-            (source, dsn, name)
+            let (dsn, scope, settings) = receiver.resolve_for_nats(nats)?;
+            (SourceConfig::Nats { settings }, dsn, scope)
         }
     };
     Ok(ConsumeConfig {
         source,
         dsn,
-        name,
+        scope,
         consumer,
         batch_max,
     })
@@ -169,8 +166,9 @@ struct ConsumeConfig {
     source: SourceConfig,
     /// The receiver's own database.
     dsn: Dsn,
-    /// The receiver's fixed name.
-    name: ReceiverName,
+    /// The receiver's fixed name and the queue whose events the source
+    /// carries.
+    scope: InboxScope,
     /// How the consumer behaves.
     consumer: ConsumerOptions,
     /// Deliveries per transaction in batching mode; `None`: one each.
@@ -184,8 +182,6 @@ enum SourceConfig {
     Orbit {
         /// Orbit, with the token to use there.
         client: OrbitClient,
-        /// The queue this receiver consumes.
-        queue_id: QueueId,
         /// The subscription to consume.
         subscription: SubscriptionId,
     },
@@ -194,16 +190,6 @@ enum SourceConfig {
         /// The server, stream, consumer, subject and queue.
         settings: NatsSettings,
     },
-}
-
-impl SourceConfig {
-    /// The queue whose events the source carries.
-    fn queue_id(&self) -> &QueueId {
-        match self {
-            SourceConfig::Orbit { queue_id, .. } => queue_id,
-            SourceConfig::Nats { settings, .. } => &settings.queue_id,
-        }
-    }
 }
 
 /// Why `receiver consume` did not start or stopped.
@@ -235,10 +221,10 @@ async fn run(
     health: Health,
     shutdown: CancellationToken,
 ) -> Result<Option<ConsumerReport>, ConsumeError> {
-    let scope = InboxScope::new(config.name.clone(), config.source.queue_id().clone());
     // No connection yet: the check below makes the first, and waits for a
     // database that is not up yet.
-    let store = InboxStore::connect_lazy(&config.dsn, scope, StoreOptions::default());
+    let store =
+        InboxStore::connect_lazy(&config.dsn, config.scope.clone(), StoreOptions::default());
     let checked = tokio::select! {
         biased;
         _ = shutdown.cancelled() => return Ok(None),
@@ -248,13 +234,12 @@ async fn run(
     match &config.source {
         SourceConfig::Orbit {
             client,
-            queue_id,
             subscription,
         } => {
             let started = tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => return Ok(None),
-                started = orbit(client.clone(), queue_id, subscription, &config.consumer) => started?,
+                started = orbit(client.clone(), &config.scope.queue_id, subscription, &config.consumer) => started?,
             };
             let consumer = Consumer::new(started, config.consumer.clone());
             serve(consumer, store, health, &config, shutdown).await
@@ -295,7 +280,7 @@ async fn serve<Src: Source>(
         inbox = inbox.batching(batching);
     }
     let service = ServiceBuilder::new().layer(inbox).service(TaskView::new());
-    info!(receiver = %config.name, queue = %config.source.queue_id(), batch_max = config.batch_max.unwrap_or(1), "consuming");
+    info!(receiver = %config.scope.receiver, queue = %config.scope.queue_id, batch_max = config.batch_max.unwrap_or(1), "consuming");
     let report = consumer
         .with_probe(store)
         .with_health(health)

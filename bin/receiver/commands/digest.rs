@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use result_inbox::digest::{self, MAX_EVENT_BYTES};
 
-use crate::exit::{config, fail, Outcome, EXIT_CONFIG, EXIT_REJECTED};
+use crate::exit::{config, fail, Outcome, EXIT_REJECTED};
 
 pub(crate) fn run_digest(file: Option<PathBuf>) -> Outcome {
     let source = file.filter(|p| p.as_os_str() != "-");
@@ -16,12 +16,7 @@ pub(crate) fn run_digest(file: Option<PathBuf>) -> Outcome {
     let reader: Box<dyn Read> = match &source {
         Some(path) => match std::fs::File::open(path) {
             Ok(f) => Box::new(f),
-            Err(e) => {
-                return Err(fail(
-                    EXIT_CONFIG,
-                    format!("cannot read {}: {e}", path.display()),
-                ))
-            }
+            Err(e) => return Err(config(format!("cannot read {}: {e}", path.display()))),
         },
         None => Box::new(std::io::stdin()),
     };

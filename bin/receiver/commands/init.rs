@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use result_inbox::db::schema;
 
 use crate::args::required_dsn;
-use crate::exit::{config, fail, Outcome, EXIT_CONFIG, EXIT_FAILED};
+use crate::exit::{config, failed, Outcome};
 use crate::runtime::runtime;
 
 pub(crate) fn run_init(dsn: Option<String>, keep_existing: bool) -> Outcome {
@@ -24,18 +24,16 @@ pub(crate) fn run_init(dsn: Option<String>, keep_existing: bool) -> Outcome {
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
-            let code = if e.is_configuration() {
-                EXIT_CONFIG
-            } else {
-                EXIT_FAILED
-            };
             let hint = match e {
                 schema::InitError::TablesExist { .. } => {
                     " (`receiver init --keep-existing` accepts tables that have every column of schema.sql)"
                 }
                 _ => "",
             };
-            Err(fail(code, format!("init on {dsn}: {e}{hint}")))
+            Err(failed(
+                e.is_configuration(),
+                format!("init on {dsn}: {e}{hint}"),
+            ))
         }
     }
 }

@@ -28,8 +28,20 @@ const NATS_CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// connections and exiting.
 const CONSUME_GRACE: Duration = Duration::from_secs(7);
 
+/// A client of this deployment with this token, every call limited to
+/// [`ORBIT_CALL_TIMEOUT`], trusting the configured certificate authorities.
 fn orbit_client(orbit: &OrbitSettings) -> Result<OrbitClient, String> {
-    orbit
-        .client(ORBIT_CALL_TIMEOUT)
-        .map_err(|e| format!("ORBIT_URL: {e}"))
+    OrbitClient::with_tls(
+        orbit.url.clone(),
+        orbit.token.clone(),
+        ORBIT_CALL_TIMEOUT,
+        orbit.tls.clone(),
+    )
+    .map_err(|e| format!("ORBIT_URL: {e}"))
+}
+
+/// A progress bar on stderr, drawn only on a terminal.
+fn progress_bar(template: &str) -> indicatif::ProgressBar {
+    indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr())
+        .with_style(indicatif::ProgressStyle::with_template(template).expect("a valid template"))
 }

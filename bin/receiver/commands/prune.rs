@@ -15,8 +15,9 @@ use result_inbox::event::QueueId;
 use result_inbox::prune::{self, Archive, Plan, PruneError, PrunedRow};
 use result_inbox::scope::{InboxScope, ReceiverName};
 
+use super::progress_bar;
 use crate::args::{parse_duration, OrbitArgs};
-use crate::exit::{config, database_failure, fail, Outcome, EXIT_CONFIG, EXIT_FAILED};
+use crate::exit::{config, database_failure, fail, failed, Failed, Outcome, EXIT_FAILED};
 use crate::runtime::{runtime, stop_on_signal};
 
 #[derive(Args)]
@@ -113,7 +114,9 @@ pub(crate) fn run_prune(args: PruneArgs) -> Outcome {
         &runtime,
         "stop requested: prune ends after the batch under way",
     );
-    let mut progress = Progress::new();
+    let mut progress = Progress {
+        bar: progress_bar("{bar:40} {pos}/{len} rows past the window, {msg} {per_sec} {eta}"),
+    };
     let outcome = runtime.block_on(prune::run(
         &dsn,
         &plan,
@@ -170,31 +173,16 @@ impl PruneArgs {
 /// A failed prune: what to change (exit 2) or what failed (exit 1). A
 /// database failure is reported as every command reports one (a missing
 /// table says what to run).
-fn failure(e: PruneError) -> crate::exit::Failed {
+fn failure(e: PruneError) -> Failed {
     match e {
         PruneError::Database(db) => database_failure("prune", db),
-        e if e.is_configuration() => fail(EXIT_CONFIG, format!("prune: {e}")),
-        e => fail(EXIT_FAILED, format!("prune: {e}")),
+        e => failed(e.is_configuration(), format!("prune: {e}")),
     }
 }
 
 /// The progress bar on stderr, drawn only on a terminal.
 struct Progress {
     bar: indicatif::ProgressBar,
-}
-
-impl Progress {
-    fn new() -> Self {
-        let bar =
-            indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr());
-        bar.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{bar:40} {pos}/{len} rows past the window, {msg} {per_sec} {eta}",
-            )
-            .expect("a valid template"),
-        );
-        Self { bar }
-    }
 }
 
 impl prune::Report for Progress {

@@ -17,7 +17,7 @@ use result_inbox::orbit::{OrbitClient, OrbitError};
 use super::{orbit_client, NATS_CALL_TIMEOUT};
 use crate::args::{NatsArgs, OrbitArgs};
 use crate::check::Problem;
-use crate::exit::{config, fail, Failed, Outcome, EXIT_CONFIG, EXIT_FAILED};
+use crate::exit::{config, failed, Outcome};
 use crate::runtime::runtime;
 
 /// The durable pull consumer `subscribe --source nats` creates when there
@@ -58,7 +58,7 @@ pub(crate) fn run_subscribe(orbit: OrbitArgs, events: Option<String>) -> Outcome
             println!("subscription={id}");
             Ok(ExitCode::SUCCESS)
         }
-        Err(e) => Err(subscribe_failure(e)),
+        Err(e) => Err(failed(e.is_configuration(), e)),
     }
 }
 
@@ -69,13 +69,12 @@ pub(crate) fn run_subscribe_nats(
     consumer: NatsConsumerArgs,
 ) -> Outcome {
     if events.is_some() {
-        return Err(fail(
-            EXIT_CONFIG,
+        return Err(config(
             "--events is only for --source orbit: a JetStream consumer takes every event on the queue's subject",
         ));
     }
     let queue_id = orbit.queue_id().map_err(config)?;
-    let settings = nats.resolve(queue_id).map_err(config)?;
+    let settings = nats.settings(queue_id).map_err(config)?;
     let defaults = ConsumerSpec::default();
     let spec = ConsumerSpec {
         ack_wait: consumer
@@ -120,17 +119,8 @@ pub(crate) fn run_subscribe_nats(
             );
             Ok(ExitCode::SUCCESS)
         }
-        Err(e) => Err(subscribe_failure(e)),
+        Err(e) => Err(failed(e.is_configuration(), e)),
     }
-}
-
-fn subscribe_failure(e: SubscribeError) -> Failed {
-    let code = if e.is_configuration() {
-        EXIT_CONFIG
-    } else {
-        EXIT_FAILED
-    };
-    fail(code, e)
 }
 
 /// Why no usable subscription came out of it.

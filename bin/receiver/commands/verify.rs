@@ -1,11 +1,10 @@
 //! `receiver verify`: both tables read once, their agreement checked.
 
-use std::process::ExitCode;
-
 use result_inbox::verify;
 
+use super::progress_bar;
 use crate::args::{required_dsn, DatabaseArgs};
-use crate::exit::{config, database_failure, Outcome, EXIT_FAILED};
+use crate::exit::{config, database_failure, passed, Outcome};
 use crate::runtime::runtime;
 
 /// `receiver verify`'s progress bar on stderr (drawn only on a terminal)
@@ -30,23 +29,15 @@ impl verify::Report for VerifyProgress {
 
 pub(crate) fn run_verify(database: DatabaseArgs) -> Outcome {
     let dsn = required_dsn(database.dsn).map_err(config)?;
-    let bar =
-        indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr());
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} rows {per_sec} {eta}")
-            .expect("a valid template"),
-    );
-    let mut progress = VerifyProgress { bar };
+    let mut progress = VerifyProgress {
+        bar: progress_bar("{bar:40} {pos}/{len} rows {per_sec} {eta}"),
+    };
     let outcome = runtime().block_on(verify::run(&dsn, &mut progress));
     progress.bar.finish_and_clear();
     match outcome {
         Ok(summary) => {
             println!("{summary}");
-            if summary.ok() {
-                Ok(ExitCode::SUCCESS)
-            } else {
-                Ok(ExitCode::from(EXIT_FAILED))
-            }
+            passed(summary.ok())
         }
         Err(e) => Err(database_failure("verify", e)),
     }

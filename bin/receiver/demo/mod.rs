@@ -32,8 +32,13 @@ use result_inbox::orbit::{OrbitClient, OrbitSource, Scope};
 use result_inbox::task_view::{self, TaskView};
 
 use self::only_this_task::OnlyThisTask;
-pub use self::report::{DemoError, DemoFailure, DemoOptions, DemoReport, Kept};
+pub use self::report::{DemoError, DemoFailure, DemoReport, Kept};
 use crate::check;
+
+/// The whole demo, start to finish.
+const DEADLINE: Duration = Duration::from_secs(20);
+/// How long the consumer may take to shut down.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// Runs the demo with a client whose token has the demo scopes
 /// (`events:read`, `events:consume`, `events:manage`, `tasks:submit`,
@@ -41,13 +46,9 @@ use crate::check;
 ///
 /// Before creating anything it checks the database (tables, columns,
 /// grants) and the token's scopes.
-pub async fn run(
-    client: OrbitClient,
-    store: InboxStore,
-    options: DemoOptions,
-) -> Result<DemoReport, DemoFailure> {
+pub async fn run(client: OrbitClient, store: InboxStore) -> Result<DemoReport, DemoFailure> {
     let mut kept = Kept::default();
-    match run_steps(client, store, options, &mut kept).await {
+    match run_steps(client, store, &mut kept).await {
         Ok(report) => Ok(report),
         Err(error) => Err(DemoFailure { error, kept }),
     }
@@ -56,10 +57,9 @@ pub async fn run(
 async fn run_steps(
     client: OrbitClient,
     store: InboxStore,
-    options: DemoOptions,
     kept: &mut Kept,
 ) -> Result<DemoReport, DemoError> {
-    let deadline = Instant::now() + options.deadline;
+    let deadline = Instant::now() + DEADLINE;
 
     within(deadline, "checking the database", check::database(&store))
         .await?
@@ -108,7 +108,7 @@ async fn run_steps(
     let consumer = Consumer::new(
         source,
         ConsumerOptions {
-            shutdown_grace: options.shutdown_grace,
+            shutdown_grace: SHUTDOWN_GRACE,
             ..ConsumerOptions::default()
         },
     );

@@ -1,30 +1,10 @@
-//! What a demo run is given, what it reports, and why it failed.
-
-use std::time::Duration;
+//! What a demo run reports, and why it failed.
 
 use result_inbox::ids::{SubscriptionId, TaskId};
 use result_inbox::inbox::InboxError;
 use result_inbox::orbit::OrbitError;
 
 use crate::check::Problem;
-
-/// Limits of one demo run.
-#[derive(Debug, Clone)]
-pub struct DemoOptions {
-    /// The whole demo, start to finish. Default 20 s.
-    pub deadline: Duration,
-    /// How long the consumer may take to shut down. Default 5 s.
-    pub shutdown_grace: Duration,
-}
-
-impl Default for DemoOptions {
-    fn default() -> Self {
-        Self {
-            deadline: Duration::from_secs(20),
-            shutdown_grace: Duration::from_secs(5),
-        }
-    }
-}
 
 /// What the demo saw, for its two output lines.
 #[derive(Debug, Clone, PartialEq, Eq)]
