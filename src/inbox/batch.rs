@@ -34,6 +34,23 @@ use crate::delivery::Delivery;
 use crate::event::Event;
 use crate::BoxError;
 
+/// An inner service a batch calls: a per-delivery service whose errors
+/// the inbox can read, runnable on a spawned transaction.
+pub(super) trait Inner:
+    Service<Delivery<Applying>, Response = Verdict, Error: Into<BoxError>, Future: Send>
+    + Send
+    + 'static
+{
+}
+
+impl<S> Inner for S
+where
+    S: Service<Delivery<Applying>, Response = Verdict> + Send + 'static,
+    S::Error: Into<BoxError>,
+    S::Future: Send,
+{
+}
+
 /// One delivery of a batch: validated, its inner service polled ready.
 pub(super) struct Job<S> {
     pub(super) inner: S,
@@ -76,14 +93,11 @@ const SET_BYTES: usize = 4 << 20;
 /// Runs the batch's transaction, again while its budget lasts if it was
 /// rolled back, and answers every delivery in order. A batch of one is the
 /// default mode's transaction.
-pub(super) async fn run<S>(
+pub(super) async fn run<S: Inner>(
     store: &InboxStore,
     set: Option<&dyn ApplySet>,
     jobs: &mut [Job<S>],
 ) -> Vec<Result<Receipt, InboxError>>
-where
-    S: Service<Delivery<Applying>, Response = Verdict>,
-    S::Error: Into<BoxError>,
 {
     let fates = settle(store, set, jobs).await;
     jobs.iter()
@@ -93,10 +107,7 @@ where
 }
 
 /// The default mode's transaction: a batch of one, without the set path.
-pub(super) async fn alone<S>(store: &InboxStore, job: Job<S>) -> Result<Receipt, InboxError>
-where
-    S: Service<Delivery<Applying>, Response = Verdict>,
-    S::Error: Into<BoxError>,
+pub(super) async fn alone<S: Inner>(store: &InboxStore, job: Job<S>) -> Result<Receipt, InboxError>
 {
     let mut jobs = [job];
     let fate = settle(store, None, &mut jobs).await.pop();
@@ -105,10 +116,7 @@ where
     fate.map(|outcome| Receipt::new(&job.event, outcome))
 }
 
-async fn settle<S>(store: &InboxStore, set: Option<&dyn ApplySet>, jobs: &mut [Job<S>]) -> Fates
-where
-    S: Service<Delivery<Applying>, Response = Verdict>,
-    S::Error: Into<BoxError>,
+async fn settle<S: Inner>(store: &InboxStore, set: Option<&dyn ApplySet>, jobs: &mut [Job<S>]) -> Fates
 {
     let deadline = Instant::now() + store.transaction_timeout();
     let mut retried_connection = false;
@@ -136,16 +144,13 @@ where
 }
 
 /// One run of the batch's transaction, up to the end of its COMMIT.
-async fn attempt<S>(
+async fn attempt<S: Inner>(
     store: &InboxStore,
     set: Option<&dyn ApplySet>,
     jobs: &mut [Job<S>],
     fresh: bool,
     deadline: Instant,
 ) -> Result<Fates, Whole>
-where
-    S: Service<Delivery<Applying>, Response = Verdict>,
-    S::Error: Into<BoxError>,
 {
     // Waiting for a connection is told apart from waiting inside the
     // transaction: only the first says the database cannot be reached.
@@ -249,15 +254,12 @@ async fn decline(tx: &mut InboxTx) -> Result<Option<Fates>, Whole> {
 
 /// Each delivery behind its own savepoint. Returns the transaction, the
 /// fates, and whether anything was written that the COMMIT must keep.
-async fn one_by_one<S>(
+async fn one_by_one<S: Inner>(
     store: &InboxStore,
     mut tx: InboxTx,
     jobs: &mut [Job<S>],
     fresh: bool,
 ) -> Result<(InboxTx, Fates, bool), Whole>
-where
-    S: Service<Delivery<Applying>, Response = Verdict>,
-    S::Error: Into<BoxError>,
 {
     let mut fates = Vec::with_capacity(jobs.len());
     let mut wrote = false;
@@ -300,15 +302,12 @@ enum Step {
 
 /// One delivery inside the batch's transaction. An error that rolled the
 /// transaction back is the whole batch's.
-async fn one<S>(
+async fn one<S: Inner>(
     store: &InboxStore,
     mut tx: InboxTx,
     job: &mut Job<S>,
     fresh: bool,
 ) -> Result<(InboxTx, Step), Whole>
-where
-    S: Service<Delivery<Applying>, Response = Verdict>,
-    S::Error: Into<BoxError>,
 {
     let scope = store.scope();
     match tx.insert_row(scope, &job.event).await {

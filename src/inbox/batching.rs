@@ -17,14 +17,13 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use sqlx::mysql::MySqlConnection;
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
-use tower::Service;
 
-use super::batch::{self, Job};
-use super::{Applying, InboxError, InboxStore, Receipt, Verdict};
+use super::batch::{self, Inner, Job};
+use super::{InboxError, InboxStore, Receipt};
 use crate::delivery::Delivery;
 use crate::event::Event;
 use crate::scope::InboxScope;
-use crate::{telemetry, BoxError};
+use crate::telemetry;
 
 /// How an inbox in batching mode gathers deliveries (see
 /// [`InboxLayer::batching`](super::InboxLayer::batching)).
@@ -137,11 +136,7 @@ impl<S> fmt::Debug for Gather<S> {
     }
 }
 
-impl<S> Gather<S>
-where
-    S: Service<Delivery<Applying>, Response = Verdict> + Send + 'static,
-    S::Error: Into<BoxError>,
-    S::Future: Send,
+impl<S: Inner> Gather<S>
 {
     pub(super) fn new(store: InboxStore, batching: Batching) -> Self {
         let places = Arc::new(Semaphore::new(batching.transactions));
@@ -230,21 +225,13 @@ impl<S> Gather<S> {
 
 /// A running transaction's place. Given up when dropped, also by a panic,
 /// and then whatever was queued meanwhile is started.
-struct Place<S>
-where
-    S: Service<Delivery<Applying>, Response = Verdict> + Send + 'static,
-    S::Error: Into<BoxError>,
-    S::Future: Send,
+struct Place<S: Inner>
 {
     gather: Arc<Gather<S>>,
     permit: Option<OwnedSemaphorePermit>,
 }
 
-impl<S> Place<S>
-where
-    S: Service<Delivery<Applying>, Response = Verdict> + Send + 'static,
-    S::Error: Into<BoxError>,
-    S::Future: Send,
+impl<S: Inner> Place<S>
 {
     async fn work(self, mut batch: Vec<Queued<S>>) {
         let set = self.gather.batching.set.as_deref();
@@ -263,11 +250,7 @@ where
     }
 }
 
-impl<S> Drop for Place<S>
-where
-    S: Service<Delivery<Applying>, Response = Verdict> + Send + 'static,
-    S::Error: Into<BoxError>,
-    S::Future: Send,
+impl<S: Inner> Drop for Place<S>
 {
     fn drop(&mut self) {
         drop(self.permit.take());

@@ -104,7 +104,7 @@ pub use self::error::{classify, Conflict, InboxError, Refusal};
 pub use self::future::ResponseFuture;
 pub use self::layer::InboxLayer;
 pub use self::store::{InboxStats, InboxStore, Session, SessionSettings, StoreOptions};
-use self::batch::Job;
+use self::batch::{Inner, Job};
 use self::batching::Gather;
 use self::tx::InboxTx;
 use crate::db::DbError;
@@ -350,17 +350,12 @@ where
 /// stable class (`applied`, `duplicate`, `stale`, `conflict`, `rejected`,
 /// `unconfirmed`, `error`) and the event id when the event could be read,
 /// and the same class in the metrics (see [`crate::telemetry`]).
-async fn apply<S>(
+async fn apply<S: Inner>(
     store: InboxStore,
     gather: Option<Arc<Gather<S>>>,
     inner: S,
     delivery: Delivery<Bytes>,
-) -> Result<Receipt, InboxError>
-where
-    S: Service<Delivery<Applying>, Response = Verdict> + Clone + Send + 'static,
-    S::Error: Into<BoxError>,
-    S::Future: Send,
-{
+) -> Result<Receipt, InboxError> {
     let started = std::time::Instant::now();
     let delivery_id = delivery.id().clone();
     let attempt = delivery.attempt();
