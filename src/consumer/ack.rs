@@ -54,13 +54,11 @@ pub(super) async fn terminate<Src: Source>(
     id: DeliveryId,
     proof: Src::Proof,
 ) -> AckResult {
-    match source.terminate(&id, &proof).await {
-        Ok(done) => AckResult::Terminated(id, done),
-        Err(e) => {
-            warn!(delivery = %id, error = %e, "could not ask the source to drop a malformed delivery; it will come again");
-            AckResult::Terminated(id, false)
-        }
-    }
+    let done = source.terminate(&id, &proof).await.unwrap_or_else(|e| {
+        warn!(delivery = %id, error = %e, "could not ask the source to drop a malformed delivery; it will come again");
+        false
+    });
+    AckResult::Terminated(id, done)
 }
 
 /// One try: a lost `-NAK` costs what not sending it costs, the lease runs
@@ -70,13 +68,10 @@ pub(super) async fn release<Src: Source>(
     id: DeliveryId,
     proof: Src::Proof,
 ) -> AckResult {
-    match source.release(&id, &proof).await {
-        Ok(done) => AckResult::Released(done),
-        Err(e) => {
-            warn!(delivery = %id, error = %e, "could not give a held delivery back; it comes again when its lease runs out");
-            AckResult::Released(false)
-        }
-    }
+    AckResult::Released(source.release(&id, &proof).await.unwrap_or_else(|e| {
+        warn!(delivery = %id, error = %e, "could not give a held delivery back; it comes again when its lease runs out");
+        false
+    }))
 }
 
 pub(super) fn record_ack(report: &mut ConsumerReport, acked: AckResult) {

@@ -73,12 +73,13 @@ impl Breaker {
             return;
         }
         self.set_open(true);
-        self.health.set_database_reachable(false);
         // Probe soon, not only at the next regular interval.
         self.next_at = Instant::now() + self.backoff.next();
     }
 
+    /// Opens or closes it, and tells the health whether the database answers.
     fn set_open(&mut self, open: bool) {
+        self.health.set_database_reachable(!open);
         if open == self.open {
             return;
         }
@@ -117,7 +118,6 @@ impl Breaker {
         self.running = None;
         match answer {
             Ok(()) => {
-                self.health.set_database_reachable(true);
                 self.set_open(false);
                 self.backoff.reset();
                 self.next_at = Instant::now() + self.interval;
@@ -126,7 +126,6 @@ impl Breaker {
                 if !self.open {
                     warn!(error = %e, "database probe failed");
                 }
-                self.health.set_database_reachable(false);
                 self.set_open(true);
                 self.next_at = Instant::now() + self.backoff.next();
             }

@@ -296,24 +296,14 @@ impl<Src: Source> Consumer<Src> {
         handlers.abort_all();
         while let Ok(Some(_)) = timeout_at(deadline, handlers.join_next()).await {}
         set_in_hand(0, 0);
-        loop {
-            tokio::select! {
-                acked = acks.join_next() => match acked {
-                    None => break,
-                    Some(Ok(acked)) => record_ack(&mut report, acked),
-                    Some(Err(_)) => {}
-                },
-                _ = sleep_until(deadline) => {
-                    report.abandoned += acks.len() as u64;
-                    acks.abort_all();
-                    break;
-                }
+        while let Ok(Some(acked)) = timeout_at(deadline, acks.join_next()).await {
+            if let Ok(acked) = acked {
+                record_ack(&mut report, acked);
             }
         }
-        match fatal {
-            Some(e) => Err(e),
-            None => Ok(report),
-        }
+        report.abandoned += acks.len() as u64;
+        acks.abort_all();
+        fatal.map_or(Ok(report), Err)
     }
 }
 

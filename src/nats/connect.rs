@@ -45,23 +45,20 @@ pub(super) async fn connect_client(
     let client = options
         .connect(settings.url.as_str())
         .await
-        .map_err(|e| match e.kind() {
-            // A certificate the client does not trust arrives as an I/O
-            // error around rustls' own: waiting would not mend it.
-            _ if is_tls_refusal(&e) => NatsError::Refused {
-                url,
-                reason: format!("TLS: {}", chain_text(&e)),
-            },
-            ConnectErrorKind::Io | ConnectErrorKind::TimedOut | ConnectErrorKind::Dns => {
-                NatsError::Unreachable {
+        .map_err(|e| {
+            let reason = e.to_string();
+            match e.kind() {
+                // A certificate the client does not trust arrives as an I/O
+                // error around rustls' own: waiting would not mend it.
+                _ if is_tls_refusal(&e) => NatsError::Refused {
                     url,
-                    reason: e.to_string(),
+                    reason: format!("TLS: {}", chain_text(&e)),
+                },
+                ConnectErrorKind::Io | ConnectErrorKind::TimedOut | ConnectErrorKind::Dns => {
+                    NatsError::Unreachable { url, reason }
                 }
+                _ => NatsError::Refused { url, reason },
             }
-            _ => NatsError::Refused {
-                url,
-                reason: e.to_string(),
-            },
         })?;
     // The client's own lines say only the port and come at info from a
     // crate the default filter keeps at warn: this one is the receiver's.

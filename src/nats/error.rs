@@ -114,12 +114,9 @@ impl NatsError {
 }
 
 impl SourceError for NatsError {
+    // The trait's default `is_configuration` (not retryable) is then this type's.
     fn is_retryable(&self) -> bool {
         !self.is_configuration()
-    }
-
-    fn is_configuration(&self) -> bool {
-        NatsError::is_configuration(self)
     }
 
     fn cause(&self) -> &'static str {

@@ -93,7 +93,70 @@ impl PullStream {
         }
     }
 
-    async fn pull(&mut self, batch: u32) -> Result<(), NatsError> {
+    fn delivery(&self, message: async_nats::Message) -> Result<Incoming<AckSubject>, NatsError> {
+        let message = jetstream::Message {
+            message,
+            context: self.context.clone(),
+        };
+        let info = message.info().map_err(|e| {
+            NatsError::JetStream(format!("a message without a JetStream ack subject: {e}"))
+        })?;
+        let id = DeliveryId::new(format!("{}:{}", info.stream, info.stream_sequence));
+        let attempt = u32::try_from(info.delivered.max(1)).unwrap_or(u32::MAX);
+        let Some(reply) = message.message.reply.clone() else {
+            return Err(NatsError::JetStream(
+                "a message without an ack subject".into(),
+            ));
+        };
+        let delivery = Delivery::new(id, message.message.payload.clone()).with_attempt(attempt);
+        Ok(Incoming::Delivery(delivery, AckSubject(reply)))
+    }
+}
+
+/// The messages of one pull request, then how it ended. A request whose
+/// batch was filled gives its subscription back for the next request (the
+/// server sends nothing more to it); one that ended otherwise drops it
+/// (unsubscribes), so that a late status can never be taken for a newer
+/// request's.
+fn one_request(inbox: ReplyInbox, batch: u32) -> Request {
+    futures::stream::unfold(Some((inbox, batch)), |state| async move {
+        let (mut inbox, remaining) = state?;
+        let Some(message) = inbox.subscriber.next().await else {
+            let ended = Pulled::Ended {
+                unfilled: remaining,
+                status: 0,
+                description: "subscription closed".into(),
+            };
+            return Some((ended, None));
+        };
+        match message.status.map(|s| s.as_u16()) {
+            None => {
+                let message = Box::new(message);
+                let (done, next) = match remaining.saturating_sub(1) {
+                    0 => (Some(inbox), None),
+                    left => (None, Some((inbox, left))),
+                };
+                Some((Pulled::Message { message, done }, next))
+            }
+            Some(100) => Some((Pulled::Heartbeat, Some((inbox, remaining)))),
+            Some(status) => {
+                let ended = Pulled::Ended {
+                    unfilled: remaining,
+                    status,
+                    description: message.description.unwrap_or_default(),
+                };
+                Some((ended, None))
+            }
+        }
+    })
+    .boxed()
+}
+
+impl LeaseStream for PullStream {
+    type Proof = AckSubject;
+    type Error = NatsError;
+
+    async fn grant(&mut self, batch: u32) -> Result<(), NatsError> {
         let inbox = match self.idle.pop() {
             Some(inbox) => inbox,
             None => {
@@ -125,63 +188,6 @@ impl PullStream {
         self.open_requests += 1;
         Ok(())
     }
-}
-
-/// The messages of one pull request, then how it ended. A request whose
-/// batch was filled gives its subscription back for the next request (the
-/// server sends nothing more to it); one that ended otherwise drops it
-/// (unsubscribes), so that a late status can never be taken for a newer
-/// request's.
-fn one_request(inbox: ReplyInbox, batch: u32) -> Request {
-    futures::stream::unfold(Some((inbox, batch)), |state| async move {
-        let (mut inbox, remaining) = state?;
-        let Some(message) = inbox.subscriber.next().await else {
-            let ended = Pulled::Ended {
-                unfilled: remaining,
-                status: 0,
-                description: "subscription closed".into(),
-            };
-            return Some((ended, None));
-        };
-        match message.status.map(|s| s.as_u16()) {
-            None => {
-                let left = remaining.saturating_sub(1);
-                if left == 0 {
-                    let done = Pulled::Message {
-                        message: Box::new(message),
-                        done: Some(inbox),
-                    };
-                    return Some((done, None));
-                }
-                Some((
-                    Pulled::Message {
-                        message: Box::new(message),
-                        done: None,
-                    },
-                    Some((inbox, left)),
-                ))
-            }
-            Some(100) => Some((Pulled::Heartbeat, Some((inbox, remaining)))),
-            Some(status) => {
-                let ended = Pulled::Ended {
-                    unfilled: remaining,
-                    status,
-                    description: message.description.unwrap_or_default(),
-                };
-                Some((ended, None))
-            }
-        }
-    })
-    .boxed()
-}
-
-impl LeaseStream for PullStream {
-    type Proof = AckSubject;
-    type Error = NatsError;
-
-    async fn grant(&mut self, n: u32) -> Result<(), NatsError> {
-        self.pull(n).await
-    }
 
     async fn next(&mut self) -> Option<Result<Incoming<AckSubject>, NatsError>> {
         loop {
@@ -197,7 +203,7 @@ impl LeaseStream for PullStream {
                 _ = sleep_until(retry_at.unwrap_or(keepalive_at)), if retry_at.is_some() => {
                     self.retry_at = None;
                     let credit = std::mem::take(&mut self.unplaced);
-                    if let Err(e) = self.pull(credit).await {
+                    if let Err(e) = self.grant(credit).await {
                         return Some(Err(e));
                     }
                 }
@@ -224,7 +230,7 @@ impl LeaseStream for PullStream {
                                 // server is there.
                                 408 => {
                                     if unfilled > 0 {
-                                        if let Err(e) = self.pull(unfilled).await {
+                                        if let Err(e) = self.grant(unfilled).await {
                                             return Some(Err(e));
                                         }
                                     }
@@ -249,28 +255,5 @@ impl LeaseStream for PullStream {
     async fn close(self) {
         // Dropping the subscriptions unsubscribes them; what the server
         // still sends to them comes again after AckWait.
-        drop(self.requests);
-        drop(self.idle);
-    }
-}
-
-impl PullStream {
-    fn delivery(&self, message: async_nats::Message) -> Result<Incoming<AckSubject>, NatsError> {
-        let message = jetstream::Message {
-            message,
-            context: self.context.clone(),
-        };
-        let info = message.info().map_err(|e| {
-            NatsError::JetStream(format!("a message without a JetStream ack subject: {e}"))
-        })?;
-        let id = DeliveryId::new(format!("{}:{}", info.stream, info.stream_sequence));
-        let attempt = u32::try_from(info.delivered.max(1)).unwrap_or(u32::MAX);
-        let Some(reply) = message.message.reply.clone() else {
-            return Err(NatsError::JetStream(
-                "a message without an ack subject".into(),
-            ));
-        };
-        let delivery = Delivery::new(id, message.message.payload.clone()).with_attempt(attempt);
-        Ok(Incoming::Delivery(delivery, AckSubject(reply)))
     }
 }

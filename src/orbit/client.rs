@@ -254,20 +254,11 @@ impl OrbitClient {
     pub async fn has_scope(&self, scope: Scope) -> Result<bool, OrbitError> {
         // Not 32 hex characters: refused as `invalid_id` after the scope check.
         const NO_ID: &str = "scope-check";
+        let invalid_id = |path| (Method::POST, path, empty(), Some("invalid_id"));
         let (method, path, body, expected) = match scope {
             Scope::EventsRead => (Method::GET, "/v1/subscriptions".to_owned(), None, None),
-            Scope::EventsConsume => (
-                Method::POST,
-                format!("/v1/deliveries/{NO_ID}/ack"),
-                Some("{}".to_owned()),
-                Some("invalid_id"),
-            ),
-            Scope::EventsManage => (
-                Method::POST,
-                format!("/v1/subscriptions/{NO_ID}/pause"),
-                Some("{}".to_owned()),
-                Some("invalid_id"),
-            ),
+            Scope::EventsConsume => invalid_id(format!("/v1/deliveries/{NO_ID}/ack")),
+            Scope::EventsManage => invalid_id(format!("/v1/subscriptions/{NO_ID}/pause")),
             // Never an empty or valid body here: that would submit a task.
             Scope::TasksSubmit => (
                 Method::POST,
@@ -275,12 +266,7 @@ impl OrbitClient {
                 Some("scope-check: not JSON".to_owned()),
                 Some("invalid_json"),
             ),
-            Scope::TasksCancel => (
-                Method::POST,
-                format!("/v1/tasks/{NO_ID}/cancel"),
-                Some("{}".to_owned()),
-                Some("invalid_id"),
-            ),
+            Scope::TasksCancel => invalid_id(format!("/v1/tasks/{NO_ID}/cancel")),
         };
         match (self.call(method, &path, body).await, expected) {
             (Ok(_), None) => Ok(true),

@@ -137,10 +137,24 @@ impl OrbitError {
         }
     }
 
-    /// A transport failure, described with its causes: hyper's and
-    /// tungstenite's own messages (`client error (Connect)`) say little.
+    /// A transport failure, described with its causes (joined by `: `):
+    /// hyper's and tungstenite's own messages (`client error (Connect)`) say
+    /// little. A failed TLS handshake is named as such (with a hint when the
+    /// certificate is not trusted).
     pub(super) fn transport<E: std::error::Error + 'static>(e: E) -> Self {
-        OrbitError::Transport(describe_chain(&e))
+        if let Some(tls) = tls::describe_failure(&e) {
+            return OrbitError::Transport(tls);
+        }
+        let mut text = e.to_string();
+        for cause in crate::failure::chain(&e).skip(1) {
+            let part = cause.to_string();
+            // Some errors repeat their cause in their own message.
+            if !text.ends_with(&part) {
+                text.push_str(": ");
+                text.push_str(&part);
+            }
+        }
+        OrbitError::Transport(text)
     }
 }
 
@@ -173,26 +187,6 @@ struct WireError {
 #[derive(Deserialize)]
 struct WireErrorBody {
     code: String,
-}
-
-/// `e` and its causes, joined by `: `; a failed TLS handshake is named as
-/// such (with a hint when the certificate is not trusted).
-fn describe_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    if let Some(tls) = tls::describe_failure(e) {
-        return tls;
-    }
-    let mut text = e.to_string();
-    let mut next = e.source();
-    while let Some(cause) = next {
-        let part = cause.to_string();
-        // Some errors repeat their cause in their own message.
-        if !text.ends_with(&part) {
-            text.push_str(": ");
-            text.push_str(&part);
-        }
-        next = cause.source();
-    }
-    text
 }
 
 pub(super) fn status_error(status: StatusCode, body: &[u8]) -> OrbitError {

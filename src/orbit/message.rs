@@ -117,7 +117,7 @@ const JSON_WS: [char; 4] = [' ', '\t', '\n', '\r'];
 fn around_the_event(text: &str) -> Option<StreamMessage> {
     let mut fields: Vec<(&str, &str)> = Vec::with_capacity(FIELDS.len());
 
-    let mut left = Cursor::new(text);
+    let mut left = Cursor { text, at: 0 };
     left.skip_ws();
     left.eat(b'{')?;
     let event_start = loop {
@@ -246,10 +246,6 @@ struct Cursor<'a> {
 }
 
 impl<'a> Cursor<'a> {
-    fn new(text: &'a str) -> Self {
-        Self { text, at: 0 }
-    }
-
     fn skip_ws(&mut self) {
         let rest = &self.text[self.at..];
         self.at += rest.len() - rest.trim_start_matches(JSON_WS).len();

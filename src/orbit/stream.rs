@@ -61,19 +61,16 @@ impl DeliveryStream {
     /// answered while reading and reported as [`StreamMessage::Keepalive`].
     pub async fn next_message(&mut self) -> Option<Result<StreamMessage, OrbitError>> {
         loop {
-            let frame = match self.socket.next().await? {
-                Ok(frame) => frame,
-                Err(e) => return Some(Err(OrbitError::transport(e))),
-            };
-            match frame {
-                Message::Text(text) => return Some(StreamMessage::parse(text.as_str())),
-                Message::Close(_) => return None,
+            return Some(match self.socket.next().await? {
+                Ok(Message::Text(text)) => StreamMessage::parse(text.as_str()),
+                Ok(Message::Close(_)) => return None,
                 // Ping/Pong are handled by tungstenite; binary frames are not
                 // part of the protocol.
-                Message::Binary(_) => return Some(Err(OrbitError::Protocol("binary frame"))),
-                Message::Ping(_) | Message::Pong(_) => return Some(Ok(StreamMessage::Keepalive)),
-                Message::Frame(_) => continue,
-            }
+                Ok(Message::Binary(_)) => Err(OrbitError::Protocol("binary frame")),
+                Ok(Message::Ping(_) | Message::Pong(_)) => Ok(StreamMessage::Keepalive),
+                Ok(Message::Frame(_)) => continue,
+                Err(e) => Err(OrbitError::transport(e)),
+            });
         }
     }
 

@@ -160,22 +160,12 @@ pub(super) fn describe_failure(e: &(dyn std::error::Error + 'static)) -> Option<
 /// The first [`rustls::Error`] among `e` and its causes, including errors
 /// wrapped in `std::io::Error` (whose `source()` skips the wrapped error).
 fn find_rustls_error<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
-    let mut next = Some(e);
-    while let Some(err) = next {
-        if let Some(tls) = err.downcast_ref::<rustls::Error>() {
-            return Some(tls);
-        }
-        if let Some(inner) = err
-            .downcast_ref::<std::io::Error>()
-            .and_then(|io| io.get_ref())
-        {
-            if let Some(tls) = find_rustls_error(inner) {
-                return Some(tls);
-            }
-        }
-        next = err.source();
-    }
-    None
+    crate::failure::chain(e).find_map(|err| {
+        err.downcast_ref::<rustls::Error>().or_else(|| {
+            let inner = err.downcast_ref::<std::io::Error>()?.get_ref()?;
+            find_rustls_error(inner)
+        })
+    })
 }
 
 #[cfg(test)]
