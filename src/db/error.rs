@@ -197,33 +197,31 @@ impl From<sqlx::Error> for DbError {
 
 impl fmt::Display for DbError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if let Some(detail) = self.detail {
-            if self.kind == DbErrorKind::Connection && self.number.is_none() {
-                return write!(f, "database connection failed: {detail}");
+        // Kinds whose text says all there is end here; the others are
+        // followed by the server's error number.
+        let text = match (self.detail, self.kind) {
+            (Some(detail), DbErrorKind::Connection) if self.number.is_none() => {
+                return write!(f, "database connection failed: {detail}")
             }
-            f.write_str(detail)?;
-            return match (&self.number, &self.sqlstate) {
-                (Some(n), Some(s)) => write!(f, " (MySQL error {n}, SQLSTATE {s})"),
-                (Some(n), None) => write!(f, " (MySQL error {n})"),
-                _ => Ok(()),
-            };
-        }
-        match self.kind {
-            DbErrorKind::Deadlock => f.write_str("deadlock, transaction rolled back")?,
-            DbErrorKind::LockWaitTimeout => f.write_str("lock wait timeout")?,
-            DbErrorKind::PermissionDenied => f.write_str("permission denied")?,
-            DbErrorKind::Server => f.write_str("server error")?,
-            DbErrorKind::Connection => return f.write_str("database connection failed"),
-            DbErrorKind::Tls => {
+            (Some(detail), _) => detail,
+            (None, DbErrorKind::Deadlock) => "deadlock, transaction rolled back",
+            (None, DbErrorKind::LockWaitTimeout) => "lock wait timeout",
+            (None, DbErrorKind::PermissionDenied) => "permission denied",
+            (None, DbErrorKind::Server) => "server error",
+            (None, DbErrorKind::Connection) => return f.write_str("database connection failed"),
+            (None, DbErrorKind::Tls) => {
                 return f.write_str(
                     "TLS handshake with the database failed (check ssl-mode and ssl-ca in the DSN)",
                 )
             }
-            DbErrorKind::PoolTimeout => return f.write_str("no database connection available"),
-            DbErrorKind::Inconsistent => {
+            (None, DbErrorKind::PoolTimeout) => {
+                return f.write_str("no database connection available")
+            }
+            (None, DbErrorKind::Inconsistent) => {
                 return f.write_str("stored data does not match the receiver schema")
             }
-        }
+        };
+        f.write_str(text)?;
         match (&self.number, &self.sqlstate) {
             (Some(n), Some(s)) => write!(f, " (MySQL error {n}, SQLSTATE {s})"),
             (Some(n), None) => write!(f, " (MySQL error {n})"),
