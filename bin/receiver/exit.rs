@@ -45,6 +45,12 @@ pub(crate) fn failed(configuration: bool, message: impl std::fmt::Display) -> Fa
     fail(code, message)
 }
 
+/// Prints `report` (one line or several) on stdout: exit code 0.
+pub(crate) fn printed(report: impl std::fmt::Display) -> Outcome {
+    println!("{report}");
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Exit code 0 when `ok`, else 1.
 pub(crate) fn passed(ok: bool) -> Outcome {
     Ok(if ok {

@@ -25,11 +25,13 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
-use crate::args::{DatabaseArgs, NatsArgs, OrbitArgs, Receiver, SourceKind};
+use crate::args::{DatabaseArgs, Receiver};
+use crate::commands::check::CheckArgs;
 use crate::commands::consume::ConsumeArgs;
 use crate::commands::prune::PruneArgs;
-use crate::commands::subscribe::NatsConsumerArgs;
-use crate::exit::{config, exit_code, Failed};
+use crate::commands::stats::StatsArgs;
+use crate::commands::subscribe::SubscribeArgs;
+use crate::exit::{config, exit_code, Failed, Outcome};
 use crate::logging::init_logging;
 
 #[derive(Parser)]
@@ -93,31 +95,7 @@ enum Command {
     /// server (reachable, login, TLS) and the stream's durable pull consumer
     /// (explicit acks, filter subject = the queue's subject), as consume
     /// does before fetching anything.
-    Check {
-        #[command(flatten)]
-        receiver: Receiver,
-        /// What `consume` would consume: `orbit` or `nats`.
-        #[arg(long, env = "RECEIVER_SOURCE", value_enum, default_value_t = SourceKind::Orbit)]
-        source: SourceKind,
-        #[command(flatten)]
-        nats: NatsArgs,
-        /// The subscription `consume` would consume (required without --demo,
-        /// checked when given with it).
-        #[arg(long, env = "ORBIT_SUBSCRIPTION_ID")]
-        subscription_id: Option<String>,
-        /// Check the scopes `demo` needs (all five) instead of those of
-        /// `consume`; no subscription needed.
-        #[arg(long)]
-        demo: bool,
-        /// Check the prune account instead (RECEIVER_PRUNE_DSN): reachable,
-        /// the three tables, and the grants `prune` needs; nothing of
-        /// Orbit or NATS.
-        #[arg(long)]
-        prune: bool,
-        /// The prune account's URL (only with --prune).
-        #[arg(long, env = "RECEIVER_PRUNE_DSN", hide_env_values = true)]
-        prune_dsn: Option<String>,
-    },
+    Check(CheckArgs),
     /// Create a subscription on the configured queue for the given event
     /// types and print `subscription=<32 hex>`, the ORBIT_SUBSCRIPTION_ID of
     /// `consume`. Needs events:manage.
@@ -127,44 +105,16 @@ enum Command {
     /// pull, explicit acks, the queue's subject, --ack-wait, --max-deliver),
     /// an existing one is only checked, never changed. Prints
     /// `consumer=<name> stream=<stream> created|existing ack_wait_s=… max_deliver=…`.
-    Subscribe {
-        #[command(flatten)]
-        orbit: OrbitArgs,
-        /// Comma-separated event types, e.g. task.cancelled,task.succeeded.
-        /// Default: all five (task.submitted, task.succeeded, task.failed,
-        /// task.cancelled, task.needs_review). Only for --source orbit.
-        #[arg(long)]
-        events: Option<String>,
-        /// Where `consume` takes its deliveries from: `orbit` or `nats`.
-        #[arg(long, env = "RECEIVER_SOURCE", value_enum, default_value_t = SourceKind::Orbit)]
-        source: SourceKind,
-        #[command(flatten)]
-        nats: NatsArgs,
-        #[command(flatten)]
-        consumer: NatsConsumerArgs,
-    },
+    Subscribe(SubscribeArgs),
     /// Read both tables once and check that they agree: digests, canonical
     /// texts, events, each view against its events. One line per problem
     /// (ids only), a summary line last; exit 0 when ok, 1 otherwise. Needs
     /// only SELECT; a consistent snapshot, no locks.
-    Verify {
-        #[command(flatten)]
-        database: DatabaseArgs,
-    },
+    Verify(DatabaseArgs),
     /// Sizes and growth of both tables for capacity planning: rows, bytes,
     /// oldest and newest receipt, events per day (30 days), applied vs
     /// stale, event sizes, growth per day. Needs only SELECT.
-    Stats {
-        #[command(flatten)]
-        database: DatabaseArgs,
-        /// Also count the rows received longer ago than this (30d, 36h):
-        /// what `prune --older-than` of that window would look at.
-        #[arg(long, value_parser = args::parse_duration)]
-        older_than: Option<std::time::Duration>,
-        /// One JSON object instead of key=value lines.
-        #[arg(long)]
-        json: bool,
-    },
+    Stats(StatsArgs),
     /// Delete the inbox rows of this receiver and queue received longer ago
     /// than --older-than, in batches by primary key (each one short
     /// transaction, then a pause of at least four times its own time),
@@ -217,80 +167,45 @@ pub(crate) enum InspectWhat {
 }
 
 fn main() -> ExitCode {
-    let cli = match without_unset_values(Cli::command())
+    exit_code(run())
+}
+
+fn run() -> Outcome {
+    let cli = without_unset_values(Cli::command())
         .try_get_matches()
         .and_then(|matches| Cli::from_arg_matches(&matches))
-    {
-        Ok(cli) => cli,
-        Err(e) => return exit_code(Err(usage_failure(e))),
-    };
-    if let Err(e) = init_logging(matches!(cli.command, Command::Consume(_))) {
-        return exit_code(Err(config(e)));
-    }
-    exit_code(match cli.command {
+        .map_err(usage_failure)?;
+    init_logging(matches!(cli.command, Command::Consume(_))).map_err(config)?;
+    match cli.command {
         Command::Init { dsn, keep_existing } => commands::init::run_init(dsn, keep_existing),
         Command::Digest { file } => commands::digest::run_digest(file),
         Command::Demo(receiver) => commands::demo::run_demo(receiver),
         Command::Consume(args) => commands::consume::run_consume(args),
-        Command::Check {
-            prune: true,
-            prune_dsn,
-            ..
-        } => commands::check::run_check_prune(prune_dsn),
-        Command::Check {
-            receiver,
-            source: SourceKind::Nats,
-            nats,
-            ..
-        } => commands::check::run_check_nats(receiver, nats),
-        Command::Check {
-            receiver,
-            subscription_id,
-            demo,
-            ..
-        } => commands::check::run_check(receiver, subscription_id, demo),
-        Command::Subscribe {
-            orbit,
-            source: SourceKind::Nats,
-            events,
-            nats,
-            consumer,
-        } => commands::subscribe::run_subscribe_nats(orbit, events, nats, consumer),
-        Command::Subscribe { orbit, events, .. } => {
-            commands::subscribe::run_subscribe(orbit, events)
-        }
-        Command::Verify { database } => commands::verify::run_verify(database),
-        Command::Stats {
-            database,
-            older_than,
-            json,
-        } => commands::stats::run_stats(database, older_than, json),
+        Command::Check(args) => commands::check::run_check(args),
+        Command::Subscribe(args) => commands::subscribe::run_subscribe(args),
+        Command::Verify(database) => commands::verify::run_verify(database),
+        Command::Stats(args) => commands::stats::run_stats(args),
         Command::Prune(args) => commands::prune::run_prune(args),
         Command::Inspect { database, what } => commands::inspect::run_inspect(database, what),
-    })
+    }
 }
 
 /// `--help` shows `[env: NAME=value]` for a variable that is set and
 /// `[env: NAME]` for one that is not (clap would print `NAME=`, as if it
 /// were set to nothing).
 fn without_unset_values(command: clap::Command) -> clap::Command {
-    let command = command.mut_args(|arg| {
-        let unset = arg
-            .get_env()
-            .is_some_and(|name| std::env::var_os(name).is_none());
-        if unset {
-            arg.hide_env_values(true)
-        } else {
-            arg
-        }
-    });
-    let subcommands: Vec<String> = command
-        .get_subcommands()
-        .map(|c| c.get_name().to_owned())
-        .collect();
-    subcommands.into_iter().fold(command, |command, name| {
-        command.mut_subcommand(name, without_unset_values)
-    })
+    command
+        .mut_args(|arg| {
+            let unset = arg
+                .get_env()
+                .is_some_and(|name| std::env::var_os(name).is_none());
+            if unset {
+                arg.hide_env_values(true)
+            } else {
+                arg
+            }
+        })
+        .mut_subcommands(without_unset_values)
 }
 
 /// Help and version go out as clap writes them; a usage error becomes one

@@ -1,10 +1,11 @@
 //! The runtime the commands run on, and the signals that end them.
 
+use std::future::Future;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::exit::EXIT_FAILED;
+use crate::exit::{Outcome, EXIT_FAILED};
 
 /// From a SIGINT/SIGTERM to the end of the process, in every state.
 pub(crate) const SHUTDOWN_LIMIT: Duration = Duration::from_secs(10);
@@ -20,21 +21,28 @@ pub(crate) fn runtime() -> tokio::runtime::Runtime {
         .expect("a tokio runtime")
 }
 
-/// A token cancelled by the first SIGINT or SIGTERM. The handlers are
-/// installed here, before any start-up step, so that a signal during
-/// start-up is neither lost nor fatal. The same signal arms a watchdog that
-/// ends the process [`SHUTDOWN_LIMIT`] after it, whatever is still running:
-/// nothing un-ACKed is lost by that (its lease runs out), and a service
-/// manager's own kill timer is never the one that fires.
-pub(crate) fn shutdown_on_signal(runtime: &tokio::runtime::Runtime) -> CancellationToken {
-    stop_on_signal(
-        runtime,
+/// Runs `command` with a token cancelled by the first SIGINT or SIGTERM,
+/// then gives what still runs a second to end. The handlers are installed
+/// before `command` starts, before any start-up step, so that a signal
+/// during start-up is neither lost nor fatal. The same signal arms a
+/// watchdog that ends the process [`SHUTDOWN_LIMIT`] after it, whatever is
+/// still running: nothing un-ACKed is lost by that (its lease runs out),
+/// and a service manager's own kill timer is never the one that fires.
+pub(crate) fn until_shutdown<F: Future<Output = Outcome>>(
+    command: impl FnOnce(CancellationToken) -> F,
+) -> Outcome {
+    let runtime = runtime();
+    let shutdown = stop_on_signal(
+        &runtime,
         "shutdown requested: no new deliveries, cancelling in-flight handlers",
-    )
+    );
+    let outcome = runtime.block_on(command(shutdown));
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    outcome
 }
 
-/// [`shutdown_on_signal`] for a command that is not a consumer: the
-/// signal is logged as `notice` says.
+/// A token cancelled by the first SIGINT or SIGTERM, as in
+/// [`until_shutdown`]; the signal is logged as `notice` says.
 pub(crate) fn stop_on_signal(
     runtime: &tokio::runtime::Runtime,
     notice: &'static str,

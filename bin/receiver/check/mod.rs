@@ -36,40 +36,15 @@ pub const NATS_CHECKS: [&str; 2] = ["nats", "consumer"];
 /// failed)`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finding {
-    /// The check: `database`, `schema`, `privileges`, `orbit`, `token`,
-    /// `scopes` or `subscription`.
-    pub check: &'static str,
-    /// What it found.
-    pub verdict: Verdict,
-}
-
-/// What one check found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
-    /// It passed.
-    Passed,
-    /// It failed, for this reason.
-    Failed(String),
-    /// It was not run because the named check before it failed.
-    NotRun(&'static str),
-}
-
-impl Finding {
     /// Whether the check passed.
-    pub fn ok(&self) -> bool {
-        self.verdict == Verdict::Passed
-    }
+    pub ok: bool,
+    /// The line printed for it.
+    line: String,
 }
 
 impl fmt::Display for Finding {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.verdict {
-            Verdict::Passed => write!(f, "check={} ok", self.check),
-            Verdict::Failed(why) => write!(f, "check={} FAIL {why}", self.check),
-            Verdict::NotRun(failed) => {
-                write!(f, "check={} not run (check {failed} failed)", self.check)
-            }
-        }
+        f.write_str(&self.line)
     }
 }
 
@@ -87,13 +62,16 @@ pub fn findings(checks: &[&'static str], outcome: &Result<(), Problem>) -> Vec<F
     checks
         .iter()
         .enumerate()
-        .map(|(i, &check)| Finding {
-            check,
-            verdict: match (i.cmp(&failed_at), outcome) {
-                (std::cmp::Ordering::Less, _) | (_, Ok(())) => Verdict::Passed,
-                (std::cmp::Ordering::Equal, Err(p)) => Verdict::Failed(p.to_string()),
-                (std::cmp::Ordering::Greater, Err(_)) => Verdict::NotRun(checks[failed_at]),
-            },
+        .map(|(i, check)| {
+            let verdict = match outcome {
+                Err(p) if i == failed_at => format!("FAIL {p}"),
+                Err(_) if i > failed_at => format!("not run (check {} failed)", checks[failed_at]),
+                _ => "ok".to_owned(),
+            };
+            Finding {
+                ok: i < failed_at,
+                line: format!("check={check} {verdict}"),
+            }
         })
         .collect()
 }

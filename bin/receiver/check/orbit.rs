@@ -14,10 +14,8 @@ pub async fn orbit_access(client: &OrbitClient, scopes: &[Scope]) -> Result<(), 
     client.health().await.map_err(orbit_problem)?;
     let mut missing = Vec::new();
     for &scope in scopes {
-        match client.has_scope(scope).await {
-            Ok(true) => {}
-            Ok(false) => missing.push(scope),
-            Err(e) => return Err(orbit_problem(e)),
+        if !client.has_scope(scope).await.map_err(orbit_problem)? {
+            missing.push(scope);
         }
     }
     if missing.is_empty() {

@@ -1,6 +1,7 @@
 //! Why a check failed, and whether waiting can mend it.
 
 use result_inbox::db::DbError;
+use result_inbox::nats::NatsError;
 use result_inbox::orbit::{OrbitError, Scope};
 
 /// Why a check failed.
@@ -60,7 +61,7 @@ pub enum Problem {
     /// NATS cannot be reached or refused the login, or the stream or its
     /// durable consumer cannot be consumed for the queue.
     #[error("{0}")]
-    Nats(result_inbox::nats::NatsError),
+    Nats(NatsError),
 }
 
 impl Problem {
@@ -85,12 +86,12 @@ impl Problem {
             Problem::Token(_) => "token",
             Problem::MissingScopes(_) => "scopes",
             Problem::Subscription(_) => "subscription",
-            Problem::Nats(e) => match e {
-                result_inbox::nats::NatsError::Unreachable { .. }
-                | result_inbox::nats::NatsError::Refused { .. }
-                | result_inbox::nats::NatsError::CredsFile { .. } => "nats",
-                _ => "consumer",
-            },
+            Problem::Nats(
+                NatsError::Unreachable { .. }
+                | NatsError::Refused { .. }
+                | NatsError::CredsFile { .. },
+            ) => "nats",
+            Problem::Nats(_) => "consumer",
         }
     }
 

@@ -3,23 +3,62 @@
 //! and the subscription when one is given) or, with `--source nats`, NATS
 //! and the durable consumer, as `consume` checks them before it leases.
 
+use std::future::Future;
+
+use clap::Args;
+
 use result_inbox::db::Dsn;
 use result_inbox::inbox::{InboxStore, StoreOptions};
 use result_inbox::nats::JetStreamSource;
 use result_inbox::orbit::Scope;
 use result_inbox::prune::{self, PruneError};
+use result_inbox::scope::InboxScope;
 
 use super::{orbit_client, NATS_CALL_TIMEOUT};
-use crate::args::{required_subscription, NatsArgs, Receiver};
+use crate::args::{required_subscription, NatsArgs, Receiver, SourceKind};
 use crate::check::{self, findings, Finding, Problem, DATABASE_CHECKS, NATS_CHECKS, ORBIT_CHECKS};
 use crate::exit::{config, passed, Outcome};
 use crate::runtime::runtime;
 
-pub(crate) fn run_check(
+/// What `check` is given.
+#[derive(Args)]
+pub(crate) struct CheckArgs {
+    #[command(flatten)]
     receiver: Receiver,
+    /// What `consume` would consume: `orbit` or `nats`.
+    #[arg(long, env = "RECEIVER_SOURCE", value_enum, default_value_t = SourceKind::Orbit)]
+    source: SourceKind,
+    #[command(flatten)]
+    nats: NatsArgs,
+    /// The subscription `consume` would consume (required without --demo,
+    /// checked when given with it).
+    #[arg(long, env = "ORBIT_SUBSCRIPTION_ID")]
     subscription_id: Option<String>,
+    /// Check the scopes `demo` needs (all five) instead of those of
+    /// `consume`; no subscription needed.
+    #[arg(long)]
     demo: bool,
-) -> Outcome {
+    /// Check the prune account instead (RECEIVER_PRUNE_DSN): reachable,
+    /// the three tables, and the grants `prune` needs; nothing of
+    /// Orbit or NATS.
+    #[arg(long)]
+    prune: bool,
+    /// The prune account's URL (only with --prune).
+    #[arg(long, env = "RECEIVER_PRUNE_DSN", hide_env_values = true)]
+    prune_dsn: Option<String>,
+}
+
+pub(crate) fn run_check(args: CheckArgs) -> Outcome {
+    if args.prune {
+        return check_prune(args.prune_dsn);
+    }
+    match args.source {
+        SourceKind::Orbit => check_orbit(args.receiver, args.subscription_id, args.demo),
+        SourceKind::Nats => check_nats(args.receiver, args.nats),
+    }
+}
+
+fn check_orbit(receiver: Receiver, subscription_id: Option<String>, demo: bool) -> Outcome {
     let resolved = receiver.resolve().map_err(config)?;
     // `consume` needs a subscription; `demo` creates its own, and checks
     // one only when it is given.
@@ -33,30 +72,39 @@ pub(crate) fn run_check(
         Some(_) => &ORBIT_CHECKS,
         None => &ORBIT_CHECKS[..3],
     };
-    let all = runtime().block_on(async {
-        let store =
-            InboxStore::connect_lazy(&resolved.dsn, resolved.scope, StoreOptions::default());
-        let mut all = findings(&DATABASE_CHECKS, &check::database(&store).await);
-        let mut outcome = check::orbit_access(&client, scopes).await;
-        if let (Ok(()), Some(id)) = (&outcome, &subscription) {
-            outcome = check::subscription(&client, id, &resolved.orbit.queue_id).await;
+    let queue = &resolved.orbit.queue_id;
+    let orbit = async {
+        check::orbit_access(&client, scopes).await?;
+        match &subscription {
+            Some(id) => check::subscription(&client, id, queue).await,
+            None => Ok(()),
         }
-        all.extend(findings(checks, &outcome));
-        all
-    });
-    print_findings(&all)
+    };
+    database_and(&resolved.dsn, resolved.scope, checks, orbit)
 }
 
-pub(crate) fn run_check_nats(receiver: Receiver, nats: NatsArgs) -> Outcome {
+fn check_nats(receiver: Receiver, nats: NatsArgs) -> Outcome {
     let (dsn, scope, settings) = receiver.resolve_for_nats(nats).map_err(config)?;
-    let all = runtime().block_on(async {
-        let store = InboxStore::connect_lazy(&dsn, scope, StoreOptions::default());
-        let mut all = findings(&DATABASE_CHECKS, &check::database(&store).await);
-        let outcome = JetStreamSource::connect(&settings, NATS_CALL_TIMEOUT)
+    let nats = async {
+        JetStreamSource::connect(&settings, NATS_CALL_TIMEOUT)
             .await
             .map(drop)
-            .map_err(Problem::Nats);
-        all.extend(findings(&NATS_CHECKS, &outcome));
+            .map_err(Problem::Nats)
+    };
+    database_and(&dsn, scope, &NATS_CHECKS, nats)
+}
+
+/// The database checks, then the `checks` that `source` runs.
+fn database_and(
+    dsn: &Dsn,
+    scope: InboxScope,
+    checks: &[&'static str],
+    source: impl Future<Output = Result<(), Problem>>,
+) -> Outcome {
+    let all = runtime().block_on(async {
+        let store = InboxStore::connect_lazy(dsn, scope, StoreOptions::default());
+        let mut all = findings(&DATABASE_CHECKS, &check::database(&store).await);
+        all.extend(findings(checks, &source.await));
         all
     });
     print_findings(&all)
@@ -64,7 +112,7 @@ pub(crate) fn run_check_nats(receiver: Receiver, nats: NatsArgs) -> Outcome {
 
 /// `receiver check --prune`: the prune account reaches the database, the
 /// three tables are there, and it has every grant `prune` needs.
-pub(crate) fn run_check_prune(dsn: Option<String>) -> Outcome {
+fn check_prune(dsn: Option<String>) -> Outcome {
     let dsn = dsn.ok_or_else(|| {
         config("RECEIVER_PRUNE_DSN is not set (or pass --prune-dsn): the prune account's URL")
     })?;
@@ -84,5 +132,5 @@ fn print_findings(findings: &[Finding]) -> Outcome {
     for finding in findings {
         println!("{finding}");
     }
-    passed(findings.iter().all(|f| f.ok()))
+    passed(findings.iter().all(|f| f.ok))
 }

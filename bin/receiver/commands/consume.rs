@@ -16,7 +16,6 @@
 //! the probe of its breaker, until the shutdown token is cancelled.
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::Args;
 use tokio_util::sync::CancellationToken;
@@ -39,7 +38,7 @@ use crate::args::{required_subscription, NatsArgs, Receiver, SourceKind};
 use crate::check::{self, Problem};
 use crate::exit::{config, failed, Outcome};
 use crate::health::metrics_endpoint;
-use crate::runtime::{runtime, shutdown_on_signal};
+use crate::runtime::until_shutdown;
 
 /// What `consume` is given.
 #[derive(Args)]
@@ -79,66 +78,49 @@ pub(crate) struct ConsumeArgs {
 pub(crate) fn run_consume(args: ConsumeArgs) -> Outcome {
     let metrics_addr = args.metrics_addr.clone();
     let settings = consume_config(args).map_err(config)?;
-    let runtime = runtime();
-    let shutdown = shutdown_on_signal(&runtime);
-    let code = runtime.block_on(async {
+    until_shutdown(|shutdown| async move {
         let health = Health::new();
         let endpoint = metrics_endpoint(metrics_addr, &health).await?;
         let outcome = run(settings, health, shutdown).await;
         if let Some(endpoint) = endpoint {
             endpoint.stop();
         }
-        match outcome {
-            Ok(Some(report)) => {
-                tracing::info!(
-                    received = report.received,
-                    acked = report.acked,
-                    failed = report.failed,
-                    terminated = report.terminated,
-                    ack_refused = report.ack_refused,
-                    abandoned = report.abandoned,
-                    released = report.released,
-                    "stopped"
-                );
-                Ok(ExitCode::SUCCESS)
-            }
-            Ok(None) => {
-                tracing::info!("stopped during start-up; nothing was leased");
-                Ok(ExitCode::SUCCESS)
-            }
-            Err(e) => Err(failed(e.is_configuration(), e)),
+        match outcome.map_err(|e| failed(e.is_configuration(), e))? {
+            Some(report) => tracing::info!(
+                received = report.received,
+                acked = report.acked,
+                failed = report.failed,
+                terminated = report.terminated,
+                ack_refused = report.ack_refused,
+                abandoned = report.abandoned,
+                released = report.released,
+                "stopped"
+            ),
+            None => tracing::info!("stopped during start-up; nothing was leased"),
         }
-    });
-    runtime.shutdown_timeout(Duration::from_secs(1));
-    code
+        Ok(ExitCode::SUCCESS)
+    })
 }
 
 fn consume_config(args: ConsumeArgs) -> Result<ConsumeConfig, String> {
-    let ConsumeArgs {
-        receiver,
-        source,
-        subscription_id,
-        nats,
-        prefetch,
-        batch_max,
-        ..
-    } = args;
     let defaults = ConsumerOptions::default();
     let consumer = ConsumerOptions {
         // In batching mode the concurrency counts transactions; the
         // consumer keeps enough deliveries in flight to fill them.
-        concurrency: batch_max.map_or(defaults.concurrency, |n| defaults.concurrency * n),
+        concurrency: args
+            .batch_max
+            .map_or(defaults.concurrency, |n| defaults.concurrency * n),
         shutdown_grace: CONSUME_GRACE,
-        prefetch: prefetch.unwrap_or(match source {
+        prefetch: args.prefetch.unwrap_or(match args.source {
             SourceKind::Orbit => defaults.prefetch,
             SourceKind::Nats => result_inbox::nats::DEFAULT_PREFETCH,
         }),
         ..defaults
     };
-    let (source, dsn, scope) = match source {
+    let (source, dsn, scope) = match args.source {
         SourceKind::Orbit => {
-            let subscription = required_subscription(subscription_id)?;
-            let resolved = receiver.resolve()?;
+            let subscription = required_subscription(args.subscription_id)?;
+            let resolved = args.receiver.resolve()?;
             let source = SourceConfig::Orbit {
                 client: orbit_client(&resolved.orbit)?,
                 subscription,
@@ -146,7 +128,7 @@ fn consume_config(args: ConsumeArgs) -> Result<ConsumeConfig, String> {
             (source, resolved.dsn, resolved.scope)
         }
         SourceKind::Nats => {
-            let (dsn, scope, settings) = receiver.resolve_for_nats(nats)?;
+            let (dsn, scope, settings) = args.receiver.resolve_for_nats(args.nats)?;
             (SourceConfig::Nats { settings }, dsn, scope)
         }
     };
@@ -155,7 +137,7 @@ fn consume_config(args: ConsumeArgs) -> Result<ConsumeConfig, String> {
         dsn,
         scope,
         consumer,
-        batch_max,
+        batch_max: args.batch_max,
     })
 }
 
@@ -241,8 +223,7 @@ async fn run(
                 _ = shutdown.cancelled() => return Ok(None),
                 started = orbit(client.clone(), &config.scope.queue_id, subscription, &config.consumer) => started?,
             };
-            let consumer = Consumer::new(started, config.consumer.clone());
-            serve(consumer, store, health, &config, shutdown).await
+            serve(started, store, health, &config, shutdown).await
         }
         SourceConfig::Nats { settings } => {
             let connect = until_answered(
@@ -257,15 +238,14 @@ async fn run(
                 source = connect => source.map_err(|e| ConsumeError::Consumer(e.into()))?,
             };
             info!(url = %settings.shown_url(), stream = source.stream(), consumer = source.consumer(), subject = %settings.subject, "stream and durable consumer checked");
-            let consumer = Consumer::new(source, config.consumer.clone());
-            serve(consumer, store, health, &config, shutdown).await
+            serve(source, store, health, &config, shutdown).await
         }
     }
 }
 
-/// The inbox over the task view, fed by `consumer` until shutdown.
+/// The inbox over the task view, fed by `source` until shutdown.
 async fn serve<Src: Source>(
-    consumer: Consumer<Src>,
+    source: Src,
     store: InboxStore,
     health: Health,
     config: &ConsumeConfig,
@@ -281,7 +261,7 @@ async fn serve<Src: Source>(
     }
     let service = ServiceBuilder::new().layer(inbox).service(TaskView::new());
     info!(receiver = %config.scope.receiver, queue = %config.scope.queue_id, batch_max = config.batch_max.unwrap_or(1), "consuming");
-    let report = consumer
+    let report = Consumer::new(source, config.consumer.clone())
         .with_probe(store)
         .with_health(health)
         .run(service, shutdown.cancelled_owned())

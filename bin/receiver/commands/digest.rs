@@ -2,11 +2,10 @@
 
 use std::io::Read;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use result_inbox::digest::{self, MAX_EVENT_BYTES};
 
-use crate::exit::{config, fail, Outcome, EXIT_REJECTED};
+use crate::exit::{config, fail, printed, Outcome, EXIT_REJECTED};
 
 pub(crate) fn run_digest(file: Option<PathBuf>) -> Outcome {
     let source = file.filter(|p| p.as_os_str() != "-");
@@ -23,23 +22,17 @@ pub(crate) fn run_digest(file: Option<PathBuf>) -> Outcome {
     // Read one byte past the limit, never more: an oversized document is
     // reported as too large without being held in memory.
     let mut input = Vec::new();
-    if let Err(e) = reader
+    reader
         .take(MAX_EVENT_BYTES as u64 + 1)
         .read_to_end(&mut input)
-    {
-        return Err(config(format!("cannot read {input_name}: {e}")));
-    }
+        .map_err(|e| config(format!("cannot read {input_name}: {e}")))?;
     if input.len() > MAX_EVENT_BYTES {
         return Err(fail(
             EXIT_REJECTED,
             format!("invalid document: larger than {MAX_EVENT_BYTES} bytes (512 KiB)"),
         ));
     }
-    match digest::digest(&input) {
-        Ok(d) => {
-            println!("sha256={d}");
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(e) => Err(fail(EXIT_REJECTED, format!("invalid document: {e}"))),
-    }
+    let d = digest::digest(&input)
+        .map_err(|e| fail(EXIT_REJECTED, format!("invalid document: {e}")))?;
+    printed(format!("sha256={d}"))
 }

@@ -1,11 +1,9 @@
 //! `receiver init`: the receiver's two tables, created once.
 
-use std::process::ExitCode;
-
 use result_inbox::db::schema;
 
 use crate::args::required_dsn;
-use crate::exit::{config, failed, Outcome};
+use crate::exit::{config, failed, printed, Outcome};
 use crate::runtime::runtime;
 
 pub(crate) fn run_init(dsn: Option<String>, keep_existing: bool) -> Outcome {
@@ -15,25 +13,19 @@ pub(crate) fn run_init(dsn: Option<String>, keep_existing: bool) -> Outcome {
     } else {
         schema::Existing::Refuse
     };
-    match runtime().block_on(schema::init_with(&dsn, existing)) {
-        Ok(report) => {
-            println!(
-                "receiver_schema_initialized=true foreign_keys={}",
-                report.foreign_keys
-            );
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(e) => {
+    let report = runtime()
+        .block_on(schema::init_with(&dsn, existing))
+        .map_err(|e| {
             let hint = match e {
                 schema::InitError::TablesExist { .. } => {
                     " (`receiver init --keep-existing` accepts tables that have every column of schema.sql)"
                 }
                 _ => "",
             };
-            Err(failed(
-                e.is_configuration(),
-                format!("init on {dsn}: {e}{hint}"),
-            ))
-        }
-    }
+            failed(e.is_configuration(), format!("init on {dsn}: {e}{hint}"))
+        })?;
+    printed(format!(
+        "receiver_schema_initialized=true foreign_keys={}",
+        report.foreign_keys
+    ))
 }

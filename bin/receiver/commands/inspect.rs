@@ -1,13 +1,11 @@
 //! `receiver inspect event|task`: what is stored about one event or task,
 //! one line per row; never a result unless `--show-canonical`.
 
-use std::process::ExitCode;
-
 use result_inbox::event::{EventId, TaskId};
 use result_inbox::inspect::{self, InboxRow, ViewRow};
 
 use crate::args::{required_dsn, DatabaseArgs};
-use crate::exit::{config, database_failure, fail, Outcome, EXIT_FAILED};
+use crate::exit::{config, database_failure, fail, printed, Outcome, EXIT_FAILED};
 use crate::runtime::runtime;
 use crate::InspectWhat;
 
@@ -46,10 +44,7 @@ pub(crate) fn run_inspect(database: DatabaseArgs, what: InspectWhat) -> Outcome 
             views.chain(events).collect()
         }
     };
-    for line in lines {
-        println!("{line}");
-    }
-    Ok(ExitCode::SUCCESS)
+    printed(lines.join("\n"))
 }
 
 /// The row as one line, and the canonical text (which holds the result)

@@ -40,8 +40,14 @@ fn orbit_client(orbit: &OrbitSettings) -> Result<OrbitClient, String> {
     .map_err(|e| format!("ORBIT_URL: {e}"))
 }
 
-/// A progress bar on stderr, drawn only on a terminal.
-fn progress_bar(template: &str) -> indicatif::ProgressBar {
-    indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr())
-        .with_style(indicatif::ProgressStyle::with_template(template).expect("a valid template"))
+/// A progress bar on stderr, drawn only on a terminal: what `verify` and
+/// `prune` report to as they go.
+struct Progress(indicatif::ProgressBar);
+
+impl Progress {
+    fn new(template: &str) -> Self {
+        let style = indicatif::ProgressStyle::with_template(template).expect("a valid template");
+        let stderr = indicatif::ProgressDrawTarget::stderr();
+        Self(indicatif::ProgressBar::with_draw_target(None, stderr).with_style(style))
+    }
 }

@@ -5,7 +5,6 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
@@ -15,9 +14,9 @@ use result_inbox::event::QueueId;
 use result_inbox::prune::{self, Archive, Plan, PruneError, PrunedRow};
 use result_inbox::scope::{InboxScope, ReceiverName};
 
-use super::progress_bar;
+use super::Progress;
 use crate::args::{parse_duration, OrbitArgs};
-use crate::exit::{config, database_failure, fail, failed, Failed, Outcome, EXIT_FAILED};
+use crate::exit::{config, database_failure, fail, failed, printed, Failed, Outcome, EXIT_FAILED};
 use crate::runtime::{runtime, stop_on_signal};
 
 #[derive(Args)]
@@ -81,25 +80,19 @@ pub(crate) fn run_prune(args: PruneArgs) -> Outcome {
         let counted = runtime
             .block_on(prune::count(&dsn, &plan))
             .map_err(failure)?;
+        let fields = [
+            ("dry_run", serde_json::Value::from(true)),
+            ("past_window", counted.rows.into()),
+            ("past_window_bytes", counted.bytes.into()),
+            ("kept_latest", counted.latest.into()),
+            ("would_delete", counted.prunable().into()),
+        ];
         if args.json {
-            let line = serde_json::json!({
-                "dry_run": true,
-                "past_window": counted.rows,
-                "past_window_bytes": counted.bytes,
-                "kept_latest": counted.latest,
-                "would_delete": counted.prunable(),
-            });
-            println!("{line}");
-        } else {
-            println!(
-                "prune dry_run=true past_window={} past_window_bytes={} kept_latest={} would_delete={}",
-                counted.rows,
-                counted.bytes,
-                counted.latest,
-                counted.prunable()
-            );
+            let object = fields.map(|(key, value)| (key.to_owned(), value));
+            return printed(serde_json::Value::Object(object.into_iter().collect()));
         }
-        return Ok(ExitCode::SUCCESS);
+        let pairs: Vec<String> = fields.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        return printed(format!("prune {}", pairs.join(" ")));
     }
     let mut archive: Box<dyn Archive> = match &args.archive {
         Some(path) => Box::new(FileArchive::open(path).map_err(|e| {
@@ -114,9 +107,8 @@ pub(crate) fn run_prune(args: PruneArgs) -> Outcome {
         &runtime,
         "stop requested: prune ends after the batch under way",
     );
-    let mut progress = Progress {
-        bar: progress_bar("{bar:40} {pos}/{len} rows past the window, {msg} {per_sec} {eta}"),
-    };
+    let mut progress =
+        Progress::new("{bar:40} {pos}/{len} rows past the window, {msg} {per_sec} {eta}");
     let outcome = runtime.block_on(prune::run(
         &dsn,
         &plan,
@@ -124,15 +116,12 @@ pub(crate) fn run_prune(args: PruneArgs) -> Outcome {
         &mut progress,
         &stop,
     ));
-    progress.bar.finish_and_clear();
+    progress.0.finish_and_clear();
     let summary = outcome.map_err(failure)?;
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string(&summary).expect("a summary serializes")
-        );
+        printed(serde_json::to_string(&summary).expect("a summary serializes"))
     } else {
-        println!(
+        printed(format!(
             "prune deleted={} deleted_bytes={} kept_latest={} kept_unreadable={} batches={} retries={} elapsed_s={:.3} stopped={}",
             summary.deleted,
             summary.deleted_bytes,
@@ -142,9 +131,8 @@ pub(crate) fn run_prune(args: PruneArgs) -> Outcome {
             summary.retries,
             summary.elapsed.as_secs_f64(),
             summary.stopped
-        );
+        ))
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 impl PruneArgs {
@@ -180,22 +168,17 @@ fn failure(e: PruneError) -> Failed {
     }
 }
 
-/// The progress bar on stderr, drawn only on a terminal.
-struct Progress {
-    bar: indicatif::ProgressBar,
-}
-
 impl prune::Report for Progress {
     fn wants_total(&self) -> bool {
-        !self.bar.is_hidden()
+        !self.0.is_hidden()
     }
 
     fn total(&mut self, rows: u64) {
-        self.bar.set_length(rows);
+        self.0.set_length(rows);
     }
 
     fn advance(&mut self, examined: u64, _deleted: u64) {
-        self.bar.inc(examined);
+        self.0.inc(examined);
     }
 }
 

@@ -1,34 +1,36 @@
 //! `receiver stats`: sizes and growth of both tables.
 
-use std::process::ExitCode;
+use clap::Args;
 
 use result_inbox::stats::{self, Stats};
 
-use crate::args::{required_dsn, DatabaseArgs};
-use crate::exit::{config, database_failure, Outcome};
+use crate::args::{parse_duration, required_dsn, DatabaseArgs};
+use crate::exit::{config, database_failure, printed, Outcome};
 use crate::runtime::runtime;
 
-pub(crate) fn run_stats(
+/// What `stats` is given.
+#[derive(Args)]
+pub(crate) struct StatsArgs {
+    #[command(flatten)]
     database: DatabaseArgs,
+    /// Also count the rows received longer ago than this (30d, 36h):
+    /// what `prune --older-than` of that window would look at.
+    #[arg(long, value_parser = parse_duration)]
     older_than: Option<std::time::Duration>,
+    /// One JSON object instead of key=value lines.
+    #[arg(long)]
     json: bool,
-) -> Outcome {
-    let dsn = required_dsn(database.dsn).map_err(config)?;
-    match runtime().block_on(stats::run_with(&dsn, older_than)) {
-        Ok(stats) if json => {
-            println!(
-                "{}",
-                serde_json::to_string(&stats).expect("stats serialize")
-            );
-            Ok(ExitCode::SUCCESS)
-        }
-        Ok(stats) => {
-            for line in lines(&stats) {
-                println!("{line}");
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(e) => Err(database_failure("stats", e)),
+}
+
+pub(crate) fn run_stats(args: StatsArgs) -> Outcome {
+    let dsn = required_dsn(args.database.dsn).map_err(config)?;
+    let stats = runtime()
+        .block_on(stats::run_with(&dsn, args.older_than))
+        .map_err(|e| database_failure("stats", e))?;
+    if args.json {
+        printed(serde_json::to_string(&stats).expect("stats serialize"))
+    } else {
+        printed(lines(&stats).join("\n"))
     }
 }
 

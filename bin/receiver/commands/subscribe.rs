@@ -3,7 +3,6 @@
 //! with `--source nats`, the durable pull consumer of the queue's subject
 //! (and, when asked, its stream).
 
-use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
@@ -15,27 +14,39 @@ use result_inbox::nats::{ConsumerSpec, NatsError, NatsSettings, Provisioned};
 use result_inbox::orbit::{OrbitClient, OrbitError};
 
 use super::{orbit_client, NATS_CALL_TIMEOUT};
-use crate::args::{NatsArgs, OrbitArgs};
+use crate::args::{NatsArgs, OrbitArgs, SourceKind};
 use crate::check::Problem;
-use crate::exit::{config, failed, Outcome};
+use crate::exit::{config, failed, printed, Outcome};
 use crate::runtime::runtime;
 
-/// The durable pull consumer `subscribe --source nats` creates when there
-/// is none.
+/// What `subscribe` is given; the last three shape the durable pull
+/// consumer `subscribe --source nats` creates when there is none.
 #[derive(Args)]
-pub(crate) struct NatsConsumerArgs {
+pub(crate) struct SubscribeArgs {
+    #[command(flatten)]
+    orbit: OrbitArgs,
+    /// Comma-separated event types, e.g. task.cancelled,task.succeeded.
+    /// Default: all five (task.submitted, task.succeeded, task.failed,
+    /// task.cancelled, task.needs_review). Only for --source orbit.
+    #[arg(long)]
+    events: Option<String>,
+    /// Where `consume` takes its deliveries from: `orbit` or `nats`.
+    #[arg(long, env = "RECEIVER_SOURCE", value_enum, default_value_t = SourceKind::Orbit)]
+    source: SourceKind,
+    #[command(flatten)]
+    nats: NatsArgs,
     /// AckWait in seconds: how long one delivery is leased; longer than the
     /// inbox's 5 s transaction budget. [default: 30]
     #[arg(long, value_name = "SECONDS")]
-    pub(crate) ack_wait: Option<u64>,
+    ack_wait: Option<u64>,
     /// MaxDeliver: how often a message is delivered at most (its retry
     /// budget). [default: 10]
     #[arg(long, value_parser = at_least_one)]
-    pub(crate) max_deliver: Option<i64>,
+    max_deliver: Option<i64>,
     /// Create NATS_STREAM (file storage, on the queue's subject) when it
     /// does not exist.
     #[arg(long)]
-    pub(crate) create_stream: bool,
+    create_stream: bool,
 }
 
 fn at_least_one(value: &str) -> Result<i64, String> {
@@ -45,7 +56,14 @@ fn at_least_one(value: &str) -> Result<i64, String> {
     }
 }
 
-pub(crate) fn run_subscribe(orbit: OrbitArgs, events: Option<String>) -> Outcome {
+pub(crate) fn run_subscribe(args: SubscribeArgs) -> Outcome {
+    match args.source {
+        SourceKind::Orbit => subscribe_orbit(args.orbit, args.events),
+        SourceKind::Nats => subscribe_nats(args),
+    }
+}
+
+fn subscribe_orbit(orbit: OrbitArgs, events: Option<String>) -> Outcome {
     let types = match events.as_deref().map(event_types) {
         None => EventType::ALL.to_vec(),
         Some(Ok(types)) => types,
@@ -53,74 +71,59 @@ pub(crate) fn run_subscribe(orbit: OrbitArgs, events: Option<String>) -> Outcome
     };
     let orbit = orbit.resolve().map_err(config)?;
     let client = orbit_client(&orbit).map_err(config)?;
-    match runtime().block_on(create_subscription(&client, &orbit.queue_id, &types)) {
-        Ok(id) => {
-            println!("subscription={id}");
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(e) => Err(failed(e.is_configuration(), e)),
-    }
+    let id = runtime()
+        .block_on(create_subscription(&client, &orbit.queue_id, &types))
+        .map_err(|e| failed(e.is_configuration(), e))?;
+    printed(format!("subscription={id}"))
 }
 
-pub(crate) fn run_subscribe_nats(
-    orbit: OrbitArgs,
-    events: Option<String>,
-    nats: NatsArgs,
-    consumer: NatsConsumerArgs,
-) -> Outcome {
-    if events.is_some() {
+fn subscribe_nats(args: SubscribeArgs) -> Outcome {
+    if args.events.is_some() {
         return Err(config(
             "--events is only for --source orbit: a JetStream consumer takes every event on the queue's subject",
         ));
     }
-    let queue_id = orbit.queue_id().map_err(config)?;
-    let settings = nats.settings(queue_id).map_err(config)?;
+    let queue_id = args.orbit.queue_id().map_err(config)?;
+    let settings = args.nats.settings(queue_id).map_err(config)?;
     let defaults = ConsumerSpec::default();
     let spec = ConsumerSpec {
-        ack_wait: consumer
-            .ack_wait
-            .map_or(defaults.ack_wait, Duration::from_secs),
-        max_deliver: consumer.max_deliver.unwrap_or(defaults.max_deliver),
-        create_stream: consumer.create_stream,
+        ack_wait: args.ack_wait.map_or(defaults.ack_wait, Duration::from_secs),
+        max_deliver: args.max_deliver.unwrap_or(defaults.max_deliver),
+        create_stream: args.create_stream,
     };
+    let done = runtime()
+        .block_on(provision_consumer(&settings, NATS_CALL_TIMEOUT, &spec))
+        .map_err(|e| failed(e.is_configuration(), e))?;
     // Only what was asked for can be at odds with an existing consumer.
-    let asked_otherwise = |done: &Provisioned| {
-        consumer
-            .ack_wait
-            .is_some_and(|_| done.ack_wait != spec.ack_wait)
-            || consumer.max_deliver.is_some_and(|n| done.max_deliver != n)
-    };
-    match runtime().block_on(provision_consumer(&settings, NATS_CALL_TIMEOUT, &spec)) {
-        Ok(done) => {
-            if !done.consumer_created && asked_otherwise(&done) {
-                tracing::warn!(
-                    ack_wait_s = done.ack_wait.as_secs(),
-                    max_deliver = done.max_deliver,
-                    "the consumer exists with its own AckWait and MaxDeliver, left as they are: --ack-wait and --max-deliver only shape a consumer this command creates"
-                );
-            }
-            if done.stream_created {
-                println!(
-                    "stream={} created subject={}",
-                    settings.stream, settings.subject
-                );
-            }
-            println!(
-                "consumer={} stream={} {} ack_wait_s={} max_deliver={}",
-                settings.consumer,
-                settings.stream,
-                if done.consumer_created {
-                    "created"
-                } else {
-                    "existing"
-                },
-                done.ack_wait.as_secs(),
-                done.max_deliver
-            );
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(e) => Err(failed(e.is_configuration(), e)),
+    let asked_otherwise = args
+        .ack_wait
+        .is_some_and(|_| done.ack_wait != spec.ack_wait)
+        || args.max_deliver.is_some_and(|n| done.max_deliver != n);
+    if !done.consumer_created && asked_otherwise {
+        tracing::warn!(
+            ack_wait_s = done.ack_wait.as_secs(),
+            max_deliver = done.max_deliver,
+            "the consumer exists with its own AckWait and MaxDeliver, left as they are: --ack-wait and --max-deliver only shape a consumer this command creates"
+        );
     }
+    if done.stream_created {
+        println!(
+            "stream={} created subject={}",
+            settings.stream, settings.subject
+        );
+    }
+    let created = if done.consumer_created {
+        "created"
+    } else {
+        "existing"
+    };
+    printed(format!(
+        "consumer={} stream={} {created} ack_wait_s={} max_deliver={}",
+        settings.consumer,
+        settings.stream,
+        done.ack_wait.as_secs(),
+        done.max_deliver
+    ))
 }
 
 /// Why no usable subscription came out of it.

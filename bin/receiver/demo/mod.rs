@@ -48,10 +48,8 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// grants) and the token's scopes.
 pub async fn run(client: OrbitClient, store: InboxStore) -> Result<DemoReport, DemoFailure> {
     let mut kept = Kept::default();
-    match run_steps(client, store, &mut kept).await {
-        Ok(report) => Ok(report),
-        Err(error) => Err(DemoFailure { error, kept }),
-    }
+    let outcome = run_steps(client, store, &mut kept).await;
+    outcome.map_err(|error| DemoFailure { error, kept })
 }
 
 async fn run_steps(

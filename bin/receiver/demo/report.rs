@@ -76,8 +76,7 @@ pub enum DemoError {
 }
 
 /// A failed demo: why, and what it had created (kept for inspection).
-#[derive(Debug, thiserror::Error)]
-#[error("{error}")]
+#[derive(Debug)]
 pub struct DemoFailure {
     /// Why it failed.
     pub error: DemoError,
