@@ -16,6 +16,8 @@
 
 use std::fmt;
 
+use crate::ids::text_type;
+
 /// The platform's id of one delivery (one event for one subscription).
 ///
 /// Attempts of the same delivery share the id; each attempt has its own
@@ -28,24 +30,9 @@ impl DeliveryId {
     pub fn new(id: impl Into<String>) -> Self {
         Self(id.into())
     }
-
-    /// The id as text.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
 }
 
-impl fmt::Display for DeliveryId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl fmt::Debug for DeliveryId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "DeliveryId({})", self.0)
-    }
-}
+text_type!(DeliveryId, "The id as text.");
 
 /// One attempt at delivering one event, with a body of type `B`.
 #[derive(Clone)]

@@ -113,15 +113,11 @@ impl TaskState {
 
     /// Reads a wire name.
     pub fn parse(s: &str) -> Option<Self> {
-        [
-            TaskState::Pending,
-            TaskState::Succeeded,
-            TaskState::Failed,
-            TaskState::Cancelled,
-            TaskState::NeedsReview,
-        ]
-        .into_iter()
-        .find(|t| t.as_str() == s)
+        // Each state is the state of exactly one event type.
+        EventType::ALL
+            .map(EventType::state)
+            .into_iter()
+            .find(|t| t.as_str() == s)
     }
 
     /// Whether an event in this state may carry a result. A pending or
@@ -206,12 +202,14 @@ impl fmt::Debug for TaskSnapshot {
             .field("id", &self.id)
             .field("version", &self.version)
             .field("state", &self.state)
-            .field(
-                "result",
-                &self.result.as_ref().map(|r| format!("<{} bytes>", r.len())),
-            )
+            .field("result", &result_size(self.result.as_deref()))
             .finish()
     }
+}
+
+/// A result as Debug output shows it: its size, never its text.
+pub(crate) fn result_size(result: Option<&str>) -> Option<String> {
+    result.map(|r| format!("<{} bytes>", r.len()))
 }
 
 /// A validated Orbit event together with its frozen canonical form.

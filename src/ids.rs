@@ -3,7 +3,32 @@
 //! Each kind of id is its own type, so that a task id cannot be passed where
 //! an event id belongs.
 
-use std::fmt;
+/// For a newtype over one `String`: `as_str` (with the doc `$as_str`),
+/// `Display` as the bare text and `Debug` as `Name(text)`. Ids and names are
+/// not secret, and say what they are.
+macro_rules! text_type {
+    ($name:ident, $as_str:literal) => {
+        impl $name {
+            #[doc = $as_str]
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl std::fmt::Debug for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "{}({})", stringify!($name), self.0)
+            }
+        }
+    };
+}
+pub(crate) use text_type;
 
 macro_rules! hex_id {
     ($(#[$doc:meta])* $name:ident) => {
@@ -18,24 +43,9 @@ macro_rules! hex_id {
             pub fn parse(s: &str) -> Option<Self> {
                 is_hex_id(s).then(|| Self(s.to_owned()))
             }
-
-            /// The id as text.
-            pub fn as_str(&self) -> &str {
-                &self.0
-            }
         }
 
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(&self.0)
-            }
-        }
-
-        impl fmt::Debug for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                write!(f, "{}({})", stringify!($name), self.0)
-            }
-        }
+        text_type!($name, "The id as text.");
 
         impl std::str::FromStr for $name {
             type Err = InvalidId;

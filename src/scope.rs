@@ -5,9 +5,7 @@
 //! same name and queue; choosing a fresh name per start would turn every
 //! redelivery into a first receipt.
 
-use std::fmt;
-
-use crate::event::QueueId;
+use crate::ids::{text_type, QueueId};
 
 /// The name a receiver is known by, e.g. `task-result-view`.
 ///
@@ -34,28 +32,13 @@ impl ReceiverName {
             Err(InvalidReceiverName)
         }
     }
-
-    /// The name as text.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
 }
+
+text_type!(ReceiverName, "The name as text.");
 
 impl Default for ReceiverName {
     fn default() -> Self {
         Self(Self::DEFAULT.to_owned())
-    }
-}
-
-impl fmt::Display for ReceiverName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl fmt::Debug for ReceiverName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "ReceiverName({})", self.0)
     }
 }
 

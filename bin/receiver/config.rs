@@ -99,12 +99,7 @@ impl OrbitArgs {
             .or_else(|| file.as_ref().map(|f| f.token.clone()))
             .ok_or(ConfigError::Missing("ORBIT_TOKEN"))?;
         let queue_id = match self.queue_id {
-            Some(q) => QueueId::parse(&q).ok_or_else(|| {
-                ConfigError::invalid(
-                    "ORBIT_QUEUE_ID",
-                    "must be 32 lowercase hexadecimal characters",
-                )
-            })?,
+            Some(q) => parse_queue_id(&q)?,
             None => file
                 .as_ref()
                 .map(|f| f.queue_id.clone())
@@ -148,12 +143,7 @@ impl NatsArgs {
             variable: "ORBIT_QUEUE_ID",
             what: "the queue whose events the stream carries (32 hex)",
         })?;
-        let queue_id = QueueId::parse(&queue_id).ok_or_else(|| {
-            ConfigError::invalid(
-                "ORBIT_QUEUE_ID",
-                "must be 32 lowercase hexadecimal characters",
-            )
-        })?;
+        let queue_id = parse_queue_id(&queue_id)?;
         let subject = self
             .nats_subject
             .unwrap_or_else(|| NatsSettings::default_subject(&queue_id));
@@ -195,6 +185,16 @@ impl NatsArgs {
             require_tls: self.nats_require_tls,
         })
     }
+}
+
+/// `ORBIT_QUEUE_ID`'s value as a queue id.
+fn parse_queue_id(value: &str) -> Result<QueueId, ConfigError> {
+    QueueId::parse(value).ok_or_else(|| {
+        ConfigError::invalid(
+            "ORBIT_QUEUE_ID",
+            "must be 32 lowercase hexadecimal characters",
+        )
+    })
 }
 
 /// A stream or consumer name: JetStream refuses names with `.`, `*`, `>`,

@@ -19,7 +19,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::net::TcpListener;
-use tokio::task::JoinHandle;
+use tokio::task::{JoinHandle, JoinSet};
 
 use result_inbox::consumer::Health;
 use result_inbox::telemetry;
@@ -82,18 +82,17 @@ impl Endpoint {
 
 async fn serve(listener: TcpListener, metrics: PrometheusHandle, health: Health) {
     // Histograms are folded into their buckets by the upkeep, which the
-    // exporter leaves to whoever serves it.
-    let upkeep = {
-        let metrics = metrics.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(5));
-            loop {
-                tick.tick().await;
-                metrics.run_upkeep();
-            }
-        })
-    };
-    let _upkeep = AbortOnDrop(upkeep);
+    // exporter leaves to whoever serves it. A JoinSet aborts its tasks when
+    // dropped: the upkeep ends with this task.
+    let mut upkeep = JoinSet::new();
+    let handle = metrics.clone();
+    upkeep.spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(5));
+        loop {
+            tick.tick().await;
+            handle.run_upkeep();
+        }
+    });
     loop {
         let Ok((stream, _peer)) = listener.accept().await else {
             continue;
@@ -115,21 +114,13 @@ async fn serve(listener: TcpListener, metrics: PrometheusHandle, health: Health)
     }
 }
 
-struct AbortOnDrop(JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 fn answer(
     request: &Request<Incoming>,
     metrics: &PrometheusHandle,
     health: &Health,
 ) -> Response<Full<Bytes>> {
     if request.method() != Method::GET {
-        return text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n".to_owned());
+        return text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n");
     }
     match request.uri().path() {
         "/metrics" => {
@@ -140,7 +131,7 @@ fn answer(
             );
             response
         }
-        "/healthz" => text(StatusCode::OK, "ok\n".to_owned()),
+        "/healthz" => text(StatusCode::OK, "ok\n"),
         "/readyz" => {
             let stream = health.stream_open();
             let database = health.database_reachable();
@@ -152,12 +143,12 @@ fn answer(
             };
             text(status, body)
         }
-        _ => text(StatusCode::NOT_FOUND, "not found\n".to_owned()),
+        _ => text(StatusCode::NOT_FOUND, "not found\n"),
     }
 }
 
-fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from(body)));
+fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(body.into()));
     *response.status_mut() = status;
     response
 }

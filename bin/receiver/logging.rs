@@ -41,25 +41,20 @@ pub(crate) fn init_logging(announces: bool) -> Result<(), String> {
         !(meta.target().starts_with(NATS_CLIENT) && *meta.level() > tracing::Level::INFO)
     });
     let filter = env_filter.and(cap);
-    let json = match std::env::var("RECEIVER_LOG_FORMAT").as_deref() {
-        Err(_) | Ok("text") => false,
-        Ok("json") => true,
+    let layer = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(false);
+    let registry = tracing_subscriber::registry();
+    match std::env::var("RECEIVER_LOG_FORMAT").as_deref() {
+        Err(_) | Ok("text") => registry.with(layer.with_filter(filter)).init(),
+        Ok("json") => registry
+            .with(layer.json().flatten_event(true).with_filter(filter))
+            .init(),
         Ok(other) => {
             return Err(format!(
                 "RECEIVER_LOG_FORMAT: {other:?} is neither \"text\" nor \"json\""
             ))
         }
-    };
-    let layer = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
-        .with_ansi(false);
-    let registry = tracing_subscriber::registry();
-    if json {
-        registry
-            .with(layer.json().flatten_event(true).with_filter(filter))
-            .init();
-    } else {
-        registry.with(layer.with_filter(filter)).init();
     }
     Ok(())
 }

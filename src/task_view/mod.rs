@@ -27,9 +27,9 @@ use sqlx::mysql::MySqlConnection;
 use sqlx::Row;
 use tower::Service;
 
-use crate::delivery::Delivery;
-use crate::event::{Event, TaskId};
 use crate::db::DbError;
+use crate::delivery::Delivery;
+use crate::event::{result_size, Event, TaskId};
 use crate::inbox::{Applying, Conflict, InboxError, InboxStore, Verdict};
 use crate::scope::InboxScope;
 
@@ -193,13 +193,7 @@ impl std::fmt::Debug for TaskViewRow {
             .field("task_version", &self.task_version)
             .field("last_event_id", &self.last_event_id)
             .field("last_state", &self.last_state)
-            .field(
-                "last_result",
-                &self
-                    .last_result
-                    .as_ref()
-                    .map(|r| format!("<{} bytes>", r.len())),
-            )
+            .field("last_result", &result_size(self.last_result.as_deref()))
             .field("applied_events", &self.applied_events)
             .finish()
     }

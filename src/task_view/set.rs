@@ -14,8 +14,9 @@
 use std::collections::HashMap;
 
 use futures::future::BoxFuture;
-use sqlx::mysql::MySqlConnection;
-use sqlx::Row;
+use sqlx::mysql::{MySql, MySqlArguments, MySqlConnection};
+use sqlx::query::Query;
+use sqlx::{Encode, Row, Type};
 
 use super::TaskView;
 use crate::db::{errno, row, sql};
@@ -34,7 +35,8 @@ impl ApplySet for TaskView {
     }
 }
 
-/// A task's view row as the batch leaves it.
+/// A task's view row as the batch leaves it; by default, a task without one.
+#[derive(Default)]
 struct View<'e> {
     version: u64,
     event: &'e str,
@@ -55,27 +57,18 @@ async fn apply_set(
     let locked = lock_rows(conn, scope, events).await?;
     let mut views: HashMap<&str, View<'_>> = HashMap::new();
     for (task, version, event) in &locked {
-        views.insert(
-            task.as_str(),
-            View {
-                version: *version,
-                event: event.as_str(),
-                latest: None,
-                advanced: 0,
-                existed: true,
-            },
-        );
+        let view = View {
+            version: *version,
+            event,
+            existed: true,
+            ..View::default()
+        };
+        views.insert(task.as_str(), view);
     }
     let mut advanced = Vec::with_capacity(events.len());
     for event in events {
         let task = event.task();
-        let view = views.entry(task.id.as_str()).or_insert(View {
-            version: 0,
-            event: "",
-            latest: None,
-            advanced: 0,
-            existed: false,
-        });
+        let view = views.entry(task.id.as_str()).or_default();
         let fresh = !view.existed && view.latest.is_none();
         let advances = if fresh || view.version < task.version {
             true
@@ -194,25 +187,11 @@ async fn update_rows(
         sql::list("?", rows.len()),
         c = case,
     );
-    let mut query = sqlx::query(&sql);
-    for (event, _) in rows {
-        query = query.bind(event.task().id.as_str()).bind(event.id().as_str());
-    }
-    for (event, _) in rows {
-        query = query.bind(event.task().id.as_str()).bind(event.task().state.as_str());
-    }
-    for (event, _) in rows {
-        query = query
-            .bind(event.task().id.as_str())
-            .bind(event.task().result.as_deref());
-    }
-    for (event, advanced) in rows {
-        query = query.bind(event.task().id.as_str()).bind(*advanced);
-    }
-    for (event, _) in rows {
-        query = query.bind(event.task().id.as_str()).bind(event.task().version);
-    }
-    query = query
+    let query = when_then(sqlx::query(&sql), rows, |e, _| e.id().as_str());
+    let query = when_then(query, rows, |e, _| e.task().state.as_str());
+    let query = when_then(query, rows, |e, _| e.task().result.as_deref());
+    let query = when_then(query, rows, |_, advanced| advanced);
+    let mut query = when_then(query, rows, |e, _| e.task().version)
         .bind(scope.receiver.as_str())
         .bind(scope.queue_id.as_str());
     for (event, _) in rows {
@@ -220,4 +199,22 @@ async fn update_rows(
     }
     let done = query.execute(conn).await?;
     Ok(done.rows_affected() == rows.len() as u64)
+}
+
+/// Binds one `CASE task_id WHEN ? THEN ? … END`: each row's task id and
+/// `value` of its event and count.
+fn when_then<'q, T>(
+    mut query: Query<'q, MySql, MySqlArguments>,
+    rows: &[(&'q Event, u64)],
+    value: impl Fn(&'q Event, u64) -> T,
+) -> Query<'q, MySql, MySqlArguments>
+where
+    T: 'q + Encode<'q, MySql> + Type<MySql>,
+{
+    for &(event, advanced) in rows {
+        query = query
+            .bind(event.task().id.as_str())
+            .bind(value(event, advanced));
+    }
+    query
 }
