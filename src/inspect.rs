@@ -14,8 +14,9 @@
 //! because the receiver never needs one.
 
 use sqlx::mysql::{MySqlConnection, MySqlRow};
-use sqlx::{Connection, Row};
+use sqlx::Connection;
 
+use crate::db::row::get;
 use crate::db::{DbError, Dsn};
 use crate::event::{Event, EventId, TaskId};
 
@@ -43,6 +44,7 @@ pub struct InboxRow {
 
 impl std::fmt::Debug for InboxRow {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let canonical = format_args!("<{} bytes>", self.canonical.len());
         f.debug_struct("InboxRow")
             .field("consumer", &self.consumer)
             .field("queue", &self.queue)
@@ -50,7 +52,7 @@ impl std::fmt::Debug for InboxRow {
             .field("digest", &self.digest)
             .field("applied", &self.applied)
             .field("received_at", &self.received_at)
-            .field("canonical", &format_args!("<{} bytes>", self.canonical.len()))
+            .field("canonical", &canonical)
             .field("parsed", &self.parsed)
             .finish()
     }
@@ -111,7 +113,7 @@ const INBOX_COLUMNS: &str = "consumer_name, queue_id, event_id, event_digest, ap
      CAST(received_at AS CHAR), event_canonical";
 
 fn text(row: &MySqlRow, i: usize) -> Result<String, DbError> {
-    let bytes: Vec<u8> = row.try_get(i).map_err(DbError::from)?;
+    let bytes: Vec<u8> = get(row, i)?;
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
@@ -122,34 +124,37 @@ fn inbox_row(row: &MySqlRow) -> Result<InboxRow, DbError> {
         queue: text(row, 1)?,
         event: text(row, 2)?,
         digest: text(row, 3)?,
-        applied: row.try_get(4).map_err(DbError::from)?,
-        received_at: row.try_get(5).map_err(DbError::from)?,
+        applied: get(row, 4)?,
+        received_at: get(row, 5)?,
         parsed: Event::from_json(canonical.as_bytes()).ok(),
         canonical,
     })
 }
 
-async fn connect(dsn: &Dsn) -> Result<MySqlConnection, DbError> {
-    Ok(MySqlConnection::connect_with(&dsn.connect_options()).await?)
+/// The inbox rows `WHERE {filter}` picks, `value` bound to its one
+/// placeholder.
+async fn inbox_rows(
+    conn: &mut MySqlConnection,
+    filter: &str,
+    value: &str,
+) -> Result<Vec<InboxRow>, DbError> {
+    let sql = format!("SELECT {INBOX_COLUMNS} FROM receiver_inbox WHERE {filter}");
+    let rows = sqlx::query(&sql).bind(value).fetch_all(conn).await?;
+    rows.iter().map(inbox_row).collect()
 }
 
 /// The inbox rows of one event id, in every scope.
 pub async fn event(dsn: &Dsn, id: &EventId) -> Result<Vec<InboxRow>, DbError> {
-    let mut conn = connect(dsn).await?;
-    let rows = sqlx::query(&format!(
-        "SELECT {INBOX_COLUMNS} FROM receiver_inbox WHERE event_id = ? \
-         ORDER BY consumer_name, queue_id"
-    ))
-    .bind(id.as_str())
-    .fetch_all(&mut conn)
-    .await?;
+    let mut conn = dsn.connect().await?;
+    let filter = "event_id = ? ORDER BY consumer_name, queue_id";
+    let rows = inbox_rows(&mut conn, filter, id.as_str()).await?;
     let _ = conn.close().await;
-    rows.iter().map(inbox_row).collect()
+    Ok(rows)
 }
 
 /// The views of one task and all its inbox rows, in every scope.
 pub async fn task(dsn: &Dsn, id: &TaskId) -> Result<TaskReport, DbError> {
-    let mut conn = connect(dsn).await?;
+    let mut conn = dsn.connect().await?;
     let views = sqlx::query(
         "SELECT consumer_name, queue_id, task_id, task_version, last_event_id, last_state, \
          LENGTH(last_result), applied_events, CAST(created_at AS CHAR), CAST(updated_at AS CHAR) \
@@ -161,34 +166,24 @@ pub async fn task(dsn: &Dsn, id: &TaskId) -> Result<TaskReport, DbError> {
     let views = views
         .iter()
         .map(|row| {
-            let result: Option<i64> = row.try_get(6).map_err(DbError::from)?;
             Ok(ViewRow {
                 consumer: text(row, 0)?,
                 queue: text(row, 1)?,
                 task: text(row, 2)?,
-                version: row.try_get(3).map_err(DbError::from)?,
+                version: get(row, 3)?,
                 last_event: text(row, 4)?,
                 state: text(row, 5)?,
-                applied_events: row.try_get(7).map_err(DbError::from)?,
-                result_bytes: result.map(|n| n.unsigned_abs()),
-                created_at: row.try_get(8).map_err(DbError::from)?,
-                updated_at: row.try_get(9).map_err(DbError::from)?,
+                applied_events: get(row, 7)?,
+                result_bytes: get::<Option<i64>>(row, 6)?.map(|n| n.unsigned_abs()),
+                created_at: get(row, 8)?,
+                updated_at: get(row, 9)?,
             })
         })
         .collect::<Result<Vec<_>, DbError>>()?;
     // The canonical form puts the task's id first in its object.
     let pattern = format!("%\"task\":{{\"id\":\"{}\"%", id.as_str());
-    let rows = sqlx::query(&format!(
-        "SELECT {INBOX_COLUMNS} FROM receiver_inbox WHERE event_canonical LIKE ?"
-    ))
-    .bind(pattern)
-    .fetch_all(&mut conn)
-    .await?;
+    let mut events = inbox_rows(&mut conn, "event_canonical LIKE ?", &pattern).await?;
     let _ = conn.close().await;
-    let mut events = rows
-        .iter()
-        .map(inbox_row)
-        .collect::<Result<Vec<_>, DbError>>()?;
     // The pattern could in principle match inside a result; the parsed
     // event decides.
     events.retain(|e| e.parsed.as_ref().is_none_or(|p| &p.task().id == id));

@@ -11,8 +11,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 use sqlx::mysql::MySqlConnection;
-use sqlx::{Connection, Executor, Row};
+use sqlx::{Connection, Executor};
 
+use crate::db::row::get;
 use crate::db::schema::TABLES;
 use crate::db::{DbError, Dsn};
 
@@ -96,7 +97,7 @@ pub async fn run(dsn: &Dsn) -> Result<Stats, DbError> {
 
 /// [`run`], and the rows past `window` (a third scan of the inbox).
 pub async fn run_with(dsn: &Dsn, window: Option<Duration>) -> Result<Stats, DbError> {
-    let mut conn = MySqlConnection::connect_with(&dsn.connect_options()).await?;
+    let mut conn = dsn.connect().await?;
     // MySQL 8 caches table sizes for a day by default; ask for current
     // ones. MariaDB has no such variable (and no such cache).
     let _ = conn
@@ -164,17 +165,14 @@ pub async fn run_with(dsn: &Dsn, window: Option<Duration>) -> Result<Stats, DbEr
     let average_events_per_day =
         events_per_day.iter().map(|d| d.events).sum::<u64>() as f64 / f64::from(DAYS);
     Ok(Stats {
-        oldest_received_at: totals.try_get(2).map_err(DbError::from)?,
-        newest_received_at: totals.try_get(3).map_err(DbError::from)?,
-        oldest_age_seconds: totals
-            .try_get::<Option<i64>, _>(6)
-            .map_err(DbError::from)?
-            .map(|s| s.max(0) as u64),
+        oldest_received_at: get(&totals, 2)?,
+        newest_received_at: get(&totals, 3)?,
+        oldest_age_seconds: get::<Option<i64>>(&totals, 6)?.map(|s| s.max(0) as u64),
         past_window,
-        applied: totals.try_get(0).map_err(DbError::from)?,
-        stale: totals.try_get(1).map_err(DbError::from)?,
-        average_event_bytes: totals.try_get(4).map_err(DbError::from)?,
-        largest_event_bytes: totals.try_get(5).map_err(DbError::from)?,
+        applied: get(&totals, 0)?,
+        stale: get(&totals, 1)?,
+        average_event_bytes: get(&totals, 4)?,
+        largest_event_bytes: get(&totals, 5)?,
         events_per_day,
         inbox_bytes_per_event,
         average_events_per_day,

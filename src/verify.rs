@@ -29,19 +29,19 @@
 //! server and streamed, so the verifier's memory does not grow with the
 //! number of events. Findings carry ids, never bodies.
 
+use std::collections::HashMap;
 use std::fmt;
 
 use futures::TryStreamExt;
 use sha2::{Digest as _, Sha256};
-use sqlx::mysql::MySqlConnection;
-use sqlx::{Connection, Executor, Row};
+use sqlx::mysql::{MySqlConnection, MySqlRow};
+use sqlx::{Connection, Executor};
 
-use crate::digest;
-use crate::db::Dsn;
-use crate::event::{Event, TaskId};
-use crate::db::row::text;
+use crate::db::row::{get, text};
 use crate::db::schema::PRUNED_TABLE;
-use crate::db::{errno, DbError};
+use crate::db::{errno, DbError, Dsn};
+use crate::digest;
+use crate::event::{Event, TaskId};
 
 /// Rows read per page.
 pub const PAGE_ROWS: u32 = 1_000;
@@ -173,7 +173,7 @@ pub trait Report {
 
 /// Verifies the receiver's tables in the DSN's database.
 pub async fn run(dsn: &Dsn, report: &mut dyn Report) -> Result<Summary, DbError> {
-    let mut conn = MySqlConnection::connect_with(&dsn.connect_options()).await?;
+    let mut conn = dsn.connect().await?;
     conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         .await?;
     conn.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
@@ -229,76 +229,62 @@ impl Counting<'_> {
     }
 }
 
-/// The key of the last row of a page: receiver name, queue, and the
-/// table's own id.
+/// The key of the last row read: receiver name, queue, and the table's
+/// own id.
 type PageKey = (String, String, String);
 
-/// The next page of `table` in primary-key order, after `after`: the key
-/// columns `consumer_name, queue_id, <id>` first, then `columns`. The start
-/// is spelled out column by column: MariaDB's optimizer turns that into a
-/// range on the primary key, while a row comparison `(a, b, c) > (…)` would
-/// scan the index from its start on every page.
+/// The next page of `table` in primary-key order after `after`, which moves
+/// to its last row; `None` past the last. The key columns `consumer_name,
+/// queue_id, <id>` come first, then `columns`. The start is spelled out
+/// column by column: MariaDB's optimizer turns that into a range on the
+/// primary key, while a row comparison `(a, b, c) > (…)` would scan the
+/// index from its start on every page.
 async fn page(
     conn: &mut MySqlConnection,
     table: &str,
     id: &str,
     columns: &str,
-    after: &Option<PageKey>,
-) -> Result<Vec<sqlx::mysql::MySqlRow>, DbError> {
-    let select = format!("SELECT consumer_name, queue_id, {id}, {columns} FROM {table}");
-    let order = format!("ORDER BY consumer_name, queue_id, {id} LIMIT ?");
-    let rows = match after {
-        None => {
-            sqlx::query(&format!("{select} {order}"))
-                .bind(PAGE_ROWS)
-                .fetch_all(&mut *conn)
-                .await?
-        }
-        Some((consumer, queue, last)) => {
-            sqlx::query(&format!(
-                "{select} WHERE consumer_name > ? OR (consumer_name = ? AND \
-                 (queue_id > ? OR (queue_id = ? AND {id} > ?))) {order}"
-            ))
-            .bind(consumer)
-            .bind(consumer)
-            .bind(queue)
-            .bind(queue)
-            .bind(last)
-            .bind(PAGE_ROWS)
-            .fetch_all(&mut *conn)
-            .await?
-        }
+    after: &mut Option<PageKey>,
+) -> Result<Option<Vec<MySqlRow>>, DbError> {
+    let start = match after {
+        None => String::new(),
+        Some(_) => format!(
+            "WHERE consumer_name > ? OR (consumer_name = ? AND \
+             (queue_id > ? OR (queue_id = ? AND {id} > ?))) "
+        ),
     };
-    Ok(rows)
+    let sql = format!(
+        "SELECT consumer_name, queue_id, {id}, {columns} FROM {table} \
+         {start}ORDER BY consumer_name, queue_id, {id} LIMIT ?"
+    );
+    let mut query = sqlx::query(&sql);
+    if let Some((consumer, queue, last)) = &*after {
+        let key = [consumer, consumer, queue, queue, last];
+        query = key.into_iter().fold(query, |q, v| q.bind(v));
+    }
+    let rows = query.bind(PAGE_ROWS).fetch_all(&mut *conn).await?;
+    let Some(last) = rows.last() else {
+        return Ok(None);
+    };
+    *after = Some((text(last, 0)?, text(last, 1)?, text(last, 2)?));
+    Ok(Some(rows))
 }
 
 /// Check 1, page by page in key order.
 async fn inbox_rows(conn: &mut MySqlConnection, out: &mut Counting<'_>) -> Result<(), DbError> {
-    let mut after: Option<PageKey> = None;
-    loop {
-        let rows = page(
-            conn,
-            "receiver_inbox",
-            "event_id",
-            "event_digest, event_canonical",
-            &after,
-        )
-        .await?;
-        if rows.is_empty() {
-            return Ok(());
-        }
+    let (columns, mut after) = ("event_digest, event_canonical", None);
+    while let Some(rows) = page(conn, "receiver_inbox", "event_id", columns, &mut after).await? {
         for row in &rows {
             let (consumer, queue, event) = (text(row, 0)?, text(row, 1)?, text(row, 2)?);
-            let stored_digest = text(row, 3)?;
-            let canonical = text(row, 4)?;
+            let (stored_digest, canonical) = (text(row, 3)?, text(row, 4)?);
             for (kind, detail) in check_inbox_row(&queue, &event, &stored_digest, &canonical) {
                 out.found(kind, (&consumer, &queue), Some(&event), None, detail);
             }
-            after = Some((consumer, queue, event));
         }
         out.summary.inbox_rows += rows.len() as u64;
         out.inner.advance(rows.len() as u64);
     }
+    Ok(())
 }
 
 /// Check 1 for one row.
@@ -353,46 +339,37 @@ struct StoredEvent {
 /// Check 2, page by page in key order; each page's last events are read by
 /// primary key in one query.
 async fn task_views(conn: &mut MySqlConnection, out: &mut Counting<'_>) -> Result<(), DbError> {
-    let mut after: Option<PageKey> = None;
-    loop {
-        let rows = page(
-            conn,
-            "receiver_task_views",
-            "task_id",
-            "task_version, last_event_id, last_state",
-            &after,
-        )
-        .await?;
-        if rows.is_empty() {
-            return Ok(());
-        }
-        let mut views = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let version: u64 = row.try_get(3).map_err(DbError::from)?;
-            views.push((
-                text(row, 0)?,
-                text(row, 1)?,
-                text(row, 2)?,
-                version,
-                text(row, 4)?,
-                text(row, 5)?,
-            ));
-        }
+    let (columns, mut after) = ("task_version, last_event_id, last_state", None);
+    while let Some(rows) = page(conn, "receiver_task_views", "task_id", columns, &mut after).await?
+    {
+        let views = rows
+            .iter()
+            .map(|r| {
+                Ok((
+                    text(r, 0)?,
+                    text(r, 1)?,
+                    text(r, 2)?,
+                    get(r, 3)?,
+                    text(r, 4)?,
+                    text(r, 5)?,
+                ))
+            })
+            .collect::<Result<Vec<ViewRow>, DbError>>()?;
         let events = last_events(conn, &views).await?;
-        for (consumer, queue, task, version, last_event, state) in &views {
-            let key = (consumer.clone(), queue.clone(), last_event.clone());
-            let problem = match events.get(&key) {
-                None => Some((Kind::LastEventMissing, "the view's last event has no inbox row".to_owned())),
-                Some(stored) if !stored.applied => Some((
+        for (consumer, queue, task, version, event, state) in &views {
+            let key = (consumer.clone(), queue.clone(), event.clone());
+            let (kind, detail) = match events.get(&key) {
+                None => (Kind::LastEventMissing, "the view's last event has no inbox row".to_owned()),
+                Some(stored) if !stored.applied => (
                     Kind::LastEventNotApplied,
                     "the view's last event is recorded as not applied".to_owned(),
-                )),
+                ),
                 Some(stored)
                     if stored.task.as_ref().map(TaskId::as_str) != Some(task.as_str())
                         || stored.version != *version
                         || stored.state != *state =>
                 {
-                    Some((
+                    (
                         Kind::LastEventMismatch,
                         format!(
                             "the view has version {version} state {state}, its last event version {} state {}{}",
@@ -403,19 +380,16 @@ async fn task_views(conn: &mut MySqlConnection, out: &mut Counting<'_>) -> Resul
                                 _ => String::new(),
                             }
                         ),
-                    ))
+                    )
                 }
-                Some(_) => None,
+                Some(_) => continue,
             };
-            if let Some((kind, detail)) = problem {
-                out.found(kind, (consumer, queue), Some(last_event), Some(task), detail);
-            }
+            out.found(kind, (consumer, queue), Some(event), Some(task), detail);
         }
         out.summary.task_views += views.len() as u64;
         out.inner.advance(views.len() as u64);
-        let last = views.last().expect("a page has rows");
-        after = Some((last.0.clone(), last.1.clone(), last.2.clone()));
     }
+    Ok(())
 }
 
 type ViewRow = (String, String, String, u64, String, String);
@@ -424,35 +398,32 @@ type ViewRow = (String, String, String, u64, String, String);
 async fn last_events(
     conn: &mut MySqlConnection,
     views: &[ViewRow],
-) -> Result<std::collections::HashMap<(String, String, String), StoredEvent>, DbError> {
+) -> Result<HashMap<(String, String, String), StoredEvent>, DbError> {
     // The views of a page share their receiver name and queue in runs (key
     // order); one `event_id IN (…)` per run is a set of point lookups on
     // the primary key.
-    let mut found = std::collections::HashMap::with_capacity(views.len());
+    let mut found = HashMap::with_capacity(views.len());
     for run in views.chunk_by(|a, b| (&a.0, &a.1) == (&b.0, &b.1)) {
         let marks = crate::db::sql::list("?", run.len());
         let sql = format!(
             "SELECT consumer_name, queue_id, event_id, applied, event_canonical FROM receiver_inbox \
              WHERE consumer_name = ? AND queue_id = ? AND event_id IN ({marks})"
         );
-        let mut query = sqlx::query(&sql).bind(&run[0].0).bind(&run[0].1);
-        for (_, _, _, _, event, _) in run {
-            query = query.bind(event);
-        }
+        let query = sqlx::query(&sql).bind(&run[0].0).bind(&run[0].1);
+        let query = run.iter().fold(query, |q, view| q.bind(&view.4));
         for row in query.fetch_all(&mut *conn).await? {
-            let applied: bool = row.try_get(3).map_err(DbError::from)?;
+            let applied: bool = get(&row, 3)?;
             let canonical = text(&row, 4)?;
             // A damaged text was reported by check 1; here it only cannot match.
             let event = Event::from_json(canonical.as_bytes()).ok();
+            let task = event.as_ref().map(Event::task);
             found.insert(
                 (text(&row, 0)?, text(&row, 1)?, text(&row, 2)?),
                 StoredEvent {
                     applied,
-                    task: event.as_ref().map(|e| e.task().id.clone()),
-                    version: event.as_ref().map_or(0, |e| e.task().version),
-                    state: event
-                        .as_ref()
-                        .map_or_else(String::new, |e| e.task().state.as_str().to_owned()),
+                    task: task.map(|t| t.id.clone()),
+                    version: task.map_or(0, |t| t.version),
+                    state: task.map_or_else(String::new, |t| t.state.as_str().to_owned()),
                 },
             );
         }
@@ -481,18 +452,11 @@ async fn pruned_rows(conn: &mut MySqlConnection) -> Result<Tally, DbError> {
     )
     .fetch_one(&mut *conn)
     .await;
-    match total {
+    match total.map_err(DbError::from) {
         Ok(n) => Ok(Tally::Counted(n)),
-        Err(e) => {
-            let e = DbError::from(e);
-            if e.missing_table() == Some(PRUNED_TABLE) {
-                Ok(Tally::Absent)
-            } else if e.number() == Some(errno::TABLE_ACCESS_DENIED) {
-                Ok(Tally::Unreadable)
-            } else {
-                Err(e)
-            }
-        }
+        Err(e) if e.missing_table() == Some(PRUNED_TABLE) => Ok(Tally::Absent),
+        Err(e) if e.number() == Some(errno::TABLE_ACCESS_DENIED) => Ok(Tally::Unreadable),
+        Err(e) => Err(e),
     }
 }
 
@@ -535,11 +499,11 @@ GROUP BY i.consumer_name, i.queue_id, i.task_id");
     let mut rows = sqlx::query(&totals_sql).fetch(&mut *conn);
     while let Some(row) = rows.try_next().await? {
         let (consumer, queue, task) = (text(&row, 0)?, text(&row, 1)?, text(&row, 2)?);
-        let present: u64 = row.try_get(3).map_err(DbError::from)?;
-        let pruned: u64 = row.try_get(8).map_err(DbError::from)?;
+        let present: u64 = get(&row, 3)?;
+        let pruned: u64 = get(&row, 8)?;
         let applied = present + pruned;
-        let highest: u64 = row.try_get(4).map_err(DbError::from)?;
-        let views: i64 = row.try_get(7).map_err(DbError::from)?;
+        let highest: u64 = get(&row, 4)?;
+        let views: i64 = get(&row, 7)?;
         let at = (consumer.as_str(), queue.as_str());
         if views == 0 {
             if present > 0 {
@@ -548,14 +512,8 @@ GROUP BY i.consumer_name, i.queue_id, i.task_id");
             }
             continue;
         }
-        let counted: u64 = row
-            .try_get::<Option<u64>, _>(5)
-            .map_err(DbError::from)?
-            .unwrap_or(0);
-        let version: u64 = row
-            .try_get::<Option<u64>, _>(6)
-            .map_err(DbError::from)?
-            .unwrap_or(0);
+        let counted = get::<Option<u64>>(&row, 5)?.unwrap_or(0);
+        let version = get::<Option<u64>>(&row, 6)?.unwrap_or(0);
         if counted != applied {
             let detail = if tally == Tally::Unreadable && counted > applied {
                 format!(

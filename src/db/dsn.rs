@@ -46,7 +46,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use sqlx::mysql::{MySqlConnectOptions, MySqlSslMode};
+use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlSslMode};
+use sqlx::Connection;
 
 /// A MySQL connection address that names a database.
 #[derive(Clone)]
@@ -142,6 +143,11 @@ impl Dsn {
     /// The connection options for sqlx.
     pub fn connect_options(&self) -> MySqlConnectOptions {
         self.options.clone()
+    }
+
+    /// One connection of its own, as the operator tools and `init` use.
+    pub(crate) async fn connect(&self) -> Result<MySqlConnection, sqlx::Error> {
+        MySqlConnection::connect_with(&self.options).await
     }
 
     /// The TLS mode: `ssl-mode` as given, else sqlx's default `PREFERRED`.

@@ -10,7 +10,7 @@
 //! database that has the other two.
 
 use sqlx::mysql::MySqlConnection;
-use sqlx::{Connection, Row};
+use sqlx::Connection;
 
 use super::{errno, DbError, Dsn};
 
@@ -31,6 +31,9 @@ pub const RETENTION_SQL: &str = include_str!("../../retention.sql");
 
 /// The tally of pruned inbox rows: one row per task (see `retention.sql`).
 pub const PRUNED_TABLE: &str = "receiver_pruned";
+
+/// Every table of the receiver: the model's two and prune's tally.
+pub(crate) const ALL_TABLES: [&str; 3] = [INBOX_TABLE, TASK_VIEW_TABLE, PRUNED_TABLE];
 
 /// What a successful initialization found when it read the schema back.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,11 +107,7 @@ pub fn statements() -> Vec<&'static str> {
 fn create_statements(sql: &'static str) -> Vec<&'static str> {
     sql.split(";\n")
         .map(str::trim)
-        .filter(|s| s.contains("CREATE TABLE"))
-        .map(|s| {
-            let start = s.find("CREATE TABLE").unwrap_or(0);
-            &s[start..]
-        })
+        .filter_map(|s| s.find("CREATE TABLE").map(|start| &s[start..]))
         .collect()
 }
 
@@ -116,10 +115,9 @@ fn create_statements(sql: &'static str) -> Vec<&'static str> {
 /// does not create). Read from the DDL itself, so the self-check can never
 /// expect other columns than `init` creates.
 pub fn columns(table: &str) -> Vec<&'static str> {
-    let Some(ddl) = create_statement(table) else {
-        return Vec::new();
-    };
-    ddl.lines()
+    create_statement(table)
+        .unwrap_or_default()
+        .lines()
         .skip(1)
         .map(str::trim)
         .filter(|line| line.starts_with(|c: char| c.is_ascii_lowercase()))
@@ -135,10 +133,9 @@ fn create_statement(table: &str) -> Option<&'static str> {
 /// The columns of `table` that make up its primary key, which the runtime
 /// never updates.
 pub fn key_columns(table: &str) -> Vec<&'static str> {
-    let Some(ddl) = create_statement(table) else {
-        return Vec::new();
-    };
-    ddl.lines()
+    create_statement(table)
+        .unwrap_or_default()
+        .lines()
         .map(str::trim)
         .find_map(|line| line.strip_prefix("PRIMARY KEY ("))
         .and_then(|rest| rest.split_once(')'))
@@ -197,7 +194,7 @@ pub async fn init(dsn: &Dsn) -> Result<InitReport, InitError> {
 
 /// [`init`], with a choice of what happens when the tables exist.
 pub async fn init_with(dsn: &Dsn, existing: Existing) -> Result<InitReport, InitError> {
-    let mut conn = MySqlConnection::connect_with(&dsn.connect_options()).await?;
+    let mut conn = dsn.connect().await?;
     let found = existing_tables(&mut conn).await?;
     if !found.is_empty() {
         if existing == Existing::Report {
@@ -239,7 +236,7 @@ async fn report_existing(
             sqlx::raw_sql(ddl).execute(&mut *conn).await?;
         }
     }
-    for table in [INBOX_TABLE, TASK_VIEW_TABLE, PRUNED_TABLE] {
+    for table in ALL_TABLES {
         let present: Vec<String> = sqlx::query_scalar(
             "SELECT CAST(COLUMN_NAME AS CHAR) FROM information_schema.COLUMNS \
              WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?",
@@ -264,33 +261,23 @@ async fn report_existing(
 }
 
 async fn existing_tables(conn: &mut MySqlConnection) -> Result<Vec<String>, sqlx::Error> {
-    let rows = sqlx::query(
+    let query = sqlx::query_scalar(
         "SELECT CAST(TABLE_NAME AS CHAR) FROM information_schema.TABLES \
          WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN (?, ?, ?) ORDER BY TABLE_NAME",
-    )
-    .bind(INBOX_TABLE)
-    .bind(TASK_VIEW_TABLE)
-    .bind(PRUNED_TABLE)
-    .fetch_all(conn)
-    .await?;
-    rows.iter().map(|r| r.try_get::<String, _>(0)).collect()
+    );
+    let query = ALL_TABLES.iter().fold(query, |q, t| q.bind(*t));
+    query.fetch_all(conn).await
 }
 
 /// Foreign keys declared on, or pointing at, the receiver's tables.
 pub async fn count_foreign_keys(conn: &mut MySqlConnection) -> Result<u64, sqlx::Error> {
-    let n: i64 = sqlx::query_scalar(
+    let query = sqlx::query_scalar(
         "SELECT COUNT(*) FROM information_schema.REFERENTIAL_CONSTRAINTS \
          WHERE CONSTRAINT_SCHEMA = DATABASE() \
          AND (TABLE_NAME IN (?, ?, ?) OR REFERENCED_TABLE_NAME IN (?, ?, ?))",
-    )
-    .bind(INBOX_TABLE)
-    .bind(TASK_VIEW_TABLE)
-    .bind(PRUNED_TABLE)
-    .bind(INBOX_TABLE)
-    .bind(TASK_VIEW_TABLE)
-    .bind(PRUNED_TABLE)
-    .fetch_one(conn)
-    .await?;
+    );
+    let twice = ALL_TABLES.iter().chain(&ALL_TABLES);
+    let n: i64 = twice.fold(query, |q, t| q.bind(*t)).fetch_one(conn).await?;
     Ok(n as u64)
 }
 

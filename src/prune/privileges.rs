@@ -19,7 +19,7 @@ pub const PRIVILEGES: [(&str, &[&str]); 3] = [
 /// Connects as `receiver prune` would and checks every grant of
 /// [`PRIVILEGES`], changing nothing: what `receiver check --prune` runs.
 pub async fn check(dsn: &Dsn) -> Result<(), PruneError> {
-    let mut conn = MySqlConnection::connect_with(&dsn.connect_options()).await?;
+    let mut conn = dsn.connect().await?;
     let outcome = check_privileges(&mut conn).await;
     let _ = conn.close().await;
     outcome

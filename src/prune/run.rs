@@ -1,14 +1,14 @@
 //! The prune itself: count, then batch after batch until the window is
 //! empty or a stop is asked for.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use sqlx::mysql::MySqlConnection;
-use sqlx::{Connection, Executor, Row};
+use sqlx::{Connection, Executor};
 use tokio_util::sync::CancellationToken;
 
-use crate::db::row::text;
+use crate::db::row::{get, text};
 use crate::db::{sql, DbError, Dsn};
 use crate::event::Event;
 use crate::retry::Backoff;
@@ -182,7 +182,7 @@ pub async fn run(
 /// A connection of its own, `READ COMMITTED` (locks on the rows it reads
 /// by key, never on gaps), autocommit between batches.
 async fn connect(dsn: &Dsn) -> Result<MySqlConnection, PruneError> {
-    let mut conn = MySqlConnection::connect_with(&dsn.connect_options()).await?;
+    let mut conn = dsn.connect().await?;
     conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
         .await?;
     conn.execute(format!("SET SESSION innodb_lock_wait_timeout = {LOCK_WAIT_SECONDS}").as_str())
@@ -284,12 +284,10 @@ async fn candidates(
     let mut bytes = 0u64;
     for row in &rows {
         let key = text(row, 0)?;
-        let latest: bool = row.try_get(2).map_err(DbError::from)?;
-        if latest {
+        if get(row, 2)? {
             found.latest += 1;
         } else {
-            let length: i64 = row.try_get(1).map_err(DbError::from)?;
-            bytes += length as u64;
+            bytes += get::<i64>(row, 1)? as u64;
             if !found.keys.is_empty() && bytes > plan.batch_bytes {
                 break;
             }
@@ -320,7 +318,11 @@ async fn batch(
     match locked_batch(conn, plan, cutoff, keys, archive).await {
         Ok(done) => {
             // Nothing deleted: only locks to let go of.
-            let end = if done.deleted > 0 { "COMMIT" } else { "ROLLBACK" };
+            let end = if done.deleted > 0 {
+                "COMMIT"
+            } else {
+                "ROLLBACK"
+            };
             conn.execute(end).await?;
             Ok(done)
         }
@@ -350,24 +352,21 @@ async fn locked_batch(
          AND received_at < ? ORDER BY event_id FOR UPDATE",
         sql::list("?", keys.len())
     );
-    let mut query = sqlx::query(&sql).bind(consumer).bind(queue);
-    for key in keys {
-        query = query.bind(key);
-    }
+    let query = sqlx::query(&sql).bind(consumer).bind(queue);
+    let query = keys.iter().fold(query, |q, key| q.bind(key));
     let rows = query.bind(cutoff).fetch_all(&mut *conn).await?;
 
     let mut read = Vec::with_capacity(rows.len());
     let mut kept_unreadable = 0;
     for row in &rows {
-        let applied: bool = row.try_get(3).map_err(DbError::from)?;
         let pruned = PrunedRow {
             consumer_name: consumer.to_owned(),
             queue_id: queue.to_owned(),
             event_id: text(row, 0)?,
             event_digest: text(row, 1)?,
             event_canonical: text(row, 2)?,
-            applied: u8::from(applied),
-            received_at: row.try_get(4).map_err(DbError::from)?,
+            applied: u8::from(get::<bool>(row, 3)?),
+            received_at: get(row, 4)?,
         };
         match Event::from_json(pruned.event_canonical.as_bytes()) {
             Ok(event) => read.push((event.task().id.as_str().to_owned(), pruned)),
@@ -395,10 +394,8 @@ async fn locked_batch(
         "DELETE FROM receiver_inbox WHERE consumer_name = ? AND queue_id = ? AND event_id IN ({})",
         sql::list("?", rows.len())
     );
-    let mut delete = sqlx::query(&sql).bind(consumer).bind(queue);
-    for row in &rows {
-        delete = delete.bind(&row.event_id);
-    }
+    let delete = sqlx::query(&sql).bind(consumer).bind(queue);
+    let delete = rows.iter().fold(delete, |q, row| q.bind(&row.event_id));
     let deleted = delete.execute(&mut *conn).await?.rows_affected();
     if deleted != rows.len() as u64 {
         // The rows are locked: anything else means the table is not what
@@ -421,9 +418,7 @@ async fn last_events(
     plan: &Plan,
     read: &[(String, PrunedRow)],
 ) -> Result<HashMap<String, String>, PruneError> {
-    let mut tasks: Vec<&str> = read.iter().map(|(task, _)| task.as_str()).collect();
-    tasks.sort_unstable();
-    tasks.dedup();
+    let tasks: BTreeSet<&str> = read.iter().map(|(task, _)| task.as_str()).collect();
     if tasks.is_empty() {
         return Ok(HashMap::new());
     }
@@ -432,12 +427,10 @@ async fn last_events(
          WHERE consumer_name = ? AND queue_id = ? AND task_id IN ({})",
         sql::list("?", tasks.len())
     );
-    let mut query = sqlx::query(&sql)
+    let query = sqlx::query(&sql)
         .bind(plan.scope.receiver.as_str())
         .bind(plan.scope.queue_id.as_str());
-    for task in &tasks {
-        query = query.bind(*task);
-    }
+    let query = tasks.iter().fold(query, |q, task| q.bind(*task));
     let mut latest = HashMap::with_capacity(tasks.len());
     for row in query.fetch_all(&mut *conn).await? {
         latest.insert(text(&row, 0)?, text(&row, 1)?);
@@ -461,11 +454,10 @@ async fn tally(
         entry.1 += u64::from(row.applied);
         entry.2 += row.event_canonical.len() as u64;
     }
-    let first = "SELECT ? AS task_id, ? AS events, ? AS applied, ? AS bytes";
-    let rest = " UNION ALL SELECT ?, ?, ?, ?";
-    let rows = std::iter::once(first)
-        .chain(std::iter::repeat_n(rest, per_task.len() - 1))
-        .collect::<String>();
+    let rows = format!(
+        "SELECT ? AS task_id, ? AS events, ? AS applied, ? AS bytes{}",
+        " UNION ALL SELECT ?, ?, ?, ?".repeat(per_task.len() - 1)
+    );
     let sql = format!(
         "INSERT INTO receiver_pruned (consumer_name, queue_id, task_id, pruned_events, \
          pruned_applied, pruned_bytes, last_pruned_at) \
