@@ -31,6 +31,9 @@ check: toolchain fmt-check clippy doc deps-check package-check
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
+	@# cargo fmt does not reach a module declared inside a macro (the
+	@# feature! blocks of src/lib.rs), so every file is checked as well.
+	rustfmt --edition 2021 --check $$(find src bin orbit-dev tests benches examples -name '*.rs')
 
 clippy:
 	$(CARGO) clippy --workspace --all-targets --locked $(CLI) -- -D warnings

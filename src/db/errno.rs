@@ -50,16 +50,11 @@ pub const WSREP_NOT_READY: u16 = 1047;
 pub(crate) fn kind_of(number: Option<u16>) -> DbErrorKind {
     match number {
         Some(
-            SERVER_SHUTDOWN
-            | CONNECTION_KILLED
-            | CLIENT_INTERACTION_TIMEOUT
-            | WSREP_NOT_READY,
+            SERVER_SHUTDOWN | CONNECTION_KILLED | CLIENT_INTERACTION_TIMEOUT | WSREP_NOT_READY,
         ) => DbErrorKind::Connection,
-        Some(
-            DEADLOCK
-            | ERROR_DURING_COMMIT
-            | TRANSACTION_ROLLBACK_DURING_COMMIT,
-        ) => DbErrorKind::Deadlock,
+        Some(DEADLOCK | ERROR_DURING_COMMIT | TRANSACTION_ROLLBACK_DURING_COMMIT) => {
+            DbErrorKind::Deadlock
+        }
         Some(LOCK_WAIT_TIMEOUT) => DbErrorKind::LockWaitTimeout,
         Some(
             DB_ACCESS_DENIED
@@ -82,9 +77,9 @@ pub(crate) fn detail_of(number: Option<u16>) -> Option<&'static str> {
         Some(WSREP_NOT_READY) => {
             Some("the cluster node is not ready for application use (not in the primary component)")
         }
-        Some(
-            ERROR_DURING_COMMIT | TRANSACTION_ROLLBACK_DURING_COMMIT,
-        ) => Some("transaction rolled back at commit (certification failed)"),
+        Some(ERROR_DURING_COMMIT | TRANSACTION_ROLLBACK_DURING_COMMIT) => {
+            Some("transaction rolled back at commit (certification failed)")
+        }
         _ => None,
     }
 }

@@ -256,7 +256,10 @@ mod tests {
             DbError::of(DbErrorKind::LockWaitTimeout),
             DbError::inconsistent(),
         ] {
-            assert!(!about_one_transaction.is_unavailable(), "{about_one_transaction}");
+            assert!(
+                !about_one_transaction.is_unavailable(),
+                "{about_one_transaction}"
+            );
         }
     }
 
@@ -267,7 +270,11 @@ mod tests {
             errno::ERROR_DURING_COMMIT,
             errno::TRANSACTION_ROLLBACK_DURING_COMMIT,
         ] {
-            assert_eq!(errno::kind_of(Some(number)), DbErrorKind::Deadlock, "{number}");
+            assert_eq!(
+                errno::kind_of(Some(number)),
+                DbErrorKind::Deadlock,
+                "{number}"
+            );
             assert!(numbered(number).is_rolled_back());
         }
     }

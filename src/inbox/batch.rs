@@ -28,7 +28,9 @@ use tower::{Service, ServiceExt};
 use super::batching::ApplySet;
 use super::store::mark_stale_all;
 use super::tx::{InboxTx, Row};
-use super::{error, found, retry_pause, Applying, InboxError, InboxStore, Outcome, Receipt, Verdict};
+use super::{
+    error, found, retry_pause, Applying, InboxError, InboxStore, Outcome, Receipt, Verdict,
+};
 use crate::db::DbError;
 use crate::delivery::Delivery;
 use crate::event::Event;
@@ -97,8 +99,7 @@ pub(super) async fn run<S: Inner>(
     store: &InboxStore,
     set: Option<&dyn ApplySet>,
     jobs: &mut [Job<S>],
-) -> Vec<Result<Receipt, InboxError>>
-{
+) -> Vec<Result<Receipt, InboxError>> {
     let fates = settle(store, set, jobs).await;
     jobs.iter()
         .zip(fates)
@@ -107,8 +108,10 @@ pub(super) async fn run<S: Inner>(
 }
 
 /// The default mode's transaction: a batch of one, without the set path.
-pub(super) async fn alone<S: Inner>(store: &InboxStore, job: Job<S>) -> Result<Receipt, InboxError>
-{
+pub(super) async fn alone<S: Inner>(
+    store: &InboxStore,
+    job: Job<S>,
+) -> Result<Receipt, InboxError> {
     let mut jobs = [job];
     let fate = settle(store, None, &mut jobs).await.pop();
     let [job] = jobs;
@@ -116,8 +119,11 @@ pub(super) async fn alone<S: Inner>(store: &InboxStore, job: Job<S>) -> Result<R
     fate.map(|outcome| Receipt::new(&job.event, outcome))
 }
 
-async fn settle<S: Inner>(store: &InboxStore, set: Option<&dyn ApplySet>, jobs: &mut [Job<S>]) -> Fates
-{
+async fn settle<S: Inner>(
+    store: &InboxStore,
+    set: Option<&dyn ApplySet>,
+    jobs: &mut [Job<S>],
+) -> Fates {
     let deadline = Instant::now() + store.transaction_timeout();
     let mut retried_connection = false;
     let mut fresh = true;
@@ -133,7 +139,10 @@ async fn settle<S: Inner>(store: &InboxStore, set: Option<&dyn ApplySet>, jobs: 
                 if let Some(pause) = retry_pause(store, e, &mut retried_connection) {
                     let event = jobs.first().map_or("-", |j| j.event.id().as_str());
                     tracing::info!(event, deliveries = jobs.len(), cause = %e, "transaction rolled back; retrying");
-                    if timeout_at(deadline, tokio::time::sleep(pause)).await.is_ok() {
+                    if timeout_at(deadline, tokio::time::sleep(pause))
+                        .await
+                        .is_ok()
+                    {
                         continue;
                     }
                 }
@@ -150,8 +159,7 @@ async fn attempt<S: Inner>(
     jobs: &mut [Job<S>],
     fresh: bool,
     deadline: Instant,
-) -> Result<Fates, Whole>
-{
+) -> Result<Fates, Whole> {
     // Waiting for a connection is told apart from waiting inside the
     // transaction: only the first says the database cannot be reached.
     let mut tx = match timeout_at(deadline, InboxTx::acquire(store.shelf())).await {
@@ -192,7 +200,10 @@ fn suits_set<S>(jobs: &[Job<S>]) -> bool {
     if jobs.len() < 2 {
         return false;
     }
-    let bytes: usize = jobs.iter().map(|j| j.event.canonical().as_str().len()).sum();
+    let bytes: usize = jobs
+        .iter()
+        .map(|j| j.event.canonical().as_str().len())
+        .sum();
     let mut ids: Vec<&str> = jobs.iter().map(|j| j.event.id().as_str()).collect();
     ids.sort_unstable();
     ids.dedup();
@@ -259,8 +270,7 @@ async fn one_by_one<S: Inner>(
     mut tx: InboxTx,
     jobs: &mut [Job<S>],
     fresh: bool,
-) -> Result<(InboxTx, Fates, bool), Whole>
-{
+) -> Result<(InboxTx, Fates, bool), Whole> {
     let mut fates = Vec::with_capacity(jobs.len());
     let mut wrote = false;
     for job in jobs.iter_mut() {
@@ -307,8 +317,7 @@ async fn one<S: Inner>(
     mut tx: InboxTx,
     job: &mut Job<S>,
     fresh: bool,
-) -> Result<(InboxTx, Step), Whole>
-{
+) -> Result<(InboxTx, Step), Whole> {
     let scope = store.scope();
     match tx.insert_row(scope, &job.event).await {
         Ok(Row::Inserted) => {}

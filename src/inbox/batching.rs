@@ -136,8 +136,7 @@ impl<S> fmt::Debug for Gather<S> {
     }
 }
 
-impl<S: Inner> Gather<S>
-{
+impl<S: Inner> Gather<S> {
     pub(super) fn new(store: InboxStore, batching: Batching) -> Self {
         let places = Arc::new(Semaphore::new(batching.transactions));
         Self {
@@ -213,7 +212,6 @@ impl<S: Inner> Gather<S>
         }
         batch
     }
-
 }
 
 impl<S> Gather<S> {
@@ -225,14 +223,12 @@ impl<S> Gather<S> {
 
 /// A running transaction's place. Given up when dropped, also by a panic,
 /// and then whatever was queued meanwhile is started.
-struct Place<S: Inner>
-{
+struct Place<S: Inner> {
     gather: Arc<Gather<S>>,
     permit: Option<OwnedSemaphorePermit>,
 }
 
-impl<S: Inner> Place<S>
-{
+impl<S: Inner> Place<S> {
     async fn work(self, mut batch: Vec<Queued<S>>) {
         let set = self.gather.batching.set.as_deref();
         while !batch.is_empty() {
@@ -250,8 +246,7 @@ impl<S: Inner> Place<S>
     }
 }
 
-impl<S: Inner> Drop for Place<S>
-{
+impl<S: Inner> Drop for Place<S> {
     fn drop(&mut self) {
         drop(self.permit.take());
         self.gather.start();

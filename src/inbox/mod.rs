@@ -99,13 +99,13 @@ use bytes::Bytes;
 use sqlx::mysql::MySqlConnection;
 use tower::Service;
 
+use self::batch::{Inner, Job};
+use self::batching::Gather;
 pub use self::batching::{ApplySet, Batching};
 pub use self::error::{classify, Conflict, InboxError, Refusal};
 pub use self::future::ResponseFuture;
 pub use self::layer::InboxLayer;
 pub use self::store::{InboxStats, InboxStore, Session, SessionSettings, StoreOptions};
-use self::batch::{Inner, Job};
-use self::batching::Gather;
 use self::tx::InboxTx;
 use crate::db::DbError;
 use crate::delivery::Delivery;
@@ -379,7 +379,15 @@ async fn apply<S: Inner>(
             Some(gather) => gather.submit(inner, delivery, Arc::new(event)).await,
             None => {
                 let event = Arc::new(event);
-                batch::alone(&store, Job { inner, delivery, event }).await
+                batch::alone(
+                    &store,
+                    Job {
+                        inner,
+                        delivery,
+                        event,
+                    },
+                )
+                .await
             }
         },
     };

@@ -42,24 +42,21 @@ pub(super) async fn connect_client(
         }
     }
     let url = settings.shown_url();
-    let client = options
-        .connect(settings.url.as_str())
-        .await
-        .map_err(|e| {
-            let reason = e.to_string();
-            match e.kind() {
-                // A certificate the client does not trust arrives as an I/O
-                // error around rustls' own: waiting would not mend it.
-                _ if is_tls_refusal(&e) => NatsError::Refused {
-                    url,
-                    reason: format!("TLS: {}", chain_text(&e)),
-                },
-                ConnectErrorKind::Io | ConnectErrorKind::TimedOut | ConnectErrorKind::Dns => {
-                    NatsError::Unreachable { url, reason }
-                }
-                _ => NatsError::Refused { url, reason },
+    let client = options.connect(settings.url.as_str()).await.map_err(|e| {
+        let reason = e.to_string();
+        match e.kind() {
+            // A certificate the client does not trust arrives as an I/O
+            // error around rustls' own: waiting would not mend it.
+            _ if is_tls_refusal(&e) => NatsError::Refused {
+                url,
+                reason: format!("TLS: {}", chain_text(&e)),
+            },
+            ConnectErrorKind::Io | ConnectErrorKind::TimedOut | ConnectErrorKind::Dns => {
+                NatsError::Unreachable { url, reason }
             }
-        })?;
+            _ => NatsError::Refused { url, reason },
+        }
+    })?;
     // The client's own lines say only the port and come at info from a
     // crate the default filter keeps at warn: this one is the receiver's.
     tracing::info!(url = %settings.shown_url(), server_version = %client.server_info().version, "connected to NATS");

@@ -98,9 +98,9 @@ impl NatsSettings {
                 _ => (address, None),
             };
             let host_ok = !host.is_empty()
-                && host
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '[' | ']' | ':'));
+                && host.chars().all(|c| {
+                    c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '[' | ']' | ':')
+                });
             let port_ok = port.is_none_or(|p| p.parse::<u16>().is_ok_and(|p| p > 0));
             if !host_ok || !port_ok || (scheme.is_none() && port.is_none()) {
                 return Err(format!(
@@ -141,7 +141,14 @@ mod tests {
         ] {
             assert_eq!(NatsSettings::check_servers(good), Ok(()), "{good}");
         }
-        for bad in ["garbage", "", "http://h:4222", "nats://:4222", "nats://h:port", "h:0"] {
+        for bad in [
+            "garbage",
+            "",
+            "http://h:4222",
+            "nats://:4222",
+            "nats://h:port",
+            "h:0",
+        ] {
             assert!(NatsSettings::check_servers(bad).is_err(), "{bad}");
         }
         let problem = NatsSettings::check_servers("nats://alice:s3cret@h 1:4222").unwrap_err();

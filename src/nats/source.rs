@@ -72,7 +72,10 @@ impl JetStreamSource {
     }
 
     /// Connected, nothing asked of JetStream yet.
-    pub(super) async fn unchecked(settings: &NatsSettings, timeout: Duration) -> Result<Self, NatsError> {
+    pub(super) async fn unchecked(
+        settings: &NatsSettings,
+        timeout: Duration,
+    ) -> Result<Self, NatsError> {
         let (client, disconnects) = connect_client(settings, timeout).await?;
         let mut context = jetstream::new(client.clone());
         context.set_timeout(timeout);
