@@ -3,10 +3,12 @@
 -- A third table beside the two of schema.sql, which it leaves unchanged:
 -- one row per task whose inbox rows were pruned, counting them, so that
 -- `receiver verify` can still check a view's applied_events against the
--- inbox (rows present plus rows pruned). `receiver init` creates it; on a
--- database initialized before, `receiver init --keep-existing` adds it and
--- touches nothing else. Written only by the prune account, in the same
--- transaction as the DELETE it counts; the runtime account never writes it.
+-- inbox (rows present plus rows pruned). A plain `receiver init` does not
+-- create it: `receiver init --retention` creates it with the other two, and
+-- on a database that has them `receiver init --keep-existing --retention`
+-- adds it and touches nothing else. Written only by the prune account, in
+-- the same transaction as the DELETE it counts; the runtime account never
+-- writes it.
 
 CREATE TABLE receiver_pruned (
   consumer_name VARCHAR(64) NOT NULL COMMENT '接收方名称（与Inbox相同的接收范围）',

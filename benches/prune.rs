@@ -36,6 +36,8 @@ use common::fill::{Fill, Ids};
 use common::galera::ClusterDb;
 use common::orbit::{http, OrbitDev, QueueCredentials};
 use common::{random_hex, EventSpec, TestDb};
+use result_inbox::db::schema::{self, Existing, InitOptions};
+use result_inbox::db::Dsn;
 use result_inbox::event::EventType;
 use sqlx::{Executor, MySqlPool};
 
@@ -75,7 +77,7 @@ struct Target {
 
 impl Target {
     async fn single() -> Target {
-        let db = TestDb::initialized().await;
+        let db = TestDb::initialized_with_retention().await;
         let (user, password) = db.user_with(&PRUNE_GRANTS).await;
         Target {
             dsns: vec![common::dsn_for(&db.name)],
@@ -86,6 +88,14 @@ impl Target {
 
     async fn cluster() -> Target {
         let db = ClusterDb::initialized().await;
+        // Prune's tally beside the two tables, as `receiver init
+        // --keep-existing --retention` adds it.
+        let options = InitOptions {
+            existing: Existing::Report,
+            retention: true,
+        };
+        let first = Dsn::parse(&db.dsn(0)).unwrap();
+        schema::init_with(&first, options).await.unwrap();
         let admin = db.pool(0).await;
         let (user, password) = (format!("pr_{}", random_hex(4)), random_hex(8));
         admin

@@ -131,9 +131,10 @@ pub struct Summary {
     /// Task view rows read.
     pub task_views: u64,
     /// Inbox rows `receiver prune` deleted, as `receiver_pruned` counts
-    /// them (0 without that table); `None` when the account may not read
-    /// it: check 3 then counts no pruned row, and says so where it finds a
-    /// task with fewer rows than its `applied_events`.
+    /// them (0 without that table, which prune cannot run without); `None`
+    /// when the account may not read it: check 3 then counts no pruned
+    /// row, and says so where it finds a task with fewer rows than its
+    /// `applied_events`.
     pub pruned_rows: Option<u64>,
     /// Inconsistencies found.
     pub problems: u64,
@@ -436,13 +437,17 @@ async fn last_events(
 enum Tally {
     /// The table is read: this many rows were pruned in all.
     Counted(u64),
-    /// The table is not there (a database initialized before prune
-    /// existed, which no prune can have run on).
+    /// The table is not there: a database initialized without it (plain
+    /// `receiver init`, or before prune existed). Prune refuses to run
+    /// without it, so no row was pruned here; check 3 is exact and
+    /// explains no missing row away.
     Absent,
-    /// The account may not read it (which the server also answers for a
-    /// table that does not exist). Check 3 stays exact — a task with fewer
-    /// rows than its `applied_events` is reported, never explained away —
-    /// and its finding says which grant would tell a prune from damage.
+    /// The account may not read it (which the server also answers an
+    /// account without a grant on it for a table that does not exist, as
+    /// after a plain `receiver init`). Check 3 stays exact — a task with
+    /// fewer rows than its `applied_events` is reported, never explained
+    /// away — and its finding says which grant would tell a prune from
+    /// damage, and that no prune ran where the table is missing.
     Unreadable,
 }
 
@@ -519,7 +524,8 @@ GROUP BY i.consumer_name, i.queue_id, i.task_id");
                 format!(
                     "applied_events is {counted}, the task has {applied} applied inbox row(s) \
                      (if receiver prune ran here, grant this account SELECT on receiver_pruned, \
-                     where it counts the rows it deleted)"
+                     where it counts the rows it deleted; without that table, which \
+                     `receiver init --keep-existing --retention` adds, no prune ran)"
                 )
             } else if pruned == 0 {
                 format!("applied_events is {counted}, the task has {applied} applied inbox row(s)")

@@ -42,8 +42,19 @@ struct Aged {
 }
 
 impl Aged {
+    /// On a database initialized with prune's tally, and a prune account
+    /// with every grant prune needs.
     async fn new(tasks: usize) -> Aged {
-        let db = TestDb::initialized().await;
+        Aged::on(
+            TestDb::initialized_with_retention().await,
+            tasks,
+            &PRUNE_GRANTS,
+        )
+        .await
+    }
+
+    /// On `db`, and a prune account with `grants`.
+    async fn on(db: TestDb, tasks: usize, grants: &[&str]) -> Aged {
         let scope = scope("task-result-view");
         let other = InboxScope::new(scope.receiver.clone(), common::scope("x").queue_id);
         let store = db.store(scope.clone()).await;
@@ -54,7 +65,7 @@ impl Aged {
         three_versions(&db.store(other.clone()).await, &other).await;
         age_everything(&db, 30).await;
         three_versions(&store, &scope).await;
-        let (user, password) = db.user_with(&PRUNE_GRANTS).await;
+        let (user, password) = db.user_with(grants).await;
         let prune_dsn = db.dsn_of(&user, &password);
         Aged {
             db,
@@ -499,26 +510,34 @@ async fn stats_shows_the_oldest_rows_age_and_what_is_past_a_window() {
 }
 
 #[tokio::test]
-async fn init_keep_existing_adds_the_tally_to_a_database_initialized_before_it() {
-    let db = TestDb::initialized().await;
-    sqlx::query("DROP TABLE receiver_pruned")
-        .execute(&db.pool().await)
-        .await
-        .unwrap();
+async fn a_database_initialized_without_the_tally_prunes_once_init_keep_existing_retention_added_it(
+) {
+    // A plain `receiver init`: the model's two tables, rows in them, and a
+    // prune account with the grants it can have there.
+    let mut aged = Aged::on(TestDb::initialized().await, 2, &PRUNE_GRANTS[..2]).await;
+    let before = aged.all_rows().await;
     let o = receiver()
-        .args(["init", "--keep-existing"])
-        .env("ORBIT_RECEIVER_DSN", common::dsn_for(&db.name))
+        .args(["init", "--keep-existing", "--retention"])
+        .env("ORBIT_RECEIVER_DSN", common::dsn_for(&aged.db.name))
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let tables: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = 'receiver_pruned'",
-    )
-    .bind(&db.name)
-    .fetch_one(&db.pool().await)
-    .await
-    .unwrap();
-    assert_eq!(tables, 1);
+    assert_eq!(
+        stdout(&o),
+        "receiver_schema_initialized=true foreign_keys=0\n"
+    );
+    assert_eq!(aged.all_rows().await, before, "init changed a row");
+    assert_eq!(aged.tally().await, (0, 0));
+
+    let (user, password) = aged.db.user_with(&PRUNE_GRANTS).await;
+    aged.prune_dsn = aged.db.dsn_of(&user, &password);
+    let o = aged.prune(&["--older-than", "7d"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(field(&stdout(&o), "deleted"), "4");
+    assert_eq!(aged.tally().await, (4, 4));
+    let (code, out) = aged.verify();
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(field(out.lines().last().unwrap(), "pruned_rows"), "4");
 }
 
 #[tokio::test]
@@ -664,7 +683,9 @@ async fn redeliveries_of_the_rows_a_prune_is_deleting_never_fail_and_never_apply
 }
 
 #[tokio::test]
-async fn without_the_tally_table_prune_and_its_check_say_to_run_init_keep_existing() {
+async fn without_the_tally_table_prune_and_its_check_say_to_run_init_keep_existing_retention() {
+    // The prune account keeps its grants on the dropped table, so the
+    // server tells it the table is missing rather than refusing it.
     let aged = Aged::new(1).await;
     sqlx::query("DROP TABLE receiver_pruned")
         .execute(&aged.db.pool().await)
@@ -674,7 +695,10 @@ async fn without_the_tally_table_prune_and_its_check_say_to_run_init_keep_existi
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(
-        err.contains("table receiver_pruned is missing (run `receiver init --keep-existing`"),
+        err.contains(
+            "table receiver_pruned is missing (run `receiver init --keep-existing --retention` \
+             with an administrator account: it adds this table and changes nothing else)"
+        ),
         "{err}"
     );
     assert_eq!(aged.event_ids().await.len(), 3 + 3, "nothing was deleted");
@@ -687,7 +711,10 @@ async fn without_the_tally_table_prune_and_its_check_say_to_run_init_keep_existi
     let out = stdout(&o);
     assert_eq!(o.status.code(), Some(1), "{out}");
     assert!(
-        out.contains("check=schema FAIL table receiver_pruned is missing (run `receiver init --keep-existing`"),
+        out.contains(
+            "check=schema FAIL table receiver_pruned is missing \
+             (run `receiver init --keep-existing --retention` with an administrator account"
+        ),
         "{out}"
     );
     assert!(out.contains("check=privileges not run (check schema failed)"));

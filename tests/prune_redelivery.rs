@@ -186,7 +186,7 @@ async fn after_a_prune_orbits_revived_deliveries_are_a_duplicate_and_a_stale_and
 ) {
     // Budget 1: a delivery whose ACK is lost expires after one lease.
     let (orbit, creds, sub) = OrbitDev::subscribed(1_000, 1, "prune-redelivery").await;
-    let db = TestDb::initialized().await;
+    let db = TestDb::initialized_with_retention().await;
     let task = random_hex(16);
     let (v1_id, v1, v2_id, v2) = two_versions(&creds.queue_id, &task);
     let d1 = applied_never_acked(&orbit, &creds, &sub, &db, &v1).await;
@@ -232,7 +232,7 @@ async fn after_a_prune_jetstreams_redelivery_is_a_duplicate_and_a_republished_ol
 
     let server = NatsServer::start();
     let queue = JetStreamQueue::create(&server, &random_hex(16), Duration::from_secs(2), 5).await;
-    let db = TestDb::initialized().await;
+    let db = TestDb::initialized_with_retention().await;
     let mut env = queue.env(&server.url());
     env.push(("ORBIT_RECEIVER_DSN".into(), dsn_for(&db.name)));
     env.push(("RECEIVER_NAME".into(), NAME.into()));

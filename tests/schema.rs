@@ -22,19 +22,26 @@ fn is_chinese(c: char) -> bool {
     ('\u{4e00}'..='\u{9fff}').contains(&c)
 }
 
+async fn tables(pool: &MySqlPool, db: &str) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT CAST(TABLE_NAME AS CHAR) FROM information_schema.TABLES \
+         WHERE TABLE_SCHEMA = ? ORDER BY TABLE_NAME",
+    )
+    .bind(db)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
 #[tokio::test]
-async fn the_model_has_two_tables_and_seventeen_columns_and_prunes_tally_a_third_all_commented_in_chinese(
-) {
+async fn the_model_has_two_tables_and_seventeen_columns_all_commented_in_chinese() {
     let db = TestDb::initialized().await;
-    let all = columns(&db.admin, &db.name).await;
-    let (tally, cols): (Vec<_>, Vec<_>) = all.iter().partition(|c| c.0 == "receiver_pruned");
-    assert_eq!(cols.len(), 17, "{cols:?}");
-    let tables: std::collections::BTreeSet<_> = cols.iter().map(|c| c.0.as_str()).collect();
     assert_eq!(
-        tables.into_iter().collect::<Vec<_>>(),
+        tables(&db.admin, &db.name).await,
         ["receiver_inbox", "receiver_task_views"]
     );
-    assert_eq!(tally.len(), 7, "{tally:?}");
+    let all = columns(&db.admin, &db.name).await;
+    assert_eq!(all.len(), 17, "{all:?}");
     for (table, column, comment) in &all {
         assert!(
             comment.chars().any(is_chinese),
@@ -44,8 +51,23 @@ async fn the_model_has_two_tables_and_seventeen_columns_and_prunes_tally_a_third
 }
 
 #[tokio::test]
-async fn the_schema_has_no_foreign_keys_and_uses_innodb_and_utf8mb4() {
-    let db = TestDb::initialized().await;
+async fn the_prune_tally_is_a_third_table_of_seven_columns_all_commented_in_chinese() {
+    let db = TestDb::initialized_with_retention().await;
+    let all = columns(&db.admin, &db.name).await;
+    let (tally, model): (Vec<_>, Vec<_>) = all.iter().partition(|c| c.0 == "receiver_pruned");
+    assert_eq!(model.len(), 17, "{model:?}");
+    assert_eq!(tally.len(), 7, "{tally:?}");
+    for (table, column, comment) in &tally {
+        assert!(
+            comment.chars().any(is_chinese),
+            "{table}.{column} has no Chinese comment: {comment:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_schema_and_the_tally_have_no_foreign_keys_and_use_innodb_and_utf8mb4() {
+    let db = TestDb::initialized_with_retention().await;
     let fks: i64 = sqlx::query_scalar(
         "SELECT COUNT(*) FROM information_schema.REFERENTIAL_CONSTRAINTS WHERE CONSTRAINT_SCHEMA = ?",
     )
@@ -71,7 +93,7 @@ async fn the_schema_has_no_foreign_keys_and_uses_innodb_and_utf8mb4() {
 
 #[tokio::test]
 async fn each_table_is_unique_on_its_scope_and_identity() {
-    let db = TestDb::initialized().await;
+    let db = TestDb::initialized_with_retention().await;
     let keys: Vec<(String, String)> = sqlx::query_as(
         "SELECT CAST(TABLE_NAME AS CHAR), \
          CAST(GROUP_CONCAT(COLUMN_NAME ORDER BY SEQ_IN_INDEX) AS CHAR) \
@@ -274,5 +296,180 @@ async fn init_keeping_existing_tables_still_refuses_a_schema_it_did_not_create()
     assert!(
         stderr.contains("not those of schema.sql (table receiver_inbox lacks received_at)"),
         "{stderr}"
+    );
+}
+
+fn init_with_args(db: &TestDb, args: &[&str]) -> std::process::Output {
+    receiver()
+        .arg("init")
+        .args(args)
+        .env("ORBIT_RECEIVER_DSN", dsn_for(&db.name))
+        .output()
+        .unwrap()
+}
+
+const INITIALIZED: &str = "receiver_schema_initialized=true foreign_keys=0\n";
+
+#[tokio::test]
+async fn a_plain_receiver_init_creates_only_the_two_tables_of_the_model_with_seventeen_commented_columns(
+) {
+    let db = TestDb::empty().await;
+    let out = init_with_args(&db, &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), INITIALIZED);
+    assert_eq!(
+        tables(&db.admin, &db.name).await,
+        ["receiver_inbox", "receiver_task_views"]
+    );
+    let all = columns(&db.admin, &db.name).await;
+    assert_eq!(all.len(), 17, "{all:?}");
+    assert!(all
+        .iter()
+        .all(|(_, _, comment)| comment.chars().any(is_chinese)));
+}
+
+#[tokio::test]
+async fn receiver_init_with_retention_creates_the_two_tables_and_the_prune_tally() {
+    let db = TestDb::empty().await;
+    let out = init_with_args(&db, &["--retention"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), INITIALIZED);
+    assert_eq!(
+        tables(&db.admin, &db.name).await,
+        ["receiver_inbox", "receiver_pruned", "receiver_task_views"]
+    );
+}
+
+#[tokio::test]
+async fn init_keeping_existing_without_retention_does_not_create_the_tally() {
+    let db = TestDb::initialized().await;
+    let out = init_keeping_existing(&db);
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), INITIALIZED);
+    assert_eq!(
+        tables(&db.admin, &db.name).await,
+        ["receiver_inbox", "receiver_task_views"]
+    );
+}
+
+#[tokio::test]
+async fn init_keeping_existing_with_retention_adds_only_the_tally_and_leaves_the_two_tables_as_they_were(
+) {
+    let db = TestDb::initialized().await;
+    let pool = db.pool().await;
+    sqlx::query(
+        "INSERT INTO receiver_inbox VALUES ('r', 'q', 'e', REPEAT('0', 64), '{}', 0, UTC_TIMESTAMP(6))",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let before = show_create(&db.admin, &db.name).await;
+
+    let out = init_with_args(&db, &["--keep-existing", "--retention"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), INITIALIZED);
+    assert_eq!(
+        tables(&db.admin, &db.name).await,
+        ["receiver_inbox", "receiver_pruned", "receiver_task_views"]
+    );
+    assert_eq!(show_create(&db.admin, &db.name).await, before);
+    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM receiver_inbox")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 1);
+    let tally = columns(&db.admin, &db.name)
+        .await
+        .into_iter()
+        .filter(|(table, _, _)| table == "receiver_pruned")
+        .count();
+    assert_eq!(tally, 7);
+
+    // Run again, the tally is found in place and left as it is.
+    let out = init_with_args(&db, &["--keep-existing", "--retention"]);
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), INITIALIZED);
+    assert_eq!(tables(&db.admin, &db.name).await.len(), 3);
+}
+
+#[tokio::test]
+async fn init_keeping_existing_with_retention_refuses_a_damaged_schema_and_adds_no_tally() {
+    let db = TestDb::initialized().await;
+    sqlx::query("ALTER TABLE receiver_inbox DROP COLUMN received_at")
+        .execute(&db.pool().await)
+        .await
+        .unwrap();
+    let out = init_with_args(&db, &["--keep-existing", "--retention"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("not those of schema.sql (table receiver_inbox lacks received_at)"),
+        "{stderr}"
+    );
+    assert_eq!(
+        tables(&db.admin, &db.name).await,
+        ["receiver_inbox", "receiver_task_views"]
+    );
+}
+
+#[tokio::test]
+async fn init_with_retention_where_the_two_tables_exist_refuses_and_names_keep_existing() {
+    let db = TestDb::initialized().await;
+    let out = init_with_args(&db, &["--retention"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("already exist"), "{stderr}");
+    assert!(
+        stderr.contains("`receiver init --keep-existing --retention` adds receiver_pruned"),
+        "{stderr}"
+    );
+    assert_eq!(
+        tables(&db.admin, &db.name).await,
+        ["receiver_inbox", "receiver_task_views"]
+    );
+}
+
+#[tokio::test]
+async fn init_refuses_when_only_the_tally_exists_and_creates_nothing() {
+    let db = TestDb::empty().await;
+    sqlx::query("CREATE TABLE receiver_pruned (x INT)")
+        .execute(&db.pool().await)
+        .await
+        .unwrap();
+    let err = result_inbox::db::schema::init(&db.dsn).await.unwrap_err();
+    assert!(err.to_string().contains("receiver_pruned"), "{err}");
+    assert_eq!(tables(&db.admin, &db.name).await, ["receiver_pruned"]);
+}
+
+#[tokio::test]
+async fn init_keeping_existing_counts_a_foreign_key_on_the_tally_too() {
+    let db = TestDb::initialized_with_retention().await;
+    sqlx::query(
+        "ALTER TABLE receiver_pruned ADD CONSTRAINT added_by_hand FOREIGN KEY \
+         (consumer_name, queue_id, task_id) \
+         REFERENCES receiver_task_views (consumer_name, queue_id, task_id)",
+    )
+    .execute(&db.pool().await)
+    .await
+    .unwrap();
+    let out = init_keeping_existing(&db);
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "receiver_schema_initialized=true foreign_keys=1\n"
     );
 }

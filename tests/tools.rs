@@ -37,8 +37,34 @@ struct Filled {
 }
 
 impl Filled {
+    /// On a database initialized with prune's tally, read by an account
+    /// with SELECT on all three tables.
     async fn new() -> Filled {
-        let db = TestDb::initialized().await;
+        Filled::on(
+            TestDb::initialized_with_retention().await,
+            &[
+                "SELECT ON `{db}`.receiver_inbox",
+                "SELECT ON `{db}`.receiver_task_views",
+                "SELECT ON `{db}`.receiver_pruned",
+            ],
+        )
+        .await
+    }
+
+    /// On a database a plain `receiver init` created (no tally), read by
+    /// an account with SELECT on its two tables.
+    async fn without_tally() -> Filled {
+        Filled::on(
+            TestDb::initialized().await,
+            &[
+                "SELECT ON `{db}`.receiver_inbox",
+                "SELECT ON `{db}`.receiver_task_views",
+            ],
+        )
+        .await
+    }
+
+    async fn on(db: TestDb, grants: &[&str]) -> Filled {
         let scope = scope("task-result-view");
         let store = db.store(scope.clone()).await;
         let mut tasks = Vec::new();
@@ -61,13 +87,7 @@ impl Filled {
         }
         let late = EventSpec::submitted(scope.queue_id.as_str(), &tasks[0]);
         apply(&store, &late.json()).await;
-        let (user, password) = db
-            .user_with(&[
-                "SELECT ON `{db}`.receiver_inbox",
-                "SELECT ON `{db}`.receiver_task_views",
-                "SELECT ON `{db}`.receiver_pruned",
-            ])
-            .await;
+        let (user, password) = db.user_with(grants).await;
         let reader_dsn = db.dsn_of(&user, &password);
         Filled {
             db,
@@ -97,7 +117,16 @@ impl Filled {
 
 /// Runs `receiver verify`; returns (exit code, findings, summary line).
 fn verify(f: &Filled) -> (Option<i32>, Vec<String>, String) {
-    let o = f.tool(&["verify"]);
+    verify_as(f, &f.reader_dsn)
+}
+
+/// [`verify`] as the account of `dsn`.
+fn verify_as(f: &Filled, dsn: &str) -> (Option<i32>, Vec<String>, String) {
+    let o = receiver()
+        .arg("verify")
+        .env("ORBIT_RECEIVER_DSN", dsn)
+        .output()
+        .unwrap();
     let (stdout, stderr) = out(&o);
     assert!(!stdout.contains("sentinel-result"));
     // stderr is a pipe here, not a terminal: no progress bar, nothing at all.
@@ -117,6 +146,66 @@ async fn verify_passes_a_sound_database_with_a_select_only_account() {
         "verify inbox_rows=7 task_views=3 pruned_rows=0 problems=0 ok=true"
     );
     assert_eq!(code, Some(0));
+}
+
+#[tokio::test]
+async fn verify_without_the_tally_passes_a_sound_database_and_counts_no_pruned_row_it_cannot_see() {
+    let f = Filled::without_tally().await;
+    // The runtime account cannot tell a missing table from one it may not read.
+    let (code, findings, summary) = verify(&f);
+    assert_eq!(findings, Vec::<String>::new());
+    assert_eq!(
+        summary,
+        "verify inbox_rows=7 task_views=3 pruned_rows=unknown problems=0 ok=true"
+    );
+    assert_eq!(code, Some(0));
+    // An administrator sees it is missing: prune never ran here.
+    let (code, findings, summary) = verify_as(&f, &common::dsn_for(&f.db.name));
+    assert_eq!(findings, Vec::<String>::new());
+    assert_eq!(
+        summary,
+        "verify inbox_rows=7 task_views=3 pruned_rows=0 problems=0 ok=true"
+    );
+    assert_eq!(code, Some(0));
+}
+
+#[tokio::test]
+async fn verify_without_the_tally_reports_a_task_with_fewer_applied_rows_than_its_count() {
+    let f = Filled::without_tally().await;
+    let (v1, _) = &f.events[1];
+    f.damage(&format!(
+        "DELETE FROM receiver_inbox WHERE event_id = '{v1}'"
+    ))
+    .await;
+    let task = &f.tasks[1];
+    let mismatch = format!(
+        "problem=applied_events_mismatch consumer=task-result-view queue={} task={task}: \
+         applied_events is 2, the task has 1 applied inbox row(s)",
+        f.scope.queue_id.as_str()
+    );
+
+    let (code, findings, summary) = verify(&f);
+    assert_eq!(code, Some(1));
+    assert_eq!(
+        findings,
+        [format!(
+            "{mismatch} (if receiver prune ran here, grant this account SELECT on \
+             receiver_pruned, where it counts the rows it deleted; without that table, \
+             which `receiver init --keep-existing --retention` adds, no prune ran)"
+        )]
+    );
+    assert!(
+        summary.ends_with("pruned_rows=unknown problems=1 ok=false"),
+        "{summary}"
+    );
+
+    let (code, findings, summary) = verify_as(&f, &common::dsn_for(&f.db.name));
+    assert_eq!(code, Some(1));
+    assert_eq!(findings, [mismatch]);
+    assert!(
+        summary.ends_with("pruned_rows=0 problems=1 ok=false"),
+        "{summary}"
+    );
 }
 
 #[tokio::test]

@@ -50,10 +50,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Create the receiver's two tables (schema.sql) in an empty database.
+    /// Create the receiver's two tables (schema.sql: receiver_inbox and
+    /// receiver_task_views) in an empty database.
     ///
-    /// Runs only the initial DDL: if either table exists it stops with an error
-    /// and changes nothing. Needs the CREATE privilege.
+    /// Runs only the initial DDL: if any receiver table exists it stops with
+    /// an error and changes nothing. Needs the CREATE privilege. Creates
+    /// receiver_pruned, the table `prune` counts in, only with --retention.
     Init {
         /// The receiver's database, e.g. mysql://admin@127.0.0.1:3306/receiver.
         /// Must name the database. Never the platform's database.
@@ -64,6 +66,11 @@ enum Command {
         /// keys counted); a partial or different schema still fails.
         #[arg(long)]
         keep_existing: bool,
+        /// Also create receiver_pruned (retention.sql), which `prune` needs:
+        /// after the two tables on an empty database; with --keep-existing,
+        /// alone beside them, changing nothing else.
+        #[arg(long)]
+        retention: bool,
     },
     /// Run the whole flow once: subscribe to task.cancelled, submit and cancel
     /// a task, apply its event twice (applied, then duplicate), ACK, check the
@@ -177,7 +184,11 @@ fn run() -> Outcome {
         .map_err(usage_failure)?;
     init_logging(matches!(cli.command, Command::Consume(_))).map_err(config)?;
     match cli.command {
-        Command::Init { dsn, keep_existing } => commands::init::run_init(dsn, keep_existing),
+        Command::Init {
+            dsn,
+            keep_existing,
+            retention,
+        } => commands::init::run_init(dsn, keep_existing, retention),
         Command::Digest { file } => commands::digest::run_digest(file),
         Command::Demo(receiver) => commands::demo::run_demo(receiver),
         Command::Consume(args) => commands::consume::run_consume(args),

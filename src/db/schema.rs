@@ -1,13 +1,15 @@
 //! `schema.sql`, `retention.sql` and the one-time initialization behind
 //! `receiver init`.
 //!
-//! Initialization runs only the initial DDL. It never repairs, alters or
-//! overwrites: if any of its tables already exists it stops with
+//! Initialization runs only the initial DDL: the two tables of
+//! `schema.sql`, and `retention.sql`'s tally only when asked
+//! ([`InitOptions::retention`]). It never repairs, alters or overwrites: if
+//! any of the receiver's tables already exists it stops with
 //! [`InitError::TablesExist`] before creating anything, and a `CREATE TABLE`
 //! that races with someone else fails rather than replacing. Schema changes
 //! after release belong in the receiver's own forward migrations; the one
-//! there is ([`Existing::Report`]) only adds `retention.sql`'s table to a
-//! database that has the other two.
+//! there is ([`Existing::Report`] with [`InitOptions::retention`]) only adds
+//! `retention.sql`'s table to a database that has the other two.
 
 use sqlx::mysql::MySqlConnection;
 use sqlx::Connection;
@@ -26,7 +28,8 @@ pub const TASK_VIEW_TABLE: &str = "receiver_task_views";
 pub const TABLES: [&str; 2] = [INBOX_TABLE, TASK_VIEW_TABLE];
 
 /// The DDL of `receiver prune`'s tally, exactly as shipped in
-/// `retention.sql`.
+/// `retention.sql`: not part of the model, created only when asked
+/// ([`InitOptions::retention`]).
 pub const RETENTION_SQL: &str = include_str!("../../retention.sql");
 
 /// The tally of pruned inbox rows: one row per task (see `retention.sql`).
@@ -96,12 +99,16 @@ impl From<sqlx::Error> for InitError {
     }
 }
 
-/// The `CREATE TABLE` statements of [`SCHEMA_SQL`] and then of
-/// [`RETENTION_SQL`], without comments.
+/// The `CREATE TABLE` statements of [`SCHEMA_SQL`], without comments: what
+/// [`init`] runs.
 pub fn statements() -> Vec<&'static str> {
-    let mut all = create_statements(SCHEMA_SQL);
-    all.extend(create_statements(RETENTION_SQL));
-    all
+    create_statements(SCHEMA_SQL)
+}
+
+/// The `CREATE TABLE` statement of [`RETENTION_SQL`], without comments:
+/// what [`InitOptions::retention`] adds.
+pub fn retention_statements() -> Vec<&'static str> {
+    create_statements(RETENTION_SQL)
 }
 
 fn create_statements(sql: &'static str) -> Vec<&'static str> {
@@ -111,9 +118,10 @@ fn create_statements(sql: &'static str) -> Vec<&'static str> {
         .collect()
 }
 
-/// The columns `schema.sql` gives `table`, in order (empty for a table it
-/// does not create). Read from the DDL itself, so the self-check can never
-/// expect other columns than `init` creates.
+/// The columns `schema.sql` (or, for [`PRUNED_TABLE`], `retention.sql`)
+/// gives `table`, in order (empty for a table neither creates). Read from
+/// the DDL itself, so the self-check can never expect other columns than
+/// `init` creates.
 pub fn columns(table: &str) -> Vec<&'static str> {
     create_statement(table)
         .unwrap_or_default()
@@ -127,7 +135,10 @@ pub fn columns(table: &str) -> Vec<&'static str> {
 
 fn create_statement(table: &str) -> Option<&'static str> {
     let head = format!("CREATE TABLE {table} (");
-    statements().into_iter().find(|s| s.starts_with(&head))
+    statements()
+        .into_iter()
+        .chain(retention_statements())
+        .find(|s| s.starts_with(&head))
 }
 
 /// The columns of `table` that make up its primary key, which the runtime
@@ -180,25 +191,62 @@ pub enum Existing {
     /// When both tables of `schema.sql` exist with every column, change
     /// nothing in them and report them as a fresh `init` would: the
     /// foreign keys are counted, not assumed. Anything less is still
-    /// refused. `retention.sql`'s table is created if it is missing (a
-    /// database initialized before prune existed) and checked like the
-    /// others if it is there.
+    /// refused. `retention.sql`'s table is checked like the others if it
+    /// is there; if it is missing it is created only with
+    /// [`InitOptions::retention`] (a database initialized without it), and
+    /// only once the other two have been found whole.
     Report,
 }
 
-/// Creates the tables of `schema.sql` and `retention.sql` in the DSN's
-/// database, then reads back the number of foreign keys on them.
-pub async fn init(dsn: &Dsn) -> Result<InitReport, InitError> {
-    init_with(dsn, Existing::Refuse).await
+/// What [`init_with`] creates, and what it does when the tables exist.
+///
+/// The default is what [`init`] does: the two tables of `schema.sql`
+/// only, refused if any of the receiver's tables exists.
+///
+/// ```no_run
+/// use result_inbox::db::schema::{self, Existing, InitOptions};
+/// use result_inbox::db::Dsn;
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let dsn: Dsn = std::env::var("ORBIT_RECEIVER_DSN")?.parse()?;
+/// // `receiver init --keep-existing --retention`: add prune's tally to a
+/// // database that has the two tables, change nothing else.
+/// let options = InitOptions {
+///     existing: Existing::Report,
+///     retention: true,
+/// };
+/// let report = schema::init_with(&dsn, options).await?;
+/// assert_eq!(report.foreign_keys, 0);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct InitOptions {
+    /// What happens when the tables are there already. Default
+    /// [`Existing::Refuse`].
+    pub existing: Existing,
+    /// Whether `retention.sql`'s tally ([`PRUNED_TABLE`], which `receiver
+    /// prune` needs) is created too: after the two tables on an empty
+    /// database, or alone beside them with [`Existing::Report`]. Default
+    /// `false`: the model's two tables only.
+    pub retention: bool,
 }
 
-/// [`init`], with a choice of what happens when the tables exist.
-pub async fn init_with(dsn: &Dsn, existing: Existing) -> Result<InitReport, InitError> {
+/// Creates the two tables of `schema.sql` in the DSN's database, then reads
+/// back the number of foreign keys on the receiver's tables. Creates no
+/// tally (see [`InitOptions::retention`]).
+pub async fn init(dsn: &Dsn) -> Result<InitReport, InitError> {
+    init_with(dsn, InitOptions::default()).await
+}
+
+/// [`init`], with a choice of what happens when the tables exist and of
+/// whether `retention.sql`'s tally is created.
+pub async fn init_with(dsn: &Dsn, options: InitOptions) -> Result<InitReport, InitError> {
     let mut conn = dsn.connect().await?;
     let found = existing_tables(&mut conn).await?;
     if !found.is_empty() {
-        if existing == Existing::Report {
-            let report = report_existing(&mut conn, dsn, &found).await;
+        if options.existing == Existing::Report {
+            let report = report_existing(&mut conn, dsn, &found, options.retention).await;
             conn.close().await.ok();
             return report;
         }
@@ -207,7 +255,12 @@ pub async fn init_with(dsn: &Dsn, existing: Existing) -> Result<InitReport, Init
             tables: found,
         });
     }
-    for ddl in statements() {
+    let tally = if options.retention {
+        retention_statements()
+    } else {
+        Vec::new()
+    };
+    for ddl in statements().into_iter().chain(tally) {
         sqlx::raw_sql(ddl).execute(&mut conn).await?;
     }
     let foreign_keys = count_foreign_keys(&mut conn).await?;
@@ -216,11 +269,13 @@ pub async fn init_with(dsn: &Dsn, existing: Existing) -> Result<InitReport, Init
 }
 
 /// The report of an `init` that found the tables in place: both must be
-/// there with all their columns; the foreign keys are counted.
+/// there with all their columns, and the tally too when it is there; then,
+/// if asked, the missing tally is created; the foreign keys are counted.
 async fn report_existing(
     conn: &mut MySqlConnection,
     dsn: &Dsn,
     found: &[String],
+    retention: bool,
 ) -> Result<InitReport, InitError> {
     let not_the_schema = |problem: String| InitError::NotTheSchema {
         database: dsn.database().to_owned(),
@@ -231,12 +286,10 @@ async fn report_existing(
             return Err(not_the_schema(format!("table {table} is missing")));
         }
     }
-    if !found.iter().any(|t| t == PRUNED_TABLE) {
-        for ddl in create_statements(RETENTION_SQL) {
-            sqlx::raw_sql(ddl).execute(&mut *conn).await?;
-        }
-    }
-    for table in ALL_TABLES {
+    for table in ALL_TABLES
+        .into_iter()
+        .filter(|t| found.iter().any(|f| f == t))
+    {
         let present: Vec<String> = sqlx::query_scalar(
             "SELECT CAST(COLUMN_NAME AS CHAR) FROM information_schema.COLUMNS \
              WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?",
@@ -253,6 +306,11 @@ async fn report_existing(
                 "table {table} lacks {}",
                 missing.join(", ")
             )));
+        }
+    }
+    if retention && !found.iter().any(|t| t == PRUNED_TABLE) {
+        for ddl in retention_statements() {
+            sqlx::raw_sql(ddl).execute(&mut *conn).await?;
         }
     }
     Ok(InitReport {
@@ -286,13 +344,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_model_has_two_create_statements_and_the_prune_tally_a_third() {
+    fn init_runs_the_two_create_statements_of_the_model_and_no_tally() {
         let s = statements();
-        assert_eq!(s.len(), 3);
+        assert_eq!(s.len(), 2);
         assert!(s[0].starts_with("CREATE TABLE receiver_inbox"));
         assert!(s[1].starts_with("CREATE TABLE receiver_task_views"));
-        assert_eq!(create_statements(SCHEMA_SQL).len(), 2);
-        assert!(s[2].starts_with("CREATE TABLE receiver_pruned"));
+        assert!(s.iter().all(|ddl| !ddl.contains(PRUNED_TABLE)));
+        assert_eq!(InitOptions::default().existing, Existing::Refuse);
+        assert!(!InitOptions::default().retention);
+    }
+
+    #[test]
+    fn the_retention_statement_creates_the_prune_tally_alone() {
+        let s = retention_statements();
+        assert_eq!(s.len(), 1);
+        assert!(s[0].starts_with("CREATE TABLE receiver_pruned ("));
+        assert_eq!(columns(PRUNED_TABLE).len(), 7);
         assert_eq!(
             key_columns(PRUNED_TABLE),
             ["consumer_name", "queue_id", "task_id"]
@@ -331,7 +398,12 @@ mod tests {
 
     #[test]
     fn the_schema_creates_only_and_never_drops_or_references() {
-        let upper = statements().join("\n").to_uppercase();
+        let upper = statements()
+            .into_iter()
+            .chain(retention_statements())
+            .collect::<Vec<_>>()
+            .join("\n")
+            .to_uppercase();
         for word in [
             "DROP ",
             "ALTER ",
@@ -341,7 +413,7 @@ mod tests {
             "IF NOT EXISTS",
             " JSON ",
         ] {
-            assert!(!upper.contains(word), "schema.sql contains {word}");
+            assert!(!upper.contains(word), "the DDL contains {word}");
         }
     }
 }

@@ -83,6 +83,20 @@ impl TestDb {
         db
     }
 
+    /// A fresh database with the receiver schema and `receiver prune`'s
+    /// tally, as `receiver init --retention` creates them.
+    pub async fn initialized_with_retention() -> TestDb {
+        let db = TestDb::empty().await;
+        let options = result_inbox::db::schema::InitOptions {
+            retention: true,
+            ..Default::default()
+        };
+        result_inbox::db::schema::init_with(&db.dsn, options)
+            .await
+            .expect("schema init with the retention tally");
+        db
+    }
+
     /// A store for a fresh random scope in this database.
     pub async fn store(&self, scope: InboxScope) -> InboxStore {
         InboxStore::connect(&self.dsn, scope, StoreOptions::default())

@@ -114,7 +114,7 @@ impl Problem {
 /// What to run, or grant, for a missing table.
 fn missing_table_hint(table: &str) -> &'static str {
     if table == result_inbox::db::schema::PRUNED_TABLE {
-        "run `receiver init --keep-existing` with an administrator account: it adds this table and changes nothing else"
+        "run `receiver init --keep-existing --retention` with an administrator account: it adds this table and changes nothing else"
     } else {
         "run `receiver init` with an administrator account, or grant the runtime account SELECT, INSERT, UPDATE on it"
     }

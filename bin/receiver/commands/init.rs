@@ -1,23 +1,30 @@
-//! `receiver init`: the receiver's two tables, created once.
+//! `receiver init`: the receiver's two tables, created once; prune's tally
+//! with them, or beside them later, when asked.
 
-use result_inbox::db::schema;
+use result_inbox::db::schema::{self, Existing, InitError, InitOptions};
 
 use crate::args::required_dsn;
 use crate::exit::{config, failed, printed, Outcome};
 use crate::runtime::runtime;
 
-pub(crate) fn run_init(dsn: Option<String>, keep_existing: bool) -> Outcome {
+pub(crate) fn run_init(dsn: Option<String>, keep_existing: bool, retention: bool) -> Outcome {
     let dsn = required_dsn(dsn).map_err(config)?;
-    let existing = if keep_existing {
-        schema::Existing::Report
-    } else {
-        schema::Existing::Refuse
+    let options = InitOptions {
+        existing: if keep_existing {
+            Existing::Report
+        } else {
+            Existing::Refuse
+        },
+        retention,
     };
     let report = runtime()
-        .block_on(schema::init_with(&dsn, existing))
+        .block_on(schema::init_with(&dsn, options))
         .map_err(|e| {
             let hint = match e {
-                schema::InitError::TablesExist { .. } => {
+                InitError::TablesExist { .. } if retention => {
+                    " (`receiver init --keep-existing --retention` adds receiver_pruned beside tables that have every column of schema.sql)"
+                }
+                InitError::TablesExist { .. } => {
                     " (`receiver init --keep-existing` accepts tables that have every column of schema.sql)"
                 }
                 _ => "",
