@@ -7,20 +7,30 @@ WITH_GALERA := scripts/with-galera.sh
 # features leave it (and its dependencies) out.
 CLI := --features result-inbox/cli
 
-.PHONY: demo test bench build check fmt-check clippy doc deps-check package-check unit integration cluster-test toolchain fuzz nats-server
+.PHONY: demo test bench build check fmt-check clippy doc deps-check package-check unit integration cluster-test toolchain fuzz nats-server nextest doctest
 
 ## demo: the whole local demo (orbit-dev, a throwaway database unless ORBIT_RECEIVER_DSN is set, init, demo)
 demo: toolchain build
 	scripts/demo.sh
 
-## test: formatting, lints, docs, then every test (against a throwaway database server, a throwaway three-node Galera cluster and throwaway nats-servers)
+# Every test binary runs under cargo-nextest (.config/nextest.toml): each
+# test a process of its own, many at once, so that tests waiting on leases,
+# outages and timeouts overlap. Both passes select the same packages and
+# features, so the second builds nothing.
+NEXTEST := $(CARGO) nextest run --workspace --locked $(CLI)
 # The crash-window and cluster tests once more, with the receiver in
 # batching mode (tests/common builds its layer from RECEIVER_BATCH_MAX,
 # as receiver consume does).
-BATCHING_TESTS := --test commit_loss --test crash --test db_outage --test cluster --test cluster_node_loss
-test: check build nats-server
-	$(WITH_MYSQL) $(WITH_GALERA) $(CARGO) test --workspace --locked $(CLI)
-	RECEIVER_BATCH_MAX=16 $(WITH_MYSQL) $(WITH_GALERA) $(CARGO) test --locked $(CLI) $(BATCHING_TESTS)
+BATCHING_TESTS := binary(commit_loss) | binary(crash) | binary(db_outage) | binary(cluster) | binary(cluster_node_loss)
+
+## test: formatting, lints, docs, then every test (against a throwaway database server, a throwaway three-node Galera cluster and throwaway nats-servers): the doctests, the batching-mode pass, then every test binary; the last lines are the count of passed and failed tests
+test: check nats-server nextest doctest
+	RECEIVER_BATCH_MAX=16 $(WITH_MYSQL) $(WITH_GALERA) $(NEXTEST) -E '$(BATCHING_TESTS)'
+	$(WITH_MYSQL) $(WITH_GALERA) $(NEXTEST)
+
+## doctest: the examples in the documentation (cargo-nextest does not run them)
+doctest:
+	$(CARGO) test --doc --workspace --locked $(CLI)
 
 ## build: the binaries (receiver, orbit-dev); the end-to-end tests run them as processes
 build:
@@ -54,9 +64,10 @@ deps-check:
 	done; \
 	echo "deps-check: default features compile none of: $(CLI_ONLY_CRATES)"
 
-## package-check: the published package holds what a user needs and not the repository's test apparatus, and it builds on its own (cargo verifies it outside the workspace, with the binary)
+## package-check: the published package holds what a user needs and not the repository's test apparatus, and it compiles on its own, outside the workspace, with the binary (cargo check of the unpacked .crate; it shares the target directory, so only what differs is checked again)
 PACKAGE_NEEDS := Cargo.toml README.md LICENSE-APACHE LICENSE-MIT schema.sql retention.sql src/lib.rs bin/receiver/main.rs
-PACKAGE_KEEPS_OUT := tests/ benches/ fuzz/ scripts/ .ci/ Makefile
+PACKAGE_KEEPS_OUT := tests/ benches/ fuzz/ scripts/ .ci/ .config/ Makefile
+PACKAGED := target/package/result-inbox-$(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 package-check:
 	@list=$$($(CARGO) package --locked --allow-dirty -p result-inbox --list 2>/dev/null) || { $(CARGO) package --locked --allow-dirty -p result-inbox --list; exit 1; }; \
 	for file in $(PACKAGE_NEEDS); do \
@@ -65,21 +76,27 @@ package-check:
 	for prefix in $(PACKAGE_KEEPS_OUT); do \
 		if echo "$$list" | grep -q "^$$prefix"; then echo "package-check: the package holds $$prefix (not for users)"; exit 1; fi; \
 	done
-	@out=$$($(CARGO) package --locked --allow-dirty -p result-inbox --features cli 2>&1) || { echo "$$out" | grep -v '^warning: ignoring '; echo "package-check: the packaged crate does not build on its own"; exit 1; }; \
-	echo "$$out" | grep -E '^ *(Packaged|Finished)'
+	@out=$$($(CARGO) package --locked --allow-dirty -p result-inbox --no-verify 2>&1) || { echo "$$out"; exit 1; }; \
+	echo "$$out" | grep -E '^ *Packaged'; \
+	rm -rf $(PACKAGED) && tar -xzf $(PACKAGED).crate -C target/package
+	@out=$$(CARGO_TARGET_DIR=$(CURDIR)/target $(CARGO) check --locked --manifest-path $(PACKAGED)/Cargo.toml --lib --bins --features cli 2>&1) || { echo "$$out"; echo "package-check: the packaged crate does not compile on its own"; exit 1; }; \
+	echo "$$out" | grep -E '^ *Finished'
 
 ## unit: the tests that need no database
-unit:
-	$(CARGO) test --workspace --lib --bins --locked $(CLI)
+unit: nextest
+	$(CARGO) nextest run --workspace --lib --bins --locked $(CLI)
 
 ## integration: only the integration tests, against a throwaway server
-integration: build nats-server
-	$(CARGO) build --workspace --examples --locked $(CLI)
-	$(WITH_MYSQL) $(WITH_GALERA) $(CARGO) test --workspace --test '*' --locked $(CLI)
+integration: nats-server nextest
+	$(WITH_MYSQL) $(WITH_GALERA) $(NEXTEST) -E 'kind(test)'
 
 ## cluster-test: only the tests on a throwaway three-node MariaDB Galera cluster
-cluster-test: build
-	$(WITH_GALERA) $(CARGO) test --locked $(CLI) --test cluster --test cluster_node_loss --test cluster_isolation
+cluster-test: nextest
+	$(WITH_GALERA) $(NEXTEST) -E 'binary(cluster) | binary(cluster_node_loss) | binary(cluster_isolation)'
+
+## nextest: cargo-nextest, which runs the test binaries (installed with cargo when missing)
+nextest:
+	@$(CARGO) nextest --version >/dev/null 2>&1 || { echo "cargo-nextest not found: installing it (cargo install --locked cargo-nextest)"; $(CARGO) install --locked cargo-nextest; }
 
 ## nats-server: the NATS server the JetStream tests start (installs Debian's package when missing)
 nats-server:

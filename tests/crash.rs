@@ -62,11 +62,38 @@ fn main() {
             Box::pin(budget_exhaustion_and_revival()),
         ),
     ];
-    let filter: Vec<&String> = args
-        .iter()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
+    // The test harness's own arguments, as cargo test and cargo nextest
+    // pass them: `--list` (nextest lists before it runs; nothing may run
+    // then), `--ignored` (there are none), `--exact` and name filters.
+    let flag = |f: &str| args.iter().any(|a| a == f);
+    let mut filter: Vec<&String> = Vec::new();
+    let mut rest = args.iter().skip(1);
+    while let Some(arg) = rest.next() {
+        match arg.as_str() {
+            "--format" | "--test-threads" | "--color" | "--logfile" | "--skip" => {
+                rest.next();
+            }
+            other if !other.starts_with('-') => filter.push(arg),
+            _ => {}
+        }
+    }
+    let chosen = |name: &str| {
+        filter.iter().all(|f| {
+            if flag("--exact") {
+                name == f.as_str()
+            } else {
+                name.contains(f.as_str())
+            }
+        })
+    };
+    if flag("--list") {
+        if !flag("--ignored") {
+            for (name, _) in scenarios.iter().filter(|(name, _)| chosen(name)) {
+                println!("{name}: test");
+            }
+        }
+        return;
+    }
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let mut failed = 0;
     let mut passed = 0;
@@ -75,7 +102,7 @@ fn main() {
     let results = runtime.block_on(async {
         let runs = scenarios
             .into_iter()
-            .filter(|(name, _)| filter.iter().all(|f| name.contains(f.as_str())))
+            .filter(|(name, _)| chosen(name))
             .map(|(name, scenario)| async move {
                 (
                     name,
