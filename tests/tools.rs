@@ -117,11 +117,11 @@ impl Filled {
 
 /// Runs `receiver verify`; returns (exit code, findings, summary line).
 fn verify(f: &Filled) -> (Option<i32>, Vec<String>, String) {
-    verify_as(f, &f.reader_dsn)
+    verify_as(&f.reader_dsn)
 }
 
-/// [`verify`] as the account of `dsn`.
-fn verify_as(f: &Filled, dsn: &str) -> (Option<i32>, Vec<String>, String) {
+/// Runs `receiver verify` as the account of `dsn`; returns what [`verify`] does.
+fn verify_as(dsn: &str) -> (Option<i32>, Vec<String>, String) {
     let o = receiver()
         .arg("verify")
         .env("ORBIT_RECEIVER_DSN", dsn)
@@ -160,7 +160,7 @@ async fn verify_without_the_tally_passes_a_sound_database_and_counts_no_pruned_r
     );
     assert_eq!(code, Some(0));
     // An administrator sees it is missing: prune never ran here.
-    let (code, findings, summary) = verify_as(&f, &common::dsn_for(&f.db.name));
+    let (code, findings, summary) = verify_as(&common::dsn_for(&f.db.name));
     assert_eq!(findings, Vec::<String>::new());
     assert_eq!(
         summary,
@@ -199,7 +199,7 @@ async fn verify_without_the_tally_reports_a_task_with_fewer_applied_rows_than_it
         "{summary}"
     );
 
-    let (code, findings, summary) = verify_as(&f, &common::dsn_for(&f.db.name));
+    let (code, findings, summary) = verify_as(&common::dsn_for(&f.db.name));
     assert_eq!(code, Some(1));
     assert_eq!(findings, [mismatch]);
     assert!(
