@@ -541,6 +541,38 @@ async fn a_database_initialized_without_the_tally_prunes_once_init_keep_existing
 }
 
 #[tokio::test]
+async fn on_a_database_without_the_tally_prune_and_its_check_name_the_grant_and_what_creates_the_table(
+) {
+    // A plain `receiver init`: the prune account can be granted only the
+    // two tables there are, and the server refuses it the third.
+    let aged = Aged::on(TestDb::initialized().await, 1, &PRUNE_GRANTS[..2]).await;
+    let hint = "a plain `receiver init` does not create receiver_pruned: \
+                `receiver init --keep-existing --retention` adds it";
+    let o = aged.prune(&["--older-than", "7d"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("the account may not SELECT receiver_pruned"),
+        "{err}"
+    );
+    assert!(err.contains(hint), "{err}");
+    assert_eq!(aged.event_ids().await.len(), 3 + 3, "nothing was deleted");
+
+    let o = receiver()
+        .args(["check", "--prune"])
+        .env("RECEIVER_PRUNE_DSN", &aged.prune_dsn)
+        .output()
+        .unwrap();
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("check=privileges FAIL the account may not SELECT receiver_pruned"),
+        "{out}"
+    );
+    assert!(out.contains(hint), "{out}");
+}
+
+#[tokio::test]
 async fn a_prune_killed_at_any_point_has_archived_every_row_it_deleted() {
     let aged = Aged::new(40).await;
     let before = aged.all_rows().await;

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::db::schema::PRUNED_TABLE;
 use crate::db::DbError;
 
 /// Why a prune stopped. Every batch committed before it stays deleted (and
@@ -27,11 +28,15 @@ pub enum PruneError {
     /// A batch size of zero rows.
     #[error("a batch must have at least one row")]
     EmptyBatch,
-    /// The account lacks a grant prune needs.
+    /// The account lacks a grant prune needs. The server answers the same
+    /// for a table that does not exist and the account has no grant on, as
+    /// `receiver_pruned` after a plain `receiver init`: for that table the
+    /// message also says what creates it.
     #[error(
         "the account may not {privilege} {table} (prune needs SELECT, DELETE on receiver_inbox, \
          SELECT on receiver_task_views and SELECT, INSERT, UPDATE on receiver_pruned; \
-         the runtime account never gets DELETE: give prune an account of its own)"
+         the runtime account never gets DELETE: give prune an account of its own{})",
+        tally_hint(table)
     )]
     MissingPrivilege {
         /// `SELECT`, `INSERT`, `UPDATE` or `DELETE`.
@@ -46,6 +51,17 @@ pub enum PruneError {
     /// The database failed (redacted).
     #[error("database: {0}")]
     Database(#[from] DbError),
+}
+
+/// What creates the tally, for a missing grant on it: it cannot be granted
+/// before it exists, and a plain `receiver init` does not create it.
+fn tally_hint(table: &str) -> &'static str {
+    if table == PRUNED_TABLE {
+        "; a plain `receiver init` does not create receiver_pruned: \
+         `receiver init --keep-existing --retention` adds it"
+    } else {
+        ""
+    }
 }
 
 impl PruneError {
