@@ -100,15 +100,14 @@ fn main() {
     // Joined rather than spawned: each scenario's panic is caught on its own
     // and the others keep running.
     let results = runtime.block_on(async {
-        let runs = scenarios
-            .into_iter()
-            .filter(|(name, _)| chosen(name))
-            .map(|(name, scenario)| async move {
+        let runs = scenarios.into_iter().filter(|(name, _)| chosen(name)).map(
+            |(name, scenario)| async move {
                 (
                     name,
                     std::panic::AssertUnwindSafe(scenario).catch_unwind().await,
                 )
-            });
+            },
+        );
         futures::future::join_all(runs).await
     });
     for (name, result) in results {
