@@ -21,7 +21,7 @@ NEXTEST := $(CARGO) nextest run --workspace --locked $(CLI)
 # The crash-window and cluster tests once more, with the receiver in
 # batching mode (tests/common builds its layer from RECEIVER_BATCH_MAX,
 # as receiver consume does).
-BATCHING_TESTS := binary(commit_loss) | binary(crash) | binary(db_outage) | binary(cluster) | binary(cluster_node_loss)
+BATCHING_TESTS := binary(crash) | test(/^(commit_loss|db_outage|cluster|cluster_node_loss)::/)
 
 ## test: formatting, lints, docs, then every test (against a throwaway database server, a throwaway three-node Galera cluster and throwaway nats-servers): the doctests, the batching-mode pass, then every test binary; the last lines are the count of passed and failed tests
 test: check nats-server nextest doctest
@@ -90,9 +90,9 @@ unit: nextest
 integration: nats-server nextest
 	$(WITH_MYSQL) $(WITH_GALERA) $(NEXTEST) -E 'kind(test)'
 
-## cluster-test: only the tests on a throwaway three-node MariaDB Galera cluster
+## cluster-test: only the tests on a throwaway three-node MariaDB Galera cluster (the cluster binary)
 cluster-test: nextest
-	$(WITH_GALERA) $(NEXTEST) -E 'binary(cluster) | binary(cluster_node_loss) | binary(cluster_isolation)'
+	$(WITH_GALERA) $(NEXTEST) -E 'binary(cluster)'
 
 ## nextest: cargo-nextest, which runs the test binaries (installed with cargo when missing)
 nextest:

@@ -2,7 +2,7 @@
 //! transaction, and every outcome is the one they would have had one at a
 //! time.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::future::Future;

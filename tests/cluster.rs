@@ -6,7 +6,7 @@
 //! statement) fails certification with 1213. The inbox runs the transaction
 //! again, meets the winner's row as 1062 and compares digests.
 
-mod common;
+use crate::common;
 
 use common::galera::ClusterDb;
 use common::{random_hex, scope, EventSpec};

@@ -7,7 +7,7 @@
 //! test binary, because it takes a node away from everything else running
 //! beside it.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! one orbit-dev subscription. Its own test binary, because it takes a node
 //! away from everything else running beside it.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! one is applied now. The network faults come from a MySQL-protocol proxy
 //! between the inbox and the throwaway server.
 
-mod common;
+use crate::common;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};

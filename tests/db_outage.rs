@@ -2,7 +2,7 @@
 //! comes back. The test runs its own private server, so stopping it disturbs
 //! no other test.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

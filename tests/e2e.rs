@@ -1,7 +1,7 @@
 //! End to end: real `orbit-dev` and `receiver` processes, real sockets, a real
 //! database server.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::{Output, Stdio};

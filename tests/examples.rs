@@ -1,7 +1,7 @@
 //! The examples in `examples/` run, against the test server (and a real
 //! orbit-dev for the consumer), and do what their docs say.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};

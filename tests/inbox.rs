@@ -1,6 +1,6 @@
 //! Storage regressions of the inbox against a real server (R3, R10).
 
-mod common;
+use crate::common;
 
 use bytes::Bytes;
 use common::{random_hex, scope, EventSpec, TestDb};

@@ -2,7 +2,7 @@
 //! nats-server's JetStream durable pull consumer, with real processes.
 #![cfg(feature = "nats")]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! text parser), `/healthz` and `/readyz` answer, and the log lines carry
 //! what `receiver digest` and a person need — as JSON too.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::process::Command;

@@ -3,7 +3,7 @@
 //! the event's bytes verbatim into the delivery message, so a body that is
 //! not JSON makes the whole message unreadable to a plain JSON parser).
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::time::Duration;

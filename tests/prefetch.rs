@@ -2,7 +2,7 @@
 //! holds, and that held ones wait out a database outage without spending
 //! an attempt. A real orbit-dev; the services are the test's own.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! Least privilege: the runtime account needs only SELECT, INSERT and UPDATE
 //! on the two receiver tables, and nothing at run time issues DELETE or DDL.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

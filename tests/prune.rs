@@ -2,7 +2,7 @@
 //! deletes and keeps, its floor, its account, its archive, its stop, two
 //! of it at once, and what `verify` and `stats` say afterwards.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::process::{Command, Output, Stdio};

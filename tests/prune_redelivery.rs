@@ -5,7 +5,7 @@
 //! view and `applied_events` do not move. Over Orbit (deliveries revived
 //! with an operator's added budget) and over NATS JetStream.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

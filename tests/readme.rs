@@ -4,7 +4,7 @@
 //! ports, the database and the working directory made the test's own. What
 //! they print is held to the output the document shows.
 
-mod common;
+use crate::common;
 
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;

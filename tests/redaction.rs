@@ -2,7 +2,7 @@
 //! its error paths with sentinel secrets, with logging at its most verbose,
 //! and no sentinel may appear in stdout or stderr.
 
-mod common;
+use crate::common;
 
 use std::process::Output;
 use std::time::Duration;

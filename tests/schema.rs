@@ -1,6 +1,6 @@
 //! The receiver schema as the server reports it (R1), and `receiver init`.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

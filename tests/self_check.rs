@@ -4,7 +4,7 @@
 //! A refusal stops the command with exit 2 and the deliveries untouched; a
 //! server that is not up yet is waited for.
 
-mod common;
+use crate::common;
 
 use std::net::TcpListener;
 use std::process::Output;

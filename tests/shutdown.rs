@@ -3,7 +3,7 @@
 //! an Orbit that stopped answering, or running handlers stuck behind a lock.
 //! Each test measures from the signal to the exit of the process.
 
-mod common;
+use crate::common;
 
 use std::net::TcpListener;
 use std::time::{Duration, Instant};

@@ -10,7 +10,7 @@
 //! below are only resolved as configuration, and the command stops (on its
 //! loopback database) before it would call Orbit.
 
-mod common;
+use crate::common;
 
 use std::process::Output;
 use std::time::Duration;

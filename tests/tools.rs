@@ -2,7 +2,7 @@
 //! binary against a real server: `subscribe`, `verify`, `stats`, `inspect`.
 //! The database tools run with an account that may only SELECT.
 
-mod common;
+use crate::common;
 
 use std::process::Output;
 

@@ -1,0 +1,38 @@
+//! The `receiver` binary and `orbit-dev` as real processes: the command line, the
+//! documented paths, the operator tools, retention, observability, redaction, shutdown,
+//! poison deliveries, prefetch, the examples, and a database outage.
+//!
+//! One test binary for the area, since every binary compiles the shared
+//! test code and links the whole dependency tree again; each file of
+//! `tests/` stays a module of its own, named after it.
+
+#[path = "../cli.rs"]
+mod cli;
+#[path = "../common/mod.rs"]
+mod common;
+#[path = "../db_outage.rs"]
+mod db_outage;
+#[path = "../e2e.rs"]
+mod e2e;
+#[path = "../examples.rs"]
+mod examples;
+#[path = "../observability.rs"]
+mod observability;
+#[path = "../poison.rs"]
+mod poison;
+#[path = "../prefetch.rs"]
+mod prefetch;
+#[path = "../prune.rs"]
+mod prune;
+#[path = "../prune_redelivery.rs"]
+mod prune_redelivery;
+#[path = "../readme.rs"]
+mod readme;
+#[path = "../redaction.rs"]
+mod redaction;
+#[path = "../self_check.rs"]
+mod self_check;
+#[path = "../shutdown.rs"]
+mod shutdown;
+#[path = "../tools.rs"]
+mod tools;
