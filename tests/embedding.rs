@@ -1,7 +1,7 @@
 //! The library as a team embeds it: its own inner service and tower stack
 //! under the crate's consumer, against a real orbit-dev and database.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
@@ -108,5 +108,99 @@ async fn an_outer_timeout_never_leads_to_an_ack_of_an_uncommitted_delivery() {
         inbox_rows(&db).await,
         0,
         "the abandoned transaction rolled back"
+    );
+}
+
+/// An inner service that keeps its own `orders` table beside the inbox's
+/// and opens its own (nested) transaction on the lent connection, as sqlx
+/// users do by habit, then refuses the event after a later check.
+async fn nested_then_refused(
+    mut delivery: Delivery<Applying>,
+    commit_nested: bool,
+) -> Result<Verdict, result_inbox::BoxError> {
+    use sqlx::Connection;
+    let applying = delivery.body_mut();
+    let task = applying.event().task().id.to_string();
+    let mut nested = applying.connection().begin().await?;
+    sqlx::query("INSERT INTO orders (task_id) VALUES (?)")
+        .bind(task)
+        .execute(&mut *nested)
+        .await?;
+    if commit_nested {
+        nested.commit().await?;
+    }
+    Err(Refusal::new("the order failed a later check").into())
+}
+
+async fn orders_table(db: &TestDb) {
+    sqlx::query("CREATE TABLE orders (task_id VARCHAR(64) NOT NULL)")
+        .execute(&db.pool().await)
+        .await
+        .unwrap();
+}
+
+async fn count(db: &TestDb, table: &str) -> i64 {
+    sqlx::query_scalar(&format!("SELECT COUNT(*) FROM {table}"))
+        .fetch_one(&db.pool().await)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_nested_transaction_of_the_inner_service_cannot_commit_the_inbox_row() {
+    use tower::ServiceExt;
+    for batch in [None, Some(4)] {
+        for commit_nested in [false, true] {
+            let db = TestDb::initialized().await;
+            orders_table(&db).await;
+            let scope = common::scope(ReceiverName::DEFAULT);
+            let store = db.store(scope.clone()).await;
+            let queue = scope.queue_id.to_string();
+            let event = common::EventSpec::submitted(&queue, &common::random_hex(16)).json();
+            let mode = format!("batch {batch:?}, nested commit {commit_nested}");
+
+            let refusing = ServiceBuilder::new()
+                .layer(common::sized_layer(&store, batch, 1).0)
+                .service(service_fn(move |d| nested_then_refused(d, commit_nested)));
+            let refused = refusing.oneshot(common::delivery_of(&event)).await;
+            let error = refused.expect_err(&mode);
+            assert_eq!(error.class(), "refused", "{mode}: {error}");
+            assert_eq!(count(&db, "receiver_inbox").await, 0, "{mode}");
+            assert_eq!(count(&db, "orders").await, 0, "{mode}");
+
+            // The redelivery is a first receipt, not a duplicate of a row
+            // that a nested BEGIN would have committed.
+            let receiving = ServiceBuilder::new()
+                .layer(common::sized_layer(&store, batch, 1).0)
+                .service(task_view::TaskView::new());
+            let receipt = receiving
+                .oneshot(common::delivery_of(&event))
+                .await
+                .expect(&mode);
+            assert_eq!(receipt.outcome.class(), "applied", "{mode}");
+            assert_eq!(count(&db, "receiver_inbox").await, 1, "{mode}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_session_s_nested_transaction_is_a_savepoint_of_the_session() {
+    use sqlx::Connection;
+    let db = TestDb::initialized().await;
+    orders_table(&db).await;
+    let store = db.store(common::scope(ReceiverName::DEFAULT)).await;
+    let mut session = store.session().await.unwrap();
+    let mut nested = session.connection().begin().await.unwrap();
+    sqlx::query("INSERT INTO orders (task_id) VALUES ('t')")
+        .execute(&mut *nested)
+        .await
+        .unwrap();
+    nested.commit().await.unwrap();
+    assert_eq!(count(&db, "orders").await, 0, "not committed yet");
+    session.rollback().await.unwrap();
+    assert_eq!(
+        count(&db, "orders").await,
+        0,
+        "the session's rollback undid it"
     );
 }

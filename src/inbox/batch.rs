@@ -332,6 +332,9 @@ async fn one<S: Inner>(
             return own_or_whole(tx, InboxError::from_inner(e.into()));
         }
     }
+    if let Err(e) = tx.open_for_lending().await {
+        return own_or_whole(tx, e.into());
+    }
     let (lent, back) = tx.lend();
     let applying = Applying {
         event: job.event.clone(),
@@ -347,6 +350,9 @@ async fn one<S: Inner>(
         Ok(verdict) => {
             let Verdict { applying, advanced } = verdict;
             let mut tx = applying.tx.keep();
+            if let Err(e) = tx.close_nested().await {
+                return own_or_whole(tx, e.into());
+            }
             if !advanced {
                 if let Err(e) = mark_stale_all(tx.connection(), scope, &[&job.event]).await {
                     return own_or_whole(tx, e.into());

@@ -182,6 +182,26 @@ impl Receipt {
 /// answers with [`Applying::applied`] or [`Applying::stale`], which hand the
 /// transaction back. There is deliberately no way to commit from here.
 /// Dropping it (by returning an error) rolls everything back.
+///
+/// # What the transaction survives, and what it cannot
+///
+/// The lent connection is in sqlx's own transaction, as a
+/// [`sqlx::Transaction`] would be: the ordinary habits stay inside it.
+/// `connection().begin()` (or [`sqlx::Acquire::begin`]) opens a
+/// **savepoint** of the inbox's transaction, not a transaction of its
+/// own; that nested transaction's `commit()` only releases the savepoint,
+/// and dropping it rolls back to it. Whatever the inner service
+/// committed that way is still undone when it then fails: nothing is
+/// written until the inbox's COMMIT, after the inner service answered.
+///
+/// **Nothing can guard a statement that MySQL itself commits**, so the
+/// inner service must never send one: a raw `COMMIT` or `ROLLBACK`, a
+/// `BEGIN` or `START TRANSACTION` as SQL text (sqlx's `begin()` is safe,
+/// the statement is not), DDL (`CREATE`, `ALTER`, `DROP`, `TRUNCATE`),
+/// `LOCK TABLES`, or `SET autocommit = 1`. Each of these commits the
+/// inbox row before the business writes are known to hold; a later
+/// failure can no longer undo it, and the redelivery is taken for a
+/// duplicate: the event is lost.
 pub struct Applying {
     // Shared with the inbox, which keeps it for a retry after a deadlock.
     event: Arc<Event>,
@@ -210,6 +230,8 @@ impl Applying {
     }
 
     /// The connection of the open transaction, to use as an executor.
+    /// `begin()` on it is a savepoint of this transaction; see
+    /// [what it cannot guard](Applying#what-the-transaction-survives-and-what-it-cannot).
     pub fn connection(&mut self) -> &mut MySqlConnection {
         self.tx.connection()
     }

@@ -243,9 +243,9 @@ impl InboxStore {
     /// # }
     /// ```
     pub async fn session(&self) -> Result<Session, DbError> {
-        Ok(Session {
-            tx: InboxTx::acquire(&self.shelf).await?,
-        })
+        let mut tx = InboxTx::acquire(&self.shelf).await?;
+        tx.begin().await?;
+        Ok(Session { tx })
     }
 
     /// The session settings of the store's connections, as the server
@@ -317,7 +317,11 @@ pub struct Session {
 }
 
 impl Session {
-    /// The connection, as an executor for the session's statements.
+    /// The connection, as an executor for the session's statements. sqlx
+    /// knows the session's transaction: `begin()` on it is a savepoint
+    /// inside the session, never a second transaction (see
+    /// [`Applying::connection`](super::Applying::connection) for what
+    /// nothing can guard).
     pub fn connection(&mut self) -> &mut MySqlConnection {
         self.tx.connection()
     }

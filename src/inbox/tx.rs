@@ -15,9 +15,9 @@
 use std::fmt;
 use std::sync::Arc;
 
-use sqlx::mysql::{MySql, MySqlConnection};
+use sqlx::mysql::{MySql, MySqlConnection, MySqlTransactionManager};
 use sqlx::pool::PoolConnection;
-use sqlx::Executor;
+use sqlx::{Executor, TransactionManager};
 use tokio::sync::oneshot;
 
 use super::error::InboxError;
@@ -167,14 +167,50 @@ impl InboxTx {
         }
     }
 
+    /// `BEGIN`, through sqlx, for a transaction whose first statement is
+    /// not the inbox's (a [`Session`](super::Session)).
+    pub(crate) async fn begin(&mut self) -> Result<(), sqlx::Error> {
+        MySqlTransactionManager::begin(self.connection(), None).await
+    }
+
+    /// Makes the open transaction sqlx's own before an inner service gets
+    /// the connection, so that what sqlx users do by habit stays inside
+    /// it: `begin()` on the lent connection sends `SAVEPOINT` (a `BEGIN`
+    /// would make MySQL commit the inbox row), the nested transaction's
+    /// `commit()` releases that savepoint and dropping it rolls back to
+    /// it. The inbox's INSERT opened the transaction without sqlx knowing;
+    /// one statement that changes nothing (`DO 0`) tells it, once per
+    /// transaction, and only when an inner service is about to run.
+    pub(crate) async fn open_for_lending(&mut self) -> Result<(), sqlx::Error> {
+        let conn = self.connection();
+        if MySqlTransactionManager::get_transaction_depth(conn) == 0 {
+            MySqlTransactionManager::begin(conn, Some("DO 0".into())).await?;
+        }
+        Ok(())
+    }
+
+    /// Rolls back the nested transactions an inner service left open
+    /// (only `mem::forget` can leave one: a dropped one rolls back by
+    /// itself), so that the inbox's next statement runs in its own
+    /// transaction, not in a savepoint that a later rollback would undo.
+    pub(crate) async fn close_nested(&mut self) -> Result<(), sqlx::Error> {
+        let conn = self.connection();
+        while MySqlTransactionManager::get_transaction_depth(conn) > 1 {
+            MySqlTransactionManager::rollback(conn).await?;
+        }
+        Ok(())
+    }
+
     /// Marks a savepoint: what follows can be undone alone.
     pub(crate) async fn savepoint(&mut self) -> Result<(), sqlx::Error> {
+        self.close_nested().await?;
         self.connection().execute("SAVEPOINT delivery").await?;
         Ok(())
     }
 
     /// Undoes everything since the last [`savepoint`](Self::savepoint).
     pub(crate) async fn rollback_to_savepoint(&mut self) -> Result<(), sqlx::Error> {
+        self.close_nested().await?;
         self.connection()
             .execute("ROLLBACK TO SAVEPOINT delivery")
             .await?;
@@ -184,8 +220,20 @@ impl InboxTx {
     /// `ROLLBACK`, keeping the connection for the next transaction, which
     /// the next statement opens.
     pub(crate) async fn rollback_all(&mut self) -> Result<(), sqlx::Error> {
-        self.connection().execute("ROLLBACK").await?;
-        Ok(())
+        self.end(End::Rollback).await
+    }
+
+    /// `COMMIT` or `ROLLBACK` of the whole transaction, through sqlx when
+    /// it knows the transaction (its depth goes back to 0 with it).
+    async fn end(&mut self, end: End) -> Result<(), sqlx::Error> {
+        self.close_nested().await?;
+        let conn = self.connection();
+        match (MySqlTransactionManager::get_transaction_depth(conn), end) {
+            (0, End::Commit) => conn.execute("COMMIT").await.map(drop),
+            (0, End::Rollback) => conn.execute("ROLLBACK").await.map(drop),
+            (_, End::Commit) => MySqlTransactionManager::commit(conn).await,
+            (_, End::Rollback) => MySqlTransactionManager::rollback(conn).await,
+        }
     }
 
     /// The connection, as an executor for the statements of the transaction.
@@ -198,17 +246,23 @@ impl InboxTx {
     /// `COMMIT`. An error leaves the outcome to the caller's judgement (see
     /// `error::commit_error`); the connection is then closed, not reused.
     pub(crate) async fn commit(mut self) -> Result<(), sqlx::Error> {
-        self.connection().execute("COMMIT").await?;
+        self.end(End::Commit).await?;
         self.open = false;
         Ok(())
     }
 
     /// `ROLLBACK`.
     pub(crate) async fn rollback(mut self) -> Result<(), sqlx::Error> {
-        self.connection().execute("ROLLBACK").await?;
+        self.end(End::Rollback).await?;
         self.open = false;
         Ok(())
     }
+}
+
+#[derive(Clone, Copy)]
+enum End {
+    Commit,
+    Rollback,
 }
 
 impl Drop for InboxTx {
