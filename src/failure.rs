@@ -113,10 +113,104 @@ impl Classify for EventError {
     }
 }
 
+/// An error of your own that states its class: what an inner service (or
+/// any layer of your stack) returns when its own error type knows whether
+/// the delivery can ever succeed. Wherever it sits on an error's `source()`
+/// chain, the inbox and the consumer take its class, as they take the
+/// crate's own errors'.
+///
+/// ```
+/// use result_inbox::failure::{Classified, Classify, Failure, FailureClass};
+///
+/// #[derive(Debug, thiserror::Error)]
+/// enum OrderError {
+///     #[error("the order {0} is closed")]
+///     Closed(u64),
+///     #[error("the stock service did not answer")]
+///     StockUnavailable,
+/// }
+///
+/// impl Classify for OrderError {
+///     fn failure(&self) -> Failure {
+///         match self {
+///             // Every redelivery fails the same way: an operator looks.
+///             OrderError::Closed(_) => Failure::new(FailureClass::Refused),
+///             OrderError::StockUnavailable => Failure::new(FailureClass::Error),
+///         }
+///     }
+/// }
+///
+/// // In the inner service: `.map_err(Classified::new)`, or `?` into a
+/// // `BoxError` after it.
+/// let e = Classified::new(OrderError::Closed(7));
+/// assert_eq!(e.failure().class, FailureClass::Refused);
+/// assert_eq!(e.to_string(), "the order 7 is closed");
+/// ```
+#[derive(Debug)]
+pub struct Classified {
+    failure: Failure,
+    error: Box<dyn std::error::Error + Send + Sync + 'static>,
+}
+
+impl Classified {
+    /// `error`, with the class it states.
+    pub fn new<E>(error: E) -> Self
+    where
+        E: Classify + std::error::Error + Send + Sync + 'static,
+    {
+        Self {
+            failure: error.failure(),
+            error: Box::new(error),
+        }
+    }
+
+    /// `error`, of `class`.
+    pub fn with_class<E>(class: FailureClass, error: E) -> Self
+    where
+        E: Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    {
+        Self {
+            failure: Failure::new(class),
+            error: error.into(),
+        }
+    }
+
+    /// `error`, with `failure` (found further down its chain).
+    pub(crate) fn with_failure(
+        failure: Failure,
+        error: Box<dyn std::error::Error + Send + Sync + 'static>,
+    ) -> Self {
+        Self { failure, error }
+    }
+
+    /// The error it classifies.
+    pub fn get_ref(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        &*self.error
+    }
+}
+
+impl Classify for Classified {
+    fn failure(&self) -> Failure {
+        self.failure
+    }
+}
+
+impl fmt::Display for Classified {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.error, f)
+    }
+}
+
+impl std::error::Error for Classified {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.error.source()
+    }
+}
+
 /// Finds the failure behind `e` in one pass over `e` and its sources: the
-/// first link that `recognize` names (a layer's own error type), is an
-/// [`EventError`], or is tower's `Elapsed` (`timeout`) or `Overloaded`
-/// (`overloaded`); class `error` when none is.
+/// first link that `recognize` names (a layer's own error type), is a
+/// [`Classified`] or an [`EventError`], or is tower's `Elapsed` (`timeout`)
+/// or `Overloaded` (`overloaded`); class `error` when none is.
 pub fn classify(
     e: &(dyn std::error::Error + 'static),
     recognize: &dyn Fn(&(dyn std::error::Error + 'static)) -> Option<Failure>,
@@ -124,6 +218,9 @@ pub fn classify(
     for error in chain(e) {
         if let Some(failure) = recognize(error) {
             return failure;
+        }
+        if let Some(classified) = error.downcast_ref::<Classified>() {
+            return classified.failure();
         }
         if let Some(event) = error.downcast_ref::<EventError>() {
             return event.failure();
@@ -172,6 +269,18 @@ mod tests {
         let failure = classify(&*e, &nothing);
         assert_eq!(failure.class.as_str(), "error");
         assert!(!failure.unavailable && !failure.malformed && !failure.logged);
+    }
+
+    #[test]
+    fn an_error_that_states_its_class_is_found_behind_other_errors() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("outer")]
+        struct Outer(#[source] Classified);
+        let e: BoxError = Box::new(Outer(Classified::with_class(
+            FailureClass::Refused,
+            "closed",
+        )));
+        assert_eq!(classify(&*e, &nothing).class, FailureClass::Refused);
     }
 
     #[test]

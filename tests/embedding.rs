@@ -204,3 +204,45 @@ async fn a_session_s_nested_transaction_is_a_savepoint_of_the_session() {
         "the session's rollback undid it"
     );
 }
+
+/// An embedder's own error type around its own statements.
+#[derive(Debug, thiserror::Error)]
+enum OrderError {
+    #[error("orders: {0}")]
+    Db(#[from] sqlx::Error),
+}
+
+#[tokio::test]
+async fn the_inner_service_s_own_statement_fails_redacted_with_its_server_message_in_the_source() {
+    use tower::ServiceExt;
+    let db = TestDb::initialized().await;
+    let scope = common::scope(ReceiverName::DEFAULT);
+    let store = db.store(scope.clone()).await;
+    let queue = scope.queue_id.to_string();
+    let event = common::EventSpec::submitted(&queue, &common::random_hex(16)).json();
+    let service = ServiceBuilder::new()
+        .layer(InboxLayer::new(store))
+        .service(service_fn(|mut delivery: Delivery<Applying>| async move {
+            sqlx::query("UPDATE receiver_task_views SET no_such_column = 1")
+                .execute(delivery.body_mut().connection())
+                .await
+                .map_err(OrderError::Db)?;
+            Ok::<_, OrderError>(delivery.into_body().applied())
+        }));
+    let error = service
+        .oneshot(common::delivery_of(&event))
+        .await
+        .expect_err("the statement fails");
+    let text = error.to_string();
+    assert!(text.contains("MySQL error 1054"), "{text}");
+    assert!(!text.contains("no_such_column"), "redacted: {text}");
+    assert!(!format!("{error:?}").contains("no_such_column"));
+    let chain: Vec<String> = result_inbox::failure::chain(&error)
+        .map(|link| link.to_string())
+        .collect();
+    assert!(
+        chain.iter().any(|link| link.contains("no_such_column")),
+        "the embedder reads its own statement's error through source(): {chain:?}"
+    );
+    assert_eq!(count(&db, "receiver_inbox").await, 0);
+}

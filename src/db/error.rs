@@ -1,6 +1,7 @@
 //! A database failure, redacted, and its broad kind.
 
 use std::fmt;
+use std::sync::Arc;
 
 use super::errno;
 
@@ -36,7 +37,17 @@ pub enum DbErrorKind {
 
 /// A database failure, redacted: it keeps the MySQL error number and SQLSTATE
 /// but never the server's message, which can quote key values or row data.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// # The error of your own statement
+///
+/// When the failure came from an inner service's own statement (its error,
+/// or an error on its `source()` chain, was a `sqlx::Error`), the
+/// inner service's error is kept, unredacted, as this error's
+/// [`source()`](std::error::Error::source): the server's full message for
+/// whoever debugs that statement. Neither `Display` nor `Debug` shows it,
+/// and the inbox never logs it; a caller that prints the `source()` chain
+/// takes the server's text (which may quote row data) where it prints.
+#[derive(Clone)]
 pub struct DbError {
     kind: DbErrorKind,
     number: Option<u16>,
@@ -47,6 +58,42 @@ pub struct DbError {
     /// The receiver table that does not exist, for error 1146 on one of
     /// them.
     missing_table: Option<&'static str>,
+    /// The inner service's own error behind it, unredacted (see above).
+    cause: Option<Arc<dyn std::error::Error + Send + Sync + 'static>>,
+}
+
+impl PartialEq for DbError {
+    /// The same failure, whoever's statement it was.
+    fn eq(&self, other: &Self) -> bool {
+        (
+            self.kind,
+            self.number,
+            &self.sqlstate,
+            self.detail,
+            self.missing_table,
+        ) == (
+            other.kind,
+            other.number,
+            &other.sqlstate,
+            other.detail,
+            other.missing_table,
+        )
+    }
+}
+
+impl Eq for DbError {}
+
+impl fmt::Debug for DbError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DbError")
+            .field("kind", &self.kind)
+            .field("number", &self.number)
+            .field("sqlstate", &self.sqlstate)
+            .field("detail", &self.detail)
+            .field("missing_table", &self.missing_table)
+            .field("cause", &self.cause.as_ref().map(|_| "<see source()>"))
+            .finish()
+    }
 }
 
 impl DbError {
@@ -91,6 +138,16 @@ impl DbError {
             sqlstate: None,
             detail: None,
             missing_table: None,
+            cause: None,
+        }
+    }
+
+    /// This failure, keeping `cause` (an inner service's own error) as its
+    /// unredacted `source()`.
+    pub(crate) fn caused_by(self, cause: crate::BoxError) -> Self {
+        Self {
+            cause: Some(Arc::from(cause)),
+            ..self
         }
     }
 
@@ -146,7 +203,13 @@ fn io_detail(e: &std::io::Error) -> &'static str {
 
 impl From<sqlx::Error> for DbError {
     fn from(e: sqlx::Error) -> Self {
-        match &e {
+        DbError::from(&e)
+    }
+}
+
+impl From<&sqlx::Error> for DbError {
+    fn from(e: &sqlx::Error) -> Self {
+        match e {
             sqlx::Error::Database(db) => {
                 let number = db
                     .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
@@ -163,11 +226,11 @@ impl From<sqlx::Error> for DbError {
                     })
                     .flatten();
                 DbError {
-                    kind,
                     number,
                     sqlstate: db.code().map(|c| c.into_owned()),
                     detail,
                     missing_table,
+                    ..DbError::of(kind)
                 }
             }
             sqlx::Error::PoolTimedOut => DbError::of(DbErrorKind::PoolTimeout),
@@ -188,8 +251,8 @@ impl From<sqlx::Error> for DbError {
             | sqlx::Error::PoolClosed
             | sqlx::Error::WorkerCrashed
             | sqlx::Error::Configuration(_) => DbError::of(DbErrorKind::Connection),
-            // Decoding and row-shape errors: the data is not what the schema
-            // promises.
+            // Decoding and row-shape errors: the data is not what the
+            // statement's types promise.
             _ => DbError::inconsistent(),
         }
     }
@@ -218,7 +281,9 @@ impl fmt::Display for DbError {
                 return f.write_str("no database connection available")
             }
             (None, DbErrorKind::Inconsistent) => {
-                return f.write_str("stored data does not match the receiver schema")
+                return f.write_str(
+                    "stored data does not match what the statement expects (a column's type or a row's shape)",
+                )
             }
         };
         f.write_str(text)?;
@@ -230,7 +295,13 @@ impl fmt::Display for DbError {
     }
 }
 
-impl std::error::Error for DbError {}
+impl std::error::Error for DbError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.cause
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
 
 #[cfg(test)]
 mod tests {

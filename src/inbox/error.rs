@@ -5,7 +5,7 @@ use std::fmt;
 use crate::db::DbError;
 use crate::digest::Digest;
 use crate::event::{EventError, EventId, TaskId};
-use crate::failure::{self, Classify, Failure, FailureClass};
+use crate::failure::{self, Classified, Classify, Failure, FailureClass};
 use crate::BoxError;
 
 /// An event that may not be applied because it contradicts what is stored.
@@ -120,7 +120,7 @@ pub enum InboxError {
     CommitUnconfirmed,
     /// The database failed before COMMIT; the transaction did not commit.
     #[error("database: {0}")]
-    Database(DbError),
+    Database(#[source] DbError),
     /// The transaction did not finish within its time budget and was
     /// abandoned before COMMIT.
     #[error("transaction timed out before commit")]
@@ -132,23 +132,28 @@ pub enum InboxError {
     /// The inner service failed; its transaction was rolled back.
     #[error("inner service failed: {0}")]
     Handler(BoxError),
+    /// The inner service failed with an error that states its own class
+    /// ([`Classified`]); its transaction was rolled back.
+    #[error("inner service failed: {0}")]
+    Classified(Classified),
 }
 
 impl InboxError {
     /// Whether a redelivery of the same event may succeed without anyone
     /// changing anything. Rejections and conflicts will fail the same way.
     pub fn is_retryable(&self) -> bool {
-        !matches!(
-            self,
-            InboxError::Rejected(_) | InboxError::Conflict(_) | InboxError::Refused(_)
-        )
+        !self.failure_class().is_permanent()
     }
 
     /// Whether the database could not be reached at all (see
     /// [`DbError::is_unavailable`]): a matter of the database, not of this
     /// delivery. The consumer stops taking deliveries on such errors.
     pub fn is_unavailable(&self) -> bool {
-        matches!(self, InboxError::Database(e) if e.is_unavailable())
+        match self {
+            InboxError::Database(e) => e.is_unavailable(),
+            InboxError::Classified(e) => e.failure().unavailable,
+            _ => false,
+        }
     }
 
     /// A stable one-word class for logs and metrics: `rejected`, `conflict`,
@@ -164,34 +169,79 @@ impl InboxError {
             InboxError::Conflict(_) => FailureClass::Conflict,
             InboxError::Refused(_) => FailureClass::Refused,
             InboxError::CommitUnconfirmed => FailureClass::Unconfirmed,
+            InboxError::Classified(e) => e.failure().class,
             InboxError::Database(_) | InboxError::Timeout | InboxError::Handler(_) => {
                 FailureClass::Error
             }
         }
     }
 
-    /// Recovers an `InboxError` from an inner service's boxed error: the task
-    /// view reports conflicts as `InboxError`, and sqlx errors become
-    /// redacted database errors.
+    /// Recovers an `InboxError` from an inner service's boxed error. The
+    /// first link of its `source()` chain that knows its class decides,
+    /// however the service's own error types wrap it: an `InboxError` (the
+    /// task view reports conflicts so), a `sqlx::Error` or [`DbError`] (a
+    /// redacted database error, retried and opening the breaker as the
+    /// inbox's own would; the service's error stays its unredacted
+    /// `source()`), a [`Refusal`] or a [`Classified`]. Anything else is
+    /// [`InboxError::Handler`].
     pub(crate) fn from_inner(e: BoxError) -> Self {
         let e = match e.downcast::<InboxError>() {
             Ok(e) => return *e,
             Err(e) => e,
         };
-        let e = match e.downcast::<sqlx::Error>() {
-            Ok(e) => return InboxError::Database(DbError::from(*e)),
-            Err(e) => e,
-        };
-        // A refusal may come wrapped in the service's own error type.
-        let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e.as_ref());
-        while let Some(error) = next {
-            if let Some(refusal) = error.downcast_ref::<Refusal>() {
-                return InboxError::Refused(refusal.clone());
+        let found = failure::chain(&*e).find_map(|link| {
+            if let Some(inbox) = link.downcast_ref::<InboxError>() {
+                return inbox.same_class();
             }
-            next = error.source();
+            if let Some(sqlx) = link.downcast_ref::<sqlx::Error>() {
+                return Some(Found::Database(DbError::from(sqlx)));
+            }
+            if let Some(db) = link.downcast_ref::<DbError>() {
+                return Some(Found::Database(db.clone()));
+            }
+            if let Some(refusal) = link.downcast_ref::<Refusal>() {
+                return Some(Found::Error(InboxError::Refused(refusal.clone())));
+            }
+            link.downcast_ref::<Classified>()
+                .map(|c| Found::Classified(c.failure()))
+        });
+        match found {
+            Some(Found::Error(found)) => found,
+            Some(Found::Database(db)) => InboxError::Database(db.caused_by(e)),
+            Some(Found::Classified(failure)) => match e.downcast::<Classified>() {
+                Ok(classified) => InboxError::Classified(*classified),
+                Err(e) => InboxError::Classified(Classified::with_failure(failure, e)),
+            },
+            None => InboxError::Handler(e),
         }
-        InboxError::Handler(e)
     }
+
+    /// The same error, for one found inside another error: what an inner
+    /// service's error carries along its chain. `None` for a handler's
+    /// error, which says no class of its own.
+    fn same_class(&self) -> Option<Found> {
+        Some(Found::Error(match self {
+            InboxError::Rejected(e) => InboxError::Rejected(e.clone()),
+            InboxError::Conflict(c) => InboxError::Conflict(c.clone()),
+            InboxError::CommitUnconfirmed => InboxError::CommitUnconfirmed,
+            InboxError::Database(e) => return Some(Found::Database(e.clone())),
+            InboxError::Timeout => InboxError::Timeout,
+            InboxError::Refused(r) => InboxError::Refused(r.clone()),
+            InboxError::Classified(c) => return Some(Found::Classified(c.failure())),
+            InboxError::Handler(_) => return None,
+        }))
+    }
+}
+
+/// What an inner service's error chain says of its class.
+enum Found {
+    /// An error the inbox answers as it is.
+    Error(InboxError),
+    /// A database failure: answered redacted, the service's error kept as
+    /// its source.
+    Database(DbError),
+    /// A [`Classified`]: the service's error keeps its stated class.
+    Classified(Failure),
 }
 
 /// The inbox says its own class; it has logged the delivery (one line per
@@ -303,6 +353,110 @@ mod tests {
         let e: BoxError = Box::new(InboxError::Refused(Refusal::new("closed")));
         assert_eq!(classify(&*e).class, FailureClass::Refused);
         assert!(classify(&*e).class.is_permanent());
+    }
+
+    /// An embedder's own error type, wrapping what its statements and
+    /// calls return, as `thiserror` users write one.
+    #[derive(Debug, thiserror::Error)]
+    enum OrderError {
+        #[error("orders: {0}")]
+        Db(#[from] sqlx::Error),
+        #[error("orders: {0}")]
+        Inbox(#[from] InboxError),
+        #[error("orders: {0}")]
+        Stored(#[from] DbError),
+        #[error("the order is closed")]
+        Closed,
+    }
+
+    impl Classify for OrderError {
+        fn failure(&self) -> Failure {
+            Failure::new(FailureClass::Refused)
+        }
+    }
+
+    fn refused_with_text(text: &str) -> sqlx::Error {
+        sqlx::Error::Io(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            text.to_owned(),
+        ))
+    }
+
+    #[test]
+    fn a_sqlx_error_inside_the_caller_s_own_error_is_a_database_error_of_its_kind() {
+        let e = InboxError::from_inner(Box::new(OrderError::Db(refused_with_text("x"))));
+        assert!(matches!(e, InboxError::Database(_)), "{e:?}");
+        assert!(e.is_unavailable(), "opens the breaker");
+        assert!(e.is_retryable());
+        assert!(matches!(&e, InboxError::Database(db) if db.is_rolled_back()));
+    }
+
+    #[test]
+    fn the_caller_s_database_error_is_redacted_in_text_and_debug_and_kept_as_the_source() {
+        let e = InboxError::from_inner(Box::new(OrderError::Db(refused_with_text(
+            "row data 4111-1111",
+        ))));
+        assert!(!e.to_string().contains("4111"), "{e}");
+        assert!(!format!("{e:?}").contains("4111"), "{e:?}");
+        let chain: Vec<String> = failure::chain(&e).map(|l| l.to_string()).collect();
+        assert!(
+            chain.iter().any(|l| l.contains("row data 4111-1111")),
+            "the caller reaches its own error through source(): {chain:?}"
+        );
+        assert!(failure::chain(&e).any(|l| l.is::<OrderError>()));
+    }
+
+    #[test]
+    fn an_inbox_error_inside_the_caller_s_own_error_keeps_its_class() {
+        let conflict = InboxError::Conflict(Conflict::VersionTaken {
+            task_id: TaskId::parse("0123456789abcdef0123456789abcdef").unwrap(),
+            version: 3,
+        });
+        let e = InboxError::from_inner(Box::new(OrderError::Inbox(conflict)));
+        assert_eq!(e.class(), "conflict");
+        assert!(!e.is_retryable());
+    }
+
+    #[test]
+    fn a_redacted_database_error_inside_the_caller_s_own_error_keeps_its_class() {
+        let e = InboxError::from_inner(Box::new(OrderError::Stored(refused_connection())));
+        assert!(e.is_unavailable(), "{e:?}");
+    }
+
+    #[test]
+    fn the_first_classified_link_of_the_chain_decides() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("outer")]
+        struct Outer(#[source] Classified);
+        // A stated refusal above a database error: the refusal decides.
+        let refusal_over_db = Outer(Classified::with_class(
+            FailureClass::Refused,
+            OrderError::Db(refused_with_text("x")),
+        ));
+        let e = InboxError::from_inner(Box::new(refusal_over_db));
+        assert_eq!(e.class(), "refused");
+        assert!(!e.is_unavailable(), "the database error below it says nothing");
+        let plain = InboxError::from_inner(Box::new(OrderError::Closed));
+        assert!(matches!(plain, InboxError::Handler(_)), "{plain:?}");
+    }
+
+    #[test]
+    fn an_error_that_states_its_class_keeps_it_alone_and_wrapped() {
+        let alone = InboxError::from_inner(Box::new(Classified::new(OrderError::Closed)));
+        assert_eq!(alone.class(), "refused");
+        assert!(!alone.is_retryable());
+        assert_eq!(alone.to_string(), "inner service failed: the order is closed");
+
+        #[derive(Debug, thiserror::Error)]
+        #[error("checkout failed")]
+        struct Checkout(#[source] Classified);
+        let wrapped = InboxError::from_inner(Box::new(Checkout(Classified::with_class(
+            FailureClass::Conflict,
+            "two prices",
+        ))));
+        assert_eq!(wrapped.class(), "conflict");
+        let boxed: BoxError = Box::new(wrapped);
+        assert_eq!(classify(&*boxed).class, FailureClass::Conflict);
     }
 
     #[test]
