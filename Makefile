@@ -24,9 +24,10 @@ NEXTEST := $(CARGO) nextest run --workspace --locked $(CLI)
 BATCHING_TESTS := binary(crash) | test(/^(commit_loss|db_outage|cluster|cluster_node_loss)::/)
 
 ## test: formatting, lints, docs, then every test (against a throwaway database server, a throwaway three-node Galera cluster and throwaway nats-servers): the doctests, the batching-mode pass, then every test binary; the last lines are the count of passed and failed tests
+# One server and one cluster for both passes; the cluster starts while the
+# tests compile.
 test: check nats-server nextest doctest
-	RECEIVER_BATCH_MAX=16 $(WITH_MYSQL) $(WITH_GALERA) $(NEXTEST) -E '$(BATCHING_TESTS)'
-	$(WITH_MYSQL) $(WITH_GALERA) $(NEXTEST)
+	$(WITH_MYSQL) $(WITH_GALERA) bash -c "RECEIVER_BATCH_MAX=16 $(NEXTEST) -E '$(BATCHING_TESTS)' && $(NEXTEST)"
 
 ## doctest: the examples in the documentation (cargo-nextest does not run them)
 doctest:

@@ -6,12 +6,15 @@
 # Every node has its own data directory, tmpdir and ports (client, group
 # communication, incremental and full state transfer) under one temporary
 # directory, removed afterwards. Node 1 bootstraps the cluster; nodes 2 and 3
-# join it by a full state transfer (mariadb-backup over socat). For COMMAND:
+# join it by a full state transfer (mariadb-backup over socat), while
+# COMMAND already runs (see "ready" below). For COMMAND:
 #
 #   RESULT_INBOX_GALERA_DSNS   the three root DSNs, comma-separated
 #   RESULT_INBOX_GALERA_DIR    the directory; node<N>/start starts node N
 #                              again (after it was killed), node<N>/pid is
-#                              its process id
+#                              its process id; "ready" appears when all
+#                              three nodes are Synced, "failed" when the
+#                              start failed (start.log says why)
 #
 # Needs Debian's mariadb-server, galera-4, mariadb-backup and socat
 # (installed when missing and run as root). No other server on the machine is used or touched.
@@ -52,9 +55,15 @@ install_db=$(command -v mariadb-install-db || command -v mysql_install_db)
 client=$(command -v mariadb || command -v mysql)
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/result-inbox-galera.XXXXXX")
+starter=""
 cleanup() {
   local status=$?
   trap - EXIT INT TERM
+  # A start still under way first, so that it starts no node after this.
+  if [ -n "$starter" ]; then
+    kill "$starter" 2>/dev/null || true
+    wait "$starter" 2>/dev/null || true
+  fi
   for n in 1 2 3; do
     if [ -f "$tmp/node$n/pid" ]; then
       pid=$(cat "$tmp/node$n/pid")
@@ -153,22 +162,30 @@ wait_synced() {
   exit 1
 }
 
-"$tmp/node1/start" --wsrep-new-cluster
-wait_synced 1
-for n in 2 3; do
-  "$tmp/node$n/start"
-  wait_synced "$n"
-done
+start_cluster() {
+  "$tmp/node1/start" --wsrep-new-cluster
+  wait_synced 1
+  for n in 2 3; do
+    "$tmp/node$n/start"
+    wait_synced "$n"
+  done
+  size=$("$client" --no-defaults -uroot --socket="$tmp/node1/mysql.sock" -N -e \
+    "SHOW GLOBAL STATUS LIKE 'wsrep_cluster_size'" | cut -f2)
+  if [ "$size" != 3 ]; then
+    echo "with-galera: the cluster has $size nodes, not 3" >&2
+    exit 1
+  fi
+}
 
-size=$("$client" --no-defaults -uroot --socket="$tmp/node1/mysql.sock" -N -e \
-  "SHOW GLOBAL STATUS LIKE 'wsrep_cluster_size'" | cut -f2)
-if [ "$size" != 3 ]; then
-  echo "with-galera: the cluster has $size nodes, not 3" >&2
-  exit 1
-fi
+# A joining node spends most of its start waiting on its state transfer,
+# and a test run spends its first minutes compiling: the cluster starts
+# beside COMMAND, and says when it is ready ($tmp/ready) or why it is not
+# ($tmp/failed, $tmp/start.log). tests/common/galera.rs waits for it.
+( if (start_cluster); then touch "$tmp/ready"; else touch "$tmp/failed"; fi ) 2>"$tmp/start.log" &
+starter=$!
 
 export RESULT_INBOX_GALERA_DSNS="mysql://root@127.0.0.1:${client_port[1]}/mysql,mysql://root@127.0.0.1:${client_port[2]}/mysql,mysql://root@127.0.0.1:${client_port[3]}/mysql"
 export RESULT_INBOX_GALERA_DIR="$tmp"
-echo "with-galera: three-node cluster on 127.0.0.1:${client_port[1]},${client_port[2]},${client_port[3]}" >&2
+echo "with-galera: three-node cluster starting on 127.0.0.1:${client_port[1]},${client_port[2]},${client_port[3]}" >&2
 
 "$@"

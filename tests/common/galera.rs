@@ -19,7 +19,7 @@ use super::orbit::{OrbitDev, QueueCredentials};
 use super::{random_hex, EventSpec};
 use result_inbox::ids::SubscriptionId;
 
-/// The nodes' root DSNs (database `mysql`).
+/// The nodes' root DSNs (database `mysql`), once the cluster has started.
 pub fn node_dsns() -> Vec<String> {
     let dsns = std::env::var("RESULT_INBOX_GALERA_DSNS").unwrap_or_else(|_| {
         panic!(
@@ -27,7 +27,29 @@ pub fn node_dsns() -> Vec<String> {
              or `make test`, which start a throwaway three-node Galera cluster"
         )
     });
+    wait_until_started();
     dsns.split(',').map(str::to_owned).collect()
+}
+
+/// Waits for the cluster, which `scripts/with-galera.sh` starts beside the
+/// test run (a joining node's state transfer takes seconds of waiting).
+fn wait_until_started() {
+    let dir = cluster_dir();
+    let log = || std::fs::read_to_string(dir.join("start.log")).unwrap_or_default();
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    while !dir.join("ready").exists() {
+        assert!(
+            !dir.join("failed").exists(),
+            "the Galera cluster did not start:\n{}",
+            log()
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the Galera cluster was not ready after 180 s:\n{}",
+            log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 fn cluster_dir() -> PathBuf {
