@@ -435,7 +435,10 @@ mod tests {
         ));
         let e = InboxError::from_inner(Box::new(refusal_over_db));
         assert_eq!(e.class(), "refused");
-        assert!(!e.is_unavailable(), "the database error below it says nothing");
+        assert!(
+            !e.is_unavailable(),
+            "the database error below it says nothing"
+        );
         let plain = InboxError::from_inner(Box::new(OrderError::Closed));
         assert!(matches!(plain, InboxError::Handler(_)), "{plain:?}");
     }
@@ -445,7 +448,10 @@ mod tests {
         let alone = InboxError::from_inner(Box::new(Classified::new(OrderError::Closed)));
         assert_eq!(alone.class(), "refused");
         assert!(!alone.is_retryable());
-        assert_eq!(alone.to_string(), "inner service failed: the order is closed");
+        assert_eq!(
+            alone.to_string(),
+            "inner service failed: the order is closed"
+        );
 
         #[derive(Debug, thiserror::Error)]
         #[error("checkout failed")]
