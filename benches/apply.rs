@@ -47,7 +47,7 @@ use common::{cpu_seconds, mysqld_pid};
 use futures::future::BoxFuture;
 use result_inbox::db::Dsn;
 use result_inbox::delivery::{Delivery, DeliveryId};
-use result_inbox::event::QueueId;
+use result_inbox::ids::QueueId;
 use result_inbox::inbox::{Batching, Inbox, InboxLayer, InboxStore, Outcome, StoreOptions};
 use result_inbox::scope::{InboxScope, ReceiverName};
 use result_inbox::task_view::TaskView;

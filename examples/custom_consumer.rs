@@ -42,7 +42,7 @@ async fn main() -> Result<(), BoxError> {
         .or(orbit.orbit_url)
         .ok_or("ORBIT_URL is not set and the credentials file names no URL")?;
     let subscription = SubscriptionId::parse(&std::env::var("ORBIT_SUBSCRIPTION_ID")?)
-        .ok_or("ORBIT_SUBSCRIPTION_ID must be 32 hex")?;
+        .map_err(|_| "ORBIT_SUBSCRIPTION_ID must be 32 hex")?;
     let dsn: Dsn = std::env::var("ORBIT_RECEIVER_DSN")?.parse()?;
 
     let scope = InboxScope::new(ReceiverName::default(), orbit.queue_id.clone());

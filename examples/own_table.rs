@@ -14,7 +14,7 @@
 use bytes::Bytes;
 use result_inbox::db::Dsn;
 use result_inbox::delivery::{Delivery, DeliveryId};
-use result_inbox::event::QueueId;
+use result_inbox::ids::QueueId;
 use result_inbox::inbox::{Applying, InboxError, InboxLayer, InboxStore, Outcome, StoreOptions};
 use result_inbox::scope::{InboxScope, ReceiverName};
 use result_inbox::sqlx;

@@ -24,7 +24,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use result_inbox::db::Dsn;
 use result_inbox::delivery::{Delivery, DeliveryId};
-use result_inbox::event::QueueId;
+use result_inbox::ids::QueueId;
 use result_inbox::inbox::{InboxLayer, InboxStore, Outcome, StoreOptions};
 use result_inbox::scope::{InboxScope, ReceiverName};
 use result_inbox::task_view::TaskView;

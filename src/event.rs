@@ -23,7 +23,7 @@ use serde_json::value::RawValue;
 
 use crate::digest::{self, Canonical, DigestError};
 
-pub use crate::ids::{is_hex_id, EventId, InvalidId, QueueId, TaskId};
+use crate::ids::{is_hex_id, EventId, QueueId, TaskId};
 
 /// The kinds of task event Orbit emits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -62,8 +62,11 @@ impl EventType {
     }
 
     /// Reads a wire name.
-    pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|t| t.as_str() == s)
+    pub fn parse(s: &str) -> Result<Self, UnknownName> {
+        Self::ALL
+            .into_iter()
+            .find(|t| t.as_str() == s)
+            .ok_or(UnknownName("event type"))
     }
 
     /// The one task state this event type reports.
@@ -83,6 +86,11 @@ impl fmt::Display for EventType {
         f.write_str(self.as_str())
     }
 }
+
+/// A word that is not one of Orbit's event types or task states.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not a known {0}")]
+pub struct UnknownName(&'static str);
 
 /// The state of a task as an event reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -112,12 +120,13 @@ impl TaskState {
     }
 
     /// Reads a wire name.
-    pub fn parse(s: &str) -> Option<Self> {
+    pub fn parse(s: &str) -> Result<Self, UnknownName> {
         // Each state is the state of exactly one event type.
         EventType::ALL
             .map(EventType::state)
             .into_iter()
             .find(|t| t.as_str() == s)
+            .ok_or(UnknownName("task state"))
     }
 
     /// Whether an event in this state may carry a result. A pending or
@@ -276,8 +285,8 @@ impl Event {
 
         let id = hex_field(envelope.id, "id").map(EventId)?;
         let event_type = string_field(envelope.event_type, "type")?;
-        let event_type =
-            EventType::parse(&event_type).ok_or(malformed("type", "is not a known event type"))?;
+        let event_type = EventType::parse(&event_type)
+            .map_err(|_| malformed("type", "is not a known event type"))?;
         let queue_id = hex_field(envelope.queue_id, "queue_id").map(QueueId)?;
         let occurred_at = string_field(envelope.occurred_at, "occurred_at")?;
         if !digest::is_utc_timestamp(&occurred_at) {
@@ -288,8 +297,8 @@ impl Event {
         let task_id = hex_field(task.id, "task.id").map(TaskId)?;
         let version = version_field(task.version)?;
         let state = string_field(task.state, "task.state")?;
-        let state =
-            TaskState::parse(&state).ok_or(malformed("task.state", "is not a known task state"))?;
+        let state = TaskState::parse(&state)
+            .map_err(|_| malformed("task.state", "is not a known task state"))?;
         if event_type.state() != state {
             return Err(EventError::TypeStateMismatch { event_type, state });
         }
@@ -371,7 +380,7 @@ pub fn readable_id(raw: &[u8]) -> Option<EventId> {
         return None;
     }
     let id = serde_json::from_slice::<Id>(raw).ok()?.id?;
-    EventId::parse(&id)
+    EventId::parse(&id).ok()
 }
 
 fn malformed(field: &'static str, problem: &'static str) -> EventError {

@@ -175,12 +175,16 @@ impl Classified {
         }
     }
 
-    /// `error`, with `failure` (found further down its chain).
-    pub(crate) fn with_failure(
-        failure: Failure,
-        error: Box<dyn std::error::Error + Send + Sync + 'static>,
-    ) -> Self {
-        Self { failure, error }
+    /// `error`, with all of `failure` (its class, and whether the
+    /// dependency is unreachable or the bytes malformed).
+    pub fn with_failure<E>(failure: Failure, error: E) -> Self
+    where
+        E: Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    {
+        Self {
+            failure,
+            error: error.into(),
+        }
     }
 
     /// The error it classifies.

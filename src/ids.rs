@@ -40,8 +40,12 @@ macro_rules! hex_id {
 
         impl $name {
             /// Accepts exactly 32 lowercase hexadecimal characters.
-            pub fn parse(s: &str) -> Option<Self> {
-                is_hex_id(s).then(|| Self(s.to_owned()))
+            pub fn parse(s: &str) -> Result<Self, InvalidId> {
+                if is_hex_id(s) {
+                    Ok(Self(s.to_owned()))
+                } else {
+                    Err(InvalidId(stringify!($name)))
+                }
             }
         }
 
@@ -51,7 +55,7 @@ macro_rules! hex_id {
             type Err = InvalidId;
 
             fn from_str(s: &str) -> Result<Self, InvalidId> {
-                Self::parse(s).ok_or(InvalidId(stringify!($name)))
+                Self::parse(s)
             }
         }
     };

@@ -18,7 +18,8 @@ use sqlx::Connection;
 
 use crate::db::row::get;
 use crate::db::{DbError, Dsn};
-use crate::event::{Event, EventId, TaskId};
+use crate::event::Event;
+use crate::ids::{EventId, TaskId};
 
 /// One stored inbox row. Its `Debug` gives the canonical text's size, not
 /// the text, which holds the result.

@@ -148,5 +148,30 @@ feature! { "mysql":
     pub mod guide {}
 }
 
+/// What most programs that embed the crate import, in one line:
+/// `use result_inbox::prelude::*;`.
+///
+/// The inbox and its inner service's answers, the task view, the consumer
+/// over Orbit, the database address, a delivery and the scope it is applied
+/// under; every item keeps its one path in its module.
+pub mod prelude {
+    pub use crate::consumer::{Consumer, ConsumerOptions};
+    pub use crate::delivery::{Delivery, DeliveryId};
+    pub use crate::failure::{Classified, Classify, Failure, FailureClass};
+    pub use crate::ids::{QueueId, SubscriptionId};
+    pub use crate::orbit::{OrbitClient, OrbitSource};
+    pub use crate::scope::{InboxScope, ReceiverName};
+    pub use crate::BoxError;
+
+    feature! { "mysql":
+        pub use crate::db::Dsn;
+        pub use crate::inbox::{
+            Applying, InboxError, InboxLayer, InboxStore, Outcome, Receipt, Refusal, StoreOptions,
+            Verdict,
+        };
+        pub use crate::task_view::TaskView;
+    }
+}
+
 /// The error type of inner services: any error that can cross threads.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;

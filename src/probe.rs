@@ -3,6 +3,7 @@
 use futures::future::BoxFuture;
 
 use crate::failure::Failure;
+use crate::ids::QueueId;
 use crate::BoxError;
 
 /// A dependency of the service (its database) that can be asked whether it
@@ -34,5 +35,12 @@ pub trait Probe: Send + Sync + 'static {
     /// default never says so.
     fn is_unavailable(&self) -> bool {
         false
+    }
+
+    /// The queue whose events the dependency applies, when it is bound to
+    /// one (the inbox's store is): a consumer whose source delivers another
+    /// queue's events refuses to start. The default knows none.
+    fn queue(&self) -> Option<&QueueId> {
+        None
     }
 }

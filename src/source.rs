@@ -32,6 +32,7 @@ use std::future::Future;
 use bytes::Bytes;
 
 use crate::delivery::{Delivery, DeliveryId};
+use crate::ids::QueueId;
 
 /// What a source's stream said.
 #[derive(Debug)]
@@ -88,6 +89,13 @@ pub trait Source: Send + Sync + 'static {
     /// What this source consumes, for the log line of an opened stream
     /// (Orbit: the subscription's id; a broker: its stream and consumer).
     fn subscription(&self) -> String;
+
+    /// The queue whose events this source delivers, when it knows it (a
+    /// checked Orbit subscription does). A consumer refuses to start when
+    /// its probe applies events of another queue. The default knows none.
+    fn queue(&self) -> Option<&QueueId> {
+        None
+    }
 
     /// Opens a stream; it holds no credit yet.
     fn open(&self) -> impl Future<Output = Result<Self::Stream, Self::Error>> + Send;

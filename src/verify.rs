@@ -41,7 +41,8 @@ use crate::db::row::{get, text};
 use crate::db::schema::PRUNED_TABLE;
 use crate::db::{errno, DbError, Dsn};
 use crate::digest;
-use crate::event::{Event, TaskId};
+use crate::event::Event;
+use crate::ids::TaskId;
 
 /// Rows read per page.
 pub const PAGE_ROWS: u32 = 1_000;

@@ -15,7 +15,7 @@ use futures::future::{join_all, BoxFuture};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use result_inbox::delivery::{Delivery, DeliveryId};
-use result_inbox::event::QueueId;
+use result_inbox::ids::QueueId;
 use result_inbox::inbox::{
     Applying, Batching, Inbox, InboxError, InboxStore, Outcome, Receipt, Verdict,
 };

@@ -10,7 +10,7 @@ use crate::common;
 
 use common::galera::ClusterDb;
 use common::{random_hex, scope, EventSpec};
-use result_inbox::event::TaskId;
+use result_inbox::ids::TaskId;
 use result_inbox::inbox::{Conflict, InboxError, InboxStore, Outcome, Receipt};
 use result_inbox::scope::InboxScope;
 use result_inbox::task_view;

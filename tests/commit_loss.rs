@@ -19,7 +19,7 @@ use common::{random_hex, scope, EventSpec, TestDb};
 use futures::future::{join_all, BoxFuture};
 use result_inbox::consumer::{Consumer, ConsumerOptions, ConsumerReport};
 use result_inbox::delivery::{Delivery, DeliveryId};
-use result_inbox::event::TaskId;
+use result_inbox::ids::TaskId;
 use result_inbox::inbox::{
     Applying, Batching, Inbox, InboxError, InboxStore, Outcome, Receipt, StoreOptions, Verdict,
 };

@@ -10,8 +10,9 @@ use std::time::Duration;
 use common::consume::Consume;
 use common::orbit::{receiver, OrbitDev, QueueCredentials};
 use common::{dsn_for, random_hex, EventSpec, TestDb};
-use result_inbox::event::{EventType, TaskId};
+use result_inbox::event::EventType;
 use result_inbox::ids::SubscriptionId;
+use result_inbox::ids::TaskId;
 use result_inbox::scope::{InboxScope, ReceiverName};
 use result_inbox::task_view;
 

@@ -246,3 +246,39 @@ async fn the_inner_service_s_own_statement_fails_redacted_with_its_server_messag
     );
     assert_eq!(count(&db, "receiver_inbox").await, 0);
 }
+
+#[tokio::test]
+async fn a_consumer_whose_inbox_applies_another_queue_refuses_to_start_and_leases_nothing() {
+    let (orbit, creds, sub) = OrbitDev::subscribed(1_000, 1, "embed-other-queue").await;
+    let db = TestDb::initialized().await;
+    orbit.inject_new_task(&creds, &sub).await;
+    let source = OrbitSource::connect(orbit.client(&creds), sub.clone(), &creds.queue())
+        .await
+        .unwrap();
+    assert_eq!(source.queue(), Some(&creds.queue()));
+    // The inbox was given another queue than the source.
+    let other = common::scope(ReceiverName::DEFAULT);
+    let store = db.store(other.clone()).await;
+    let service = ServiceBuilder::new()
+        .layer(InboxLayer::new(store.clone()))
+        .service(task_view::TaskView::new());
+    let consumer = Consumer::new(source, ConsumerOptions::default()).with_probe(store);
+    let refused = tokio::time::timeout(
+        Duration::from_secs(5),
+        consumer.run(service, std::future::pending()),
+    )
+    .await
+    .expect("refused at once, before any stream opens")
+    .expect_err("the queues differ");
+    assert!(refused.is_configuration(), "{refused}");
+    let text = refused.to_string();
+    assert!(
+        text.contains(&creds.queue_id) && text.contains(other.queue_id.as_str()),
+        "{text}"
+    );
+    let counts = orbit
+        .wait_for_counts(&creds, &sub, Duration::from_secs(1), |_| true)
+        .await;
+    assert_eq!(counts["leased"], 0, "{counts}");
+    assert_eq!(inbox_rows(&db).await, 0);
+}

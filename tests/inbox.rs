@@ -80,7 +80,7 @@ impl Fixture {
     }
 
     async fn view(&self) -> Option<task_view::TaskViewRow> {
-        let task = result_inbox::event::TaskId::parse(&self.task).unwrap();
+        let task = result_inbox::ids::TaskId::parse(&self.task).unwrap();
         task_view::load(&self.pool, &self.scope, &task)
             .await
             .unwrap()
@@ -272,7 +272,7 @@ async fn another_receiver_name_or_queue_is_isolated() {
     assert!(matches!(err, InboxError::Rejected(_)), "{err:?}");
 
     // Each scope's view advanced once, independently.
-    let task = result_inbox::event::TaskId::parse(&f.task).unwrap();
+    let task = result_inbox::ids::TaskId::parse(&f.task).unwrap();
     for s in [&f.scope, &other_name] {
         let view = task_view::load(&f.pool, s, &task).await.unwrap().unwrap();
         assert_eq!(view.applied_events, 1);
@@ -652,7 +652,7 @@ async fn duplicates_and_view_reads_leave_no_transaction_open_on_the_store_connec
         apply(&store, &json).await.unwrap().outcome,
         Outcome::Duplicate { applied: true }
     );
-    let task = result_inbox::event::TaskId::parse(&f.task).unwrap();
+    let task = result_inbox::ids::TaskId::parse(&f.task).unwrap();
     let view = task_view::load_committed(&store, &task)
         .await
         .unwrap()
@@ -756,7 +756,7 @@ async fn a_session_read_between_two_deliveries_holds_no_lock_and_sees_the_latest
     let f = Fixture::new().await;
     // One connection: the sessions and the deliveries take turns on it.
     let store = f.one_connection_store().await;
-    let task = result_inbox::event::TaskId::parse(&f.task).unwrap();
+    let task = result_inbox::ids::TaskId::parse(&f.task).unwrap();
     let version = |view: Option<task_view::TaskViewRow>| view.map(|v| v.task_version);
 
     apply(&store, &f.event(1, "task.submitted", "PENDING").json())

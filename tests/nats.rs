@@ -11,7 +11,7 @@ use common::nats::{AckFault, AckLosingProxy, JetStreamQueue, NatsServer, NatsSer
 use common::tls::TestPki;
 use common::{dsn_for, random_hex, unreadable_bodies, EventSpec, TestDb};
 use futures::StreamExt;
-use result_inbox::event::{QueueId, TaskId};
+use result_inbox::ids::{QueueId, TaskId};
 use result_inbox::scope::{InboxScope, ReceiverName};
 use result_inbox::task_view;
 

@@ -13,8 +13,8 @@ use common::consume::Consume;
 use common::http_proxy::{AckFault, HttpProxy};
 use common::orbit::{receiver, OrbitDev, QueueCredentials};
 use common::{dsn_for, random_hex, EventSpec, TestDb};
-use result_inbox::event::{QueueId, TaskId};
 use result_inbox::ids::SubscriptionId;
+use result_inbox::ids::{QueueId, TaskId};
 use result_inbox::scope::{InboxScope, ReceiverName};
 use result_inbox::task_view::{self, TaskViewRow};
 

@@ -130,9 +130,8 @@ pub(crate) fn required_subscription(id: Option<String>) -> Result<SubscriptionId
     let id = id.ok_or(
         "ORBIT_SUBSCRIPTION_ID is not set (or pass --subscription-id): the subscription to consume (32 hex), created with the same credentials",
     )?;
-    SubscriptionId::parse(&id).ok_or_else(|| {
-        "ORBIT_SUBSCRIPTION_ID must be 32 lowercase hexadecimal characters".to_owned()
-    })
+    SubscriptionId::parse(&id)
+        .map_err(|_| "ORBIT_SUBSCRIPTION_ID must be 32 lowercase hexadecimal characters".to_owned())
 }
 
 /// A duration as the commands take it: a whole number and a unit, `ms`,

@@ -189,7 +189,7 @@ impl NatsArgs {
 
 /// `ORBIT_QUEUE_ID`'s value as a queue id.
 fn parse_queue_id(value: &str) -> Result<QueueId, ConfigError> {
-    QueueId::parse(value).ok_or_else(|| {
+    QueueId::parse(value).map_err(|_| {
         ConfigError::invalid(
             "ORBIT_QUEUE_ID",
             "must be 32 lowercase hexadecimal characters",

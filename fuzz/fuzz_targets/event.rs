@@ -23,7 +23,8 @@ use arbitrary::{Result as AResult, Unstructured};
 use chrono::{Datelike, NaiveDate};
 use libfuzzer_sys::fuzz_target;
 use result_inbox::digest::{canonicalize, is_utc_timestamp};
-use result_inbox::event::{is_hex_id, Event, EventError, EventType, QueueId, TaskState};
+use result_inbox::event::{Event, EventError, EventType, TaskState};
+use result_inbox::ids::{is_hex_id, QueueId};
 use result_inbox_fuzz::{arbitrary_json, arbitrary_text, Rng, Spelling, J};
 
 fuzz_target!(|data: &[u8]| {

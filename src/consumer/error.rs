@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use crate::ids::QueueId;
 use crate::source::SourceError;
 use crate::BoxError;
 
@@ -33,6 +34,21 @@ impl ConsumerError {
     /// Gives up the wrapper for the source's error.
     pub fn into_inner(self) -> BoxError {
         self.error
+    }
+}
+
+impl ConsumerError {
+    /// The source delivers one queue's events, the probe's dependency
+    /// applies another's: every event would be rejected.
+    pub(crate) fn queue_mismatch(source: &QueueId, applied: &QueueId) -> Self {
+        Self {
+            error: format!(
+                "the source delivers the events of queue {source}, but the inbox applies those of \
+                 queue {applied}: give both the same queue"
+            )
+            .into(),
+            configuration: true,
+        }
     }
 }
 

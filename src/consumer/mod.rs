@@ -5,7 +5,7 @@
 //! leased deliveries feeds it ([`Consumer::new`]), Orbit's subscription
 //! stream and a NATS JetStream pull consumer among them. It knows no inbox
 //! either: a failed delivery's class comes from the failure vocabulary
-//! ([`crate::failure`]), and from its [`Probe`], which knows its own
+//! ([`crate::failure`]), and from its [`Probe`](crate::probe::Probe), which knows its own
 //! dependency's errors. "Credit", "lease proof" and "ACK" below are each
 //! source's own equivalents.
 //!
@@ -22,7 +22,7 @@
 //! safe because the ACK is idempotent for its proof. A stream that breaks
 //! is reopened with backoff while handlers and ACKs carry on.
 //!
-//! With a [`Probe`] of its database the consumer also has a breaker: while
+//! With a [`Probe`](crate::probe::Probe) of its database the consumer also has a breaker: while
 //! the database cannot be reached it grants no credit and starts none of
 //! the deliveries it holds, so nothing more is leased to it and no
 //! delivery's retry budget burns during an outage; it probes with backoff
@@ -54,4 +54,3 @@ pub use self::options::ConsumerOptions;
 pub use self::report::ConsumerReport;
 pub use self::run::Consumer;
 pub use self::settle::{settle, Settlement};
-pub use crate::probe::Probe;

@@ -133,6 +133,14 @@ impl<Src: Source> Consumer<Src> {
         S::Future: Send,
         S::Response: Send,
     {
+        if let (Some(source), Some(applied)) = (
+            self.source.queue(),
+            self.probe.as_deref().and_then(Probe::queue),
+        ) {
+            if source != applied {
+                return Err(ConsumerError::queue_mismatch(source, applied));
+            }
+        }
         let concurrency = self.options.concurrency.max(1);
         let leased_at_most = concurrency.saturating_add(self.options.prefetch);
         let mut report = ConsumerReport::default();

@@ -1,46 +1,4 @@
-//! The receiver's database address, `ORBIT_RECEIVER_DSN`.
-//!
-//! A [`Dsn`] always names its database: the receiver's tables must land in a
-//! dedicated database chosen on purpose, never in whatever the account's
-//! default happens to be (least of all the platform's). The check happens
-//! before any connection is made. The password never appears in `Debug` or
-//! `Display` output.
-//!
-//! # TLS
-//!
-//! The connection is encrypted with rustls (ring provider) as the DSN's
-//! query options say; they are sqlx's, spelled as in MySQL's client:
-//!
-//! * `ssl-mode` (case-insensitive; sqlx also accepts `sslmode`):
-//!   * `DISABLED` — never encrypt;
-//!   * `PREFERRED` — sqlx's default when `ssl-mode` is absent: encrypt if the
-//!     server offers TLS, else go on in plain text, and **never check the
-//!     server's certificate**. A server offering only TLS 1.0/1.1 (which
-//!     rustls does not speak) fails the connection rather than falling back
-//!     to plain text;
-//!   * `REQUIRED` — fail if the server does not offer TLS; the certificate is
-//!     still not checked (protects against eavesdropping, not against an
-//!     active man in the middle);
-//!   * `VERIFY_CA` — also check that the certificate chains to a trusted CA,
-//!     but not which host it names;
-//!   * `VERIFY_IDENTITY` — also check that the certificate names the DSN's
-//!     host (an IP address must be in its subject alternative names). **Use
-//!     this in production.**
-//! * `ssl-ca=/path/ca.pem` (or `sslca`) — PEM certificate(s) of the CA that
-//!   signed the server's certificate, trusted besides Mozilla's root
-//!   certificates (the `webpki-roots` crate; the operating system's store is
-//!   not read). A private CA needs it.
-//!
-//! For example
-//! `mysql://receiver:…@db.internal:3306/receiver?ssl-mode=VERIFY_IDENTITY&ssl-ca=/etc/receiver/db-ca.pem`.
-//!
-//! Checked before connecting: `ssl-mode` must be one of the five values;
-//! `ssl-ca` is accepted only with `VERIFY_CA` or `VERIFY_IDENTITY` (with any
-//! other mode sqlx would not check the certificate against it, which would
-//! only look safe); the `ssl-ca` file must be readable and hold at least one
-//! PEM certificate. sqlx's client-certificate options `ssl-cert` and
-//! `ssl-key` are passed through unchanged. A server account created with
-//! `REQUIRE SSL` refuses `ssl-mode=DISABLED`.
+//! The receiver's database address, `ORBIT_RECEIVER_DSN` (see [`Dsn`]).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -49,7 +7,50 @@ use std::str::FromStr;
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlSslMode};
 use sqlx::Connection;
 
-/// A MySQL connection address that names a database.
+/// A MySQL connection address that names a database: the receiver's
+/// database address, `ORBIT_RECEIVER_DSN`.
+///
+/// A [`Dsn`] always names its database: the receiver's tables must land in a
+/// dedicated database chosen on purpose, never in whatever the account's
+/// default happens to be (least of all the platform's). The check happens
+/// before any connection is made. The password never appears in `Debug` or
+/// `Display` output.
+///
+/// # TLS
+///
+/// The connection is encrypted with rustls (ring provider) as the DSN's
+/// query options say; they are sqlx's, spelled as in MySQL's client:
+///
+/// * `ssl-mode` (case-insensitive; sqlx also accepts `sslmode`):
+///   * `DISABLED` — never encrypt;
+///   * `PREFERRED` — sqlx's default when `ssl-mode` is absent: encrypt if the
+///     server offers TLS, else go on in plain text, and **never check the
+///     server's certificate**. A server offering only TLS 1.0/1.1 (which
+///     rustls does not speak) fails the connection rather than falling back
+///     to plain text;
+///   * `REQUIRED` — fail if the server does not offer TLS; the certificate is
+///     still not checked (protects against eavesdropping, not against an
+///     active man in the middle);
+///   * `VERIFY_CA` — also check that the certificate chains to a trusted CA,
+///     but not which host it names;
+///   * `VERIFY_IDENTITY` — also check that the certificate names the DSN's
+///     host (an IP address must be in its subject alternative names). **Use
+///     this in production.**
+/// * `ssl-ca=/path/ca.pem` (or `sslca`) — PEM certificate(s) of the CA that
+///   signed the server's certificate, trusted besides Mozilla's root
+///   certificates (the `webpki-roots` crate; the operating system's store is
+///   not read). A private CA needs it.
+///
+/// For example
+/// `mysql://receiver:…@db.internal:3306/receiver?ssl-mode=VERIFY_IDENTITY&ssl-ca=/etc/receiver/db-ca.pem`.
+///
+/// Checked before connecting: `ssl-mode` must be one of the five values;
+/// `ssl-ca` is accepted only with `VERIFY_CA` or `VERIFY_IDENTITY` (with any
+/// other mode sqlx would not check the certificate against it, which would
+/// only look safe); the `ssl-ca` file must be readable and hold at least one
+/// PEM certificate. sqlx's client-certificate options `ssl-cert` and
+/// `ssl-key` are passed through unchanged. A server account created with
+/// `REQUIRE SSL` refuses `ssl-mode=DISABLED`.
 #[derive(Clone)]
 pub struct Dsn {
     options: MySqlConnectOptions,
@@ -92,7 +93,7 @@ pub enum DsnError {
 
 impl Dsn {
     /// Parses and validates a DSN such as `mysql://user:pw@127.0.0.1:3306/receiver`
-    /// or, with TLS (see the [module docs](self)),
+    /// or, with TLS (see [TLS](Dsn#tls)),
     /// `mysql://user:pw@db.example:3306/receiver?ssl-mode=VERIFY_IDENTITY&ssl-ca=/etc/ca.pem`.
     /// Reads the `ssl-ca` file, if any; connects to nothing.
     pub fn parse(s: &str) -> Result<Self, DsnError> {

@@ -5,7 +5,7 @@
 //! Nothing here knows the inbox, a delivery or a broker: the inbox, the
 //! task view, `verify`, `stats` and `inspect` all build on it.
 
-pub mod dsn;
+mod dsn;
 pub mod errno;
 mod error;
 pub mod row;

@@ -4,8 +4,9 @@ use std::fmt;
 
 use crate::db::DbError;
 use crate::digest::Digest;
-use crate::event::{EventError, EventId, TaskId};
+use crate::event::EventError;
 use crate::failure::{self, Classified, Classify, Failure, FailureClass};
+use crate::ids::{EventId, TaskId};
 use crate::BoxError;
 
 /// An event that may not be applied because it contradicts what is stored.

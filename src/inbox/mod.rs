@@ -56,7 +56,7 @@
 //! ```no_run
 //! use result_inbox::inbox::{Applying, InboxError, InboxLayer, InboxStore, StoreOptions};
 //! use result_inbox::delivery::Delivery;
-//! use result_inbox::{db::Dsn, scope::{InboxScope, ReceiverName}, event::QueueId};
+//! use result_inbox::{db::Dsn, scope::{InboxScope, ReceiverName}, ids::QueueId};
 //! use tower::{ServiceBuilder, service_fn};
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -110,7 +110,8 @@ use self::tx::InboxTx;
 use crate::db::DbError;
 use crate::delivery::Delivery;
 use crate::digest::Digest;
-use crate::event::{Event, EventId, TaskId};
+use crate::event::Event;
+use crate::ids::{EventId, TaskId};
 use crate::scope::InboxScope;
 use crate::telemetry;
 use crate::BoxError;

@@ -12,6 +12,7 @@ use super::tx::InboxTx;
 use crate::db::{sql, DbError, DbErrorKind, Dsn};
 use crate::event::Event;
 use crate::failure::Failure;
+use crate::ids::QueueId;
 use crate::probe::Probe;
 use crate::scope::InboxScope;
 use crate::telemetry;
@@ -44,7 +45,7 @@ impl Default for StoreOptions {
 ///
 /// ```no_run
 /// use result_inbox::db::Dsn;
-/// use result_inbox::event::QueueId;
+/// use result_inbox::ids::QueueId;
 /// use result_inbox::inbox::{InboxLayer, InboxStore, StoreOptions};
 /// use result_inbox::scope::{InboxScope, ReceiverName};
 ///
@@ -392,5 +393,9 @@ impl Probe for InboxStore {
 
     fn recognize(&self, error: &(dyn std::error::Error + 'static)) -> Option<Failure> {
         super::error::recognize(error)
+    }
+
+    fn queue(&self) -> Option<&QueueId> {
+        Some(&self.scope().queue_id)
     }
 }

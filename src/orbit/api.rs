@@ -83,8 +83,10 @@ pub(super) struct WireAck {
 
 pub(super) fn subscription(wire: WireSubscription) -> Result<Subscription, OrbitError> {
     Ok(Subscription {
-        id: SubscriptionId::parse(&wire.id).ok_or(OrbitError::Protocol("bad subscription id"))?,
-        queue_id: QueueId::parse(&wire.queue_id).ok_or(OrbitError::Protocol("bad queue id"))?,
+        id: SubscriptionId::parse(&wire.id)
+            .map_err(|_| OrbitError::Protocol("bad subscription id"))?,
+        queue_id: QueueId::parse(&wire.queue_id)
+            .map_err(|_| OrbitError::Protocol("bad queue id"))?,
         event_types: wire.event_types,
         enabled: wire.enabled,
         counts: wire.counts,
@@ -93,7 +95,7 @@ pub(super) fn subscription(wire: WireSubscription) -> Result<Subscription, Orbit
 
 pub(super) fn task(wire: WireTask) -> Result<Task, OrbitError> {
     Ok(Task {
-        id: TaskId::parse(&wire.id).ok_or(OrbitError::Protocol("bad task id"))?,
+        id: TaskId::parse(&wire.id).map_err(|_| OrbitError::Protocol("bad task id"))?,
         version: wire.version,
         state: wire.state,
     })

@@ -79,7 +79,7 @@ impl Credentials {
             return Err(invalid("token is empty"));
         }
         let queue_id = QueueId::parse(&wire.queue_id)
-            .ok_or_else(|| invalid("queue_id is not 32 lowercase hex characters"))?;
+            .map_err(|_| invalid("queue_id is not 32 lowercase hex characters"))?;
         Ok(Credentials {
             orbit_url: wire.orbit_url,
             token: Token::new(wire.token),

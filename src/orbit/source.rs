@@ -12,6 +12,8 @@ use crate::source::{AckOutcome, Incoming, LeaseStream, Source};
 pub struct OrbitSource {
     client: OrbitClient,
     subscription: SubscriptionId,
+    /// The subscription's queue, once [`connect`](Self::connect) checked it.
+    queue: Option<QueueId>,
 }
 
 impl OrbitSource {
@@ -21,6 +23,7 @@ impl OrbitSource {
         Self {
             client,
             subscription,
+            queue: None,
         }
     }
 
@@ -36,7 +39,7 @@ impl OrbitSource {
         subscription: SubscriptionId,
         expected_queue: &QueueId,
     ) -> Result<Self, OrbitError> {
-        let source = Self::new(client, subscription);
+        let mut source = Self::new(client, subscription);
         retry::until_answered(
             Backoff::default(),
             "Orbit",
@@ -44,6 +47,7 @@ impl OrbitSource {
             || source.check(expected_queue),
         )
         .await?;
+        source.queue = Some(expected_queue.clone());
         Ok(source)
     }
 
@@ -81,6 +85,12 @@ impl OrbitSource {
     pub fn subscription(&self) -> &SubscriptionId {
         &self.subscription
     }
+
+    /// The queue the subscription is bound to, as [`connect`](Self::connect)
+    /// found it (`None` for a source made with [`new`](Self::new)).
+    pub fn queue(&self) -> Option<&QueueId> {
+        self.queue.as_ref()
+    }
 }
 
 impl Source for OrbitSource {
@@ -90,6 +100,10 @@ impl Source for OrbitSource {
 
     fn subscription(&self) -> String {
         self.subscription.to_string()
+    }
+
+    fn queue(&self) -> Option<&QueueId> {
+        self.queue.as_ref()
     }
 
     async fn open(&self) -> Result<DeliveryStream, OrbitError> {

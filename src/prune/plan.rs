@@ -89,7 +89,7 @@ impl Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::QueueId;
+    use crate::ids::QueueId;
     use crate::scope::ReceiverName;
 
     fn plan(older_than: Duration) -> Plan {

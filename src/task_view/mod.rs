@@ -29,7 +29,8 @@ use tower::Service;
 
 use crate::db::DbError;
 use crate::delivery::Delivery;
-use crate::event::{result_size, Event, TaskId};
+use crate::event::{result_size, Event};
+use crate::ids::TaskId;
 use crate::inbox::{Applying, Conflict, InboxError, InboxStore, Verdict};
 use crate::scope::InboxScope;
 

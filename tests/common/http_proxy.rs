@@ -185,5 +185,5 @@ fn is_ack_request(chunk: &[u8]) -> bool {
         return false;
     };
     rest.split_once("/ack ")
-        .is_some_and(|(id, _)| result_inbox::event::is_hex_id(id))
+        .is_some_and(|(id, _)| result_inbox::ids::is_hex_id(id))
 }

@@ -20,7 +20,7 @@ pub mod tls;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use result_inbox::db::Dsn;
-use result_inbox::event::QueueId;
+use result_inbox::ids::QueueId;
 use result_inbox::inbox::{InboxStore, StoreOptions};
 use result_inbox::scope::{InboxScope, ReceiverName};
 use sqlx::mysql::MySqlPool;

@@ -1,7 +1,7 @@
 //! `receiver inspect event|task`: what is stored about one event or task,
 //! one line per row; never a result unless `--show-canonical`.
 
-use result_inbox::event::{EventId, TaskId};
+use result_inbox::ids::{EventId, TaskId};
 use result_inbox::inspect::{self, InboxRow, ViewRow};
 
 use crate::args::{required_dsn, DatabaseArgs};
@@ -14,9 +14,8 @@ pub(crate) fn run_inspect(database: DatabaseArgs, what: InspectWhat) -> Outcome 
     let runtime = runtime();
     let lines: Vec<String> = match what {
         InspectWhat::Event { id, show_canonical } => {
-            let id = EventId::parse(&id).ok_or_else(|| {
-                config("the event id must be 32 lowercase hexadecimal characters")
-            })?;
+            let id = EventId::parse(&id)
+                .map_err(|_| config("the event id must be 32 lowercase hexadecimal characters"))?;
             let rows = runtime
                 .block_on(inspect::event(&dsn, &id))
                 .map_err(|e| database_failure("inspect", e))?;
@@ -29,7 +28,7 @@ pub(crate) fn run_inspect(database: DatabaseArgs, what: InspectWhat) -> Outcome 
         }
         InspectWhat::Task { id, show_canonical } => {
             let id = TaskId::parse(&id)
-                .ok_or_else(|| config("the task id must be 32 lowercase hexadecimal characters"))?;
+                .map_err(|_| config("the task id must be 32 lowercase hexadecimal characters"))?;
             let report = runtime
                 .block_on(inspect::task(&dsn, &id))
                 .map_err(|e| database_failure("inspect", e))?;

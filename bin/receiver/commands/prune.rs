@@ -10,7 +10,7 @@ use std::time::Duration;
 use clap::Args;
 
 use result_inbox::db::Dsn;
-use result_inbox::event::QueueId;
+use result_inbox::ids::QueueId;
 use result_inbox::prune::{self, Archive, Plan, PruneError, PrunedRow};
 use result_inbox::scope::{InboxScope, ReceiverName};
 
@@ -148,7 +148,7 @@ impl PruneArgs {
             "ORBIT_QUEUE_ID is not set (or pass --queue-id, or ORBIT_CREDENTIALS_FILE): the queue whose rows are pruned",
         )?;
         let queue = QueueId::parse(&queue)
-            .ok_or("ORBIT_QUEUE_ID must be 32 lowercase hexadecimal characters")?;
+            .map_err(|_| "ORBIT_QUEUE_ID must be 32 lowercase hexadecimal characters")?;
         let mut plan = Plan::new(InboxScope::new(receiver, queue), self.older_than);
         plan.minimum_retention = self.min_retention;
         plan.batch_rows = self.batch_rows;

@@ -191,7 +191,7 @@ impl SubscribeError {
 fn event_types(list: &str) -> Result<Vec<EventType>, String> {
     let mut types = Vec::new();
     for name in list.split(',').map(str::trim) {
-        let t = EventType::parse(name).ok_or_else(|| {
+        let t = EventType::parse(name).map_err(|_| {
             let known: Vec<&str> = EventType::ALL.iter().map(|t| t.as_str()).collect();
             format!(
                 "{name:?} is not an event type (one of {})",
