@@ -4,8 +4,9 @@ CARGO ?= cargo
 WITH_MYSQL := scripts/with-mysql.sh
 WITH_GALERA := scripts/with-galera.sh
 # The `receiver` binary needs the `cli` feature; a library user's default
-# features leave it (and its dependencies) out.
-CLI := --features result-inbox/cli
+# features leave it (and its dependencies) out. `testing` is the library's
+# helpers for testing an inner service (an example and its test use them).
+CLI := --features result-inbox/cli,result-inbox/testing
 
 .PHONY: demo test bench build check fmt-check clippy doc deps-check package-check unit integration cluster-test toolchain fuzz nats-server nextest doctest
 

@@ -51,17 +51,18 @@ async fn main() -> Result<(), BoxError> {
     let event = format!(
         r#"{{"id":"{event_id}","type":"task.cancelled","queue_id":"{queue}","occurred_at":"2026-12-01T10:00:00Z","task":{{"id":"{task_id}","version":3,"state":"CANCELLED"}}}}"#
     );
-    let copies = (0..8).map(|n| {
+    let mut copies = tokio::task::JoinSet::new();
+    for n in 0..8 {
         let delivery = Delivery::new(
             DeliveryId::new(format!("copy-{n}")),
             Bytes::from(event.clone()),
         );
-        stack.clone().oneshot(delivery)
-    });
+        copies.spawn(stack.clone().oneshot(delivery));
+    }
     let mut applied = 0;
     let mut duplicates = 0;
-    for receipt in futures::future::join_all(copies).await {
-        match receipt?.outcome {
+    while let Some(receipt) = copies.join_next().await {
+        match receipt??.outcome {
             Outcome::Applied => applied += 1,
             Outcome::Duplicate { .. } => duplicates += 1,
             Outcome::Stale => {}

@@ -148,6 +148,10 @@ feature! { "mysql":
     pub mod guide {}
 }
 
+feature! { "testing":
+    pub mod testing;
+}
+
 /// What most programs that embed the crate import, in one line:
 /// `use result_inbox::prelude::*;`.
 ///

@@ -93,3 +93,18 @@ async fn custom_consumer_consumes_and_acks_what_it_committed() {
     assert!(text.ends_with("received=2 acked=2 failed=0\n"), "{text}");
     assert_eq!(counts["pending"], 0, "{counts}");
 }
+
+#[cfg(feature = "testing")]
+#[tokio::test]
+async fn testing_inner_service_checks_each_outcome_on_a_database_of_its_own() {
+    let out = example("testing_inner_service")
+        .env("RESULT_INBOX_TEST_ADMIN_DSN", common::admin_dsn())
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert_eq!(
+        text,
+        "version 2: applied\nits copy: duplicate\nversion 1 after it: stale\n\
+         a closed account: refused\norders=1\n"
+    );
+}

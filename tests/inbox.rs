@@ -413,7 +413,8 @@ async fn an_inner_service_that_runs_out_of_time_rolls_everything_back() {
         .service(slow);
     let json = f.event(2, "task.cancelled", "CANCELLED").json();
     let err = svc.oneshot(delivery(&json)).await.unwrap_err();
-    assert!(matches!(err, InboxError::Handler(_)), "{err:?}");
+    assert!(matches!(err, InboxError::Timeout), "{err:?}");
+    assert_eq!(err.class(), "timeout");
     assert_eq!(f.count("receiver_inbox").await, 0);
 }
 

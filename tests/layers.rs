@@ -35,6 +35,7 @@ const ABOVE: &[(&str, &[&str])] = &[
     ("stats", &["db"]),
     ("prune", &["db"]),
     ("inspect", &["db"]),
+    ("testing", &["db", "inbox"]),
 ];
 
 /// One import against the grain: in `file`, a path into `target`.

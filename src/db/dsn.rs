@@ -141,6 +141,26 @@ impl Dsn {
         self.options.get_database().unwrap_or_default()
     }
 
+    /// The same server, account and options, naming `database` instead
+    /// (a test database beside the one the DSN names, say).
+    pub fn with_database(&self, database: &str) -> Dsn {
+        let (server, _) = self
+            .redacted
+            .split_once('?')
+            .unwrap_or((&self.redacted, ""));
+        let base = server.rsplit_once('/').map_or(server, |(base, _)| base);
+        let query = self.redacted.split_once('?').map(|(_, q)| q);
+        let mut redacted = format!("{base}/{database}");
+        if let Some(query) = query {
+            redacted.push('?');
+            redacted.push_str(query);
+        }
+        Dsn {
+            options: self.options.clone().database(database),
+            redacted,
+        }
+    }
+
     /// The connection options for sqlx.
     pub fn connect_options(&self) -> MySqlConnectOptions {
         self.options.clone()

@@ -122,8 +122,9 @@ pub enum InboxError {
     /// The database failed before COMMIT; the transaction did not commit.
     #[error("database: {0}")]
     Database(#[source] DbError),
-    /// The transaction did not finish within its time budget and was
-    /// abandoned before COMMIT.
+    /// The transaction did not finish within its time budget, or a
+    /// `TimeoutLayer` around the inner service fired, and it was abandoned
+    /// before COMMIT. Class `timeout`.
     #[error("transaction timed out before commit")]
     Timeout,
     /// The inner service refused the event for good ([`Refusal`]); its
@@ -158,7 +159,8 @@ impl InboxError {
     }
 
     /// A stable one-word class for logs and metrics: `rejected`, `conflict`,
-    /// `refused`, `unconfirmed` or `error`.
+    /// `refused`, `unconfirmed`, `timeout` or `error` (or the class a
+    /// [`Classified`] states).
     pub fn class(&self) -> &'static str {
         self.failure_class().as_str()
     }
@@ -171,9 +173,8 @@ impl InboxError {
             InboxError::Refused(_) => FailureClass::Refused,
             InboxError::CommitUnconfirmed => FailureClass::Unconfirmed,
             InboxError::Classified(e) => e.failure().class,
-            InboxError::Database(_) | InboxError::Timeout | InboxError::Handler(_) => {
-                FailureClass::Error
-            }
+            InboxError::Timeout => FailureClass::Timeout,
+            InboxError::Database(_) | InboxError::Handler(_) => FailureClass::Error,
         }
     }
 
@@ -202,6 +203,11 @@ impl InboxError {
             }
             if let Some(refusal) = link.downcast_ref::<Refusal>() {
                 return Some(Found::Error(InboxError::Refused(refusal.clone())));
+            }
+            // A TimeoutLayer around the inner service: its limit, before
+            // COMMIT, rolled back like the inbox's own.
+            if link.is::<tower::timeout::error::Elapsed>() {
+                return Some(Found::Error(InboxError::Timeout));
             }
             link.downcast_ref::<Classified>()
                 .map(|c| Found::Classified(c.failure()))
@@ -464,6 +470,15 @@ mod tests {
         assert_eq!(wrapped.class(), "conflict");
         let boxed: BoxError = Box::new(wrapped);
         assert_eq!(classify(&*boxed).class, FailureClass::Conflict);
+    }
+
+    #[test]
+    fn a_timeout_layer_inside_the_inbox_is_a_timeout_like_the_inbox_s_own_budget() {
+        let inner = InboxError::from_inner(Box::new(tower::timeout::error::Elapsed::new()));
+        assert!(matches!(inner, InboxError::Timeout), "{inner:?}");
+        assert_eq!(inner.class(), "timeout");
+        assert!(inner.is_retryable());
+        assert_eq!(InboxError::Timeout.failure().class, FailureClass::Timeout);
     }
 
     #[test]

@@ -1,0 +1,93 @@
+//! Testing your inner service against a real database, without a consumer
+//! or a broker: `result_inbox::testing` (the `testing` feature, for your
+//! dev-dependencies).
+//!
+//! The service under test writes its own `orders` row beside the task view,
+//! in the inbox's transaction. Each case applies one event through the
+//! inbox in one call and checks what the consumer would see: a first
+//! receipt applied, its copy a duplicate, an older version stale, a
+//! refusal rolled back.
+//!
+//! Needs a server where it may create and drop a database:
+//!
+//! ```sh
+//! RESULT_INBOX_TEST_ADMIN_DSN=mysql://root@127.0.0.1:3306/mysql \
+//!   cargo run --example testing_inner_service --features testing
+//! ```
+
+use result_inbox::delivery::Delivery;
+use result_inbox::event::EventType;
+use result_inbox::inbox::{Applying, InboxError, Outcome, Refusal, Verdict};
+use result_inbox::sqlx;
+use result_inbox::task_view::{self, Advance};
+use result_inbox::testing::{self, TestDatabase};
+use result_inbox::BoxError;
+use tower::service_fn;
+
+/// The service under test: the task view's version check, then its own
+/// row; a task id ending in `0` stands for a closed customer account.
+async fn record_order(mut delivery: Delivery<Applying>) -> Result<Verdict, BoxError> {
+    let (conn, scope, event) = delivery.body_mut().split();
+    if event.task().id.as_str().ends_with('0') {
+        return Err(Refusal::new("the customer account is closed").into());
+    }
+    let advance = task_view::advance(&mut *conn, scope, event).await?;
+    if advance == Advance::Applied {
+        sqlx::query("REPLACE INTO orders (task_id, version) VALUES (?, ?)")
+            .bind(event.task().id.as_str())
+            .bind(event.task().version)
+            .execute(&mut *conn)
+            .await?;
+    }
+    let applying = delivery.into_body();
+    Ok(match advance {
+        Advance::Applied => applying.applied(),
+        Advance::Stale => applying.stale(),
+    })
+}
+
+#[tokio::main]
+async fn main() -> Result<(), BoxError> {
+    let admin = std::env::var("RESULT_INBOX_TEST_ADMIN_DSN")?.parse()?;
+    let db = TestDatabase::create(&admin).await?;
+    let store = db.store().await?;
+    let mut session = store.session().await?;
+    sqlx::query("CREATE TABLE orders (task_id CHAR(32) PRIMARY KEY, version BIGINT NOT NULL)")
+        .execute(session.connection())
+        .await?;
+    session.commit().await?;
+    let service = service_fn(record_order);
+
+    let second = testing::event(&store, EventType::Succeeded, 2);
+    let first = testing::event_for(&store, &second.task_id, EventType::Submitted, 1);
+    let applied = testing::apply(&store, service, second.json.clone()).await?;
+    assert_eq!(applied.outcome, Outcome::Applied);
+    println!("version 2: {}", applied.outcome.class());
+
+    let copy = testing::apply(&store, service, second.json.clone()).await?;
+    assert!(copy.is_duplicate());
+    println!("its copy: {}", copy.outcome.class());
+
+    let older = testing::apply(&store, service, first.json).await?;
+    assert_eq!(older.outcome, Outcome::Stale);
+    println!("version 1 after it: {}", older.outcome.class());
+
+    let closed = loop {
+        let event = testing::event(&store, EventType::Submitted, 1);
+        if event.task_id.as_str().ends_with('0') {
+            break event;
+        }
+    };
+    let refused = testing::apply(&store, service, closed.json).await;
+    assert!(matches!(refused, Err(InboxError::Refused(_))));
+    println!("a closed account: {}", refused.unwrap_err().class());
+
+    let mut session = store.session().await?;
+    let orders: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM orders")
+        .fetch_one(session.connection())
+        .await?;
+    session.rollback().await?;
+    println!("orders={orders}");
+    db.remove().await?;
+    Ok(())
+}
