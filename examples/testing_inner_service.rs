@@ -60,15 +60,15 @@ async fn main() -> Result<(), BoxError> {
 
     let second = testing::event(&store, EventType::Succeeded, 2);
     let first = testing::event_for(&store, &second.task_id, EventType::Submitted, 1);
-    let applied = testing::apply(&store, service, second.json.clone()).await?;
+    let applied = testing::apply(&store, service, &second.json).await?;
     assert_eq!(applied.outcome, Outcome::Applied);
     println!("version 2: {}", applied.outcome.class());
 
-    let copy = testing::apply(&store, service, second.json.clone()).await?;
+    let copy = testing::apply(&store, service, &second.json).await?;
     assert!(copy.is_duplicate());
     println!("its copy: {}", copy.outcome.class());
 
-    let older = testing::apply(&store, service, first.json).await?;
+    let older = testing::apply(&store, service, &first.json).await?;
     assert_eq!(older.outcome, Outcome::Stale);
     println!("version 1 after it: {}", older.outcome.class());
 
@@ -78,7 +78,7 @@ async fn main() -> Result<(), BoxError> {
             break event;
         }
     };
-    let refused = testing::apply(&store, service, closed.json).await;
+    let refused = testing::apply(&store, service, &closed.json).await;
     assert!(matches!(refused, Err(InboxError::Refused(_))));
     println!("a closed account: {}", refused.unwrap_err().class());
 

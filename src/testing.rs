@@ -184,14 +184,15 @@ pub fn event_for(
 pub async fn apply<S>(
     store: &InboxStore,
     inner: S,
-    event: impl Into<Bytes>,
+    event: impl AsRef<[u8]>,
 ) -> Result<Receipt, InboxError>
 where
     S: Service<Delivery<Applying>, Response = Verdict> + Clone + Send + 'static,
     S::Error: Into<BoxError>,
     S::Future: Send + 'static,
 {
-    let delivery = Delivery::new(DeliveryId::new(fresh_hex()), event.into()).with_attempt(1);
+    let bytes = Bytes::copy_from_slice(event.as_ref());
+    let delivery = Delivery::new(DeliveryId::new(fresh_hex()), bytes).with_attempt(1);
     tower::ServiceBuilder::new()
         .layer(InboxLayer::new(store.clone()))
         .service(inner)
