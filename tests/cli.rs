@@ -473,3 +473,50 @@ fn prune_without_its_account_or_with_a_bad_window_is_a_configuration_error_namin
         assert!(!err.contains(":p@"), "the password is never printed: {err}");
     }
 }
+
+#[test]
+fn a_misspelled_dsn_option_is_refused_by_every_command_that_reads_a_dsn_and_never_falls_back_to_plaintext(
+) {
+    // Port 1 on loopback: a command that connected would fail differently.
+    let misspelled = "mysql://root:sentinel-pw@127.0.0.1:1/receiver?ssl_mode=VERIFY_IDENTITY";
+    let correct = "mysql://root@127.0.0.1:1/receiver";
+    let commands: [(&[&str], &str, &str); 9] = [
+        (&["init"], "ORBIT_RECEIVER_DSN", misspelled),
+        (&["check"], "ORBIT_RECEIVER_DSN", misspelled),
+        (&["consume"], "ORBIT_RECEIVER_DSN", misspelled),
+        (&["demo"], "ORBIT_RECEIVER_DSN", misspelled),
+        (&["verify"], "ORBIT_RECEIVER_DSN", misspelled),
+        (&["stats"], "ORBIT_RECEIVER_DSN", misspelled),
+        (
+            &["inspect", "task", "0123456789abcdef0123456789abcdef"],
+            "ORBIT_RECEIVER_DSN",
+            misspelled,
+        ),
+        (
+            &["prune", "--older-than", "30d"],
+            "RECEIVER_PRUNE_DSN",
+            misspelled,
+        ),
+        (&["check", "--prune"], "RECEIVER_PRUNE_DSN", misspelled),
+    ];
+    for (args, variable, dsn) in commands {
+        let out = Command::new(receiver_bin())
+            .args(args)
+            .env("ORBIT_RECEIVER_DSN", correct)
+            .env(variable, dsn)
+            .env("ORBIT_QUEUE_ID", "0123456789abcdef0123456789abcdef")
+            .env("ORBIT_SUBSCRIPTION_ID", "fedcba9876543210fedcba9876543210")
+            .env("ORBIT_URL", "http://127.0.0.1:1")
+            .env("ORBIT_TOKEN", "t")
+            .env_remove("ORBIT_CREDENTIALS_FILE")
+            .output()
+            .unwrap();
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?} {variable}: {err}");
+        assert!(
+            err.contains("`ssl_mode`") && err.contains("ssl-mode"),
+            "{args:?} {variable}: {err}"
+        );
+        assert!(!err.contains("sentinel-pw"), "{err}");
+    }
+}

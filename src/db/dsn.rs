@@ -81,6 +81,17 @@ pub enum DsnError {
          (production: VERIFY_IDENTITY); with another mode the server's certificate is not checked"
     )]
     CaWithoutVerification,
+    /// An option in the query string that the driver does not know: it
+    /// would be ignored without a word (a misspelled `ssl_mode` would leave
+    /// the connection unencrypted). Names the option, never its value.
+    #[error(
+        "unknown option `{option}` in the database DSN (accepted: {})",
+        ACCEPTED_OPTIONS.join(", ")
+    )]
+    UnknownOption {
+        /// The option as written.
+        option: String,
+    },
     /// The `ssl-ca` file cannot be used. Names the file, never its content.
     #[error("ssl-ca file {path} of the database DSN {problem}")]
     CaFile {
@@ -101,6 +112,9 @@ impl Dsn {
             return Err(DsnError::Invalid);
         }
         let tls = TlsOptions::from_query(s);
+        if let Some(option) = tls.unknown {
+            return Err(DsnError::UnknownOption { option });
+        }
         if let Some(mode) = &tls.mode {
             if MySqlSslMode::from_str(mode).is_err() {
                 return Err(DsnError::SslMode);
@@ -177,12 +191,30 @@ impl Dsn {
     }
 }
 
+/// The query options the MySQL driver (sqlx) understands, as MySQL's
+/// client spells them; sqlx also takes the spellings without a hyphen
+/// (`sslmode`, `sslca`, `sslcert`, `sslkey`) and `time-zone`.
+pub const ACCEPTED_OPTIONS: [&str; 9] = [
+    "ssl-mode",
+    "ssl-ca",
+    "ssl-cert",
+    "ssl-key",
+    "charset",
+    "collation",
+    "statement-cache-capacity",
+    "socket",
+    "timezone",
+];
+
+const OTHER_SPELLINGS: [&str; 5] = ["sslmode", "sslca", "sslcert", "sslkey", "time-zone"];
+
 /// The TLS options of a DSN's query string, as given (last one wins, as in
-/// sqlx).
+/// sqlx), and the first option sqlx would ignore.
 #[derive(Default)]
 struct TlsOptions {
     mode: Option<String>,
     ca: Option<PathBuf>,
+    unknown: Option<String>,
 }
 
 impl TlsOptions {
@@ -197,7 +229,11 @@ impl TlsOptions {
             match form_decode(key).as_str() {
                 "ssl-mode" | "sslmode" => found.mode = Some(form_decode(value)),
                 "ssl-ca" | "sslca" => found.ca = Some(PathBuf::from(form_decode(value))),
-                _ => {}
+                "" => {}
+                known if ACCEPTED_OPTIONS.contains(&known) || OTHER_SPELLINGS.contains(&known) => {}
+                unknown => {
+                    found.unknown.get_or_insert_with(|| unknown.to_owned());
+                }
             }
         }
         found
@@ -299,6 +335,53 @@ mod tests {
             Dsn::parse("mysql://root@127.0.0.1:3306/").unwrap_err(),
             DsnError::NoDatabase
         );
+    }
+
+    #[test]
+    fn an_option_the_driver_would_ignore_is_refused_by_its_name_never_by_its_value() {
+        for (dsn, option) in [
+            (
+                "mysql://u:pw@h:3306/db?ssl_mode=VERIFY_IDENTITY",
+                "ssl_mode",
+            ),
+            ("mysql://u:pw@h:3306/db?foo=bar", "foo"),
+            (
+                "mysql://u:pw@h:3306/db?ssl-mode=REQUIRED&sslmod=VERIFY_CA",
+                "sslmod",
+            ),
+        ] {
+            let e = Dsn::parse(dsn).unwrap_err();
+            assert_eq!(
+                e,
+                DsnError::UnknownOption {
+                    option: option.to_owned()
+                },
+                "{dsn}"
+            );
+            let text = e.to_string();
+            assert!(
+                text.contains(&format!("`{option}`")) && text.contains("ssl-mode"),
+                "{text}"
+            );
+            assert!(!text.contains("VERIFY") && !text.contains("bar") && !text.contains("pw"));
+        }
+    }
+
+    #[test]
+    fn every_option_the_driver_knows_is_accepted_in_both_spellings() {
+        for query in [
+            "ssl-mode=REQUIRED",
+            "sslmode=REQUIRED",
+            "charset=utf8mb4",
+            "collation=utf8mb4_bin",
+            "statement-cache-capacity=10",
+            "timezone=%2B00:00",
+            "time-zone=%2B00:00",
+            "socket=/tmp/x.sock",
+        ] {
+            let dsn = format!("mysql://u@h:3306/db?{query}");
+            assert!(Dsn::parse(&dsn).is_ok(), "{dsn}");
+        }
     }
 
     #[test]

@@ -12,5 +12,5 @@ pub mod row;
 pub mod schema;
 pub(crate) mod sql;
 
-pub use self::dsn::{Dsn, DsnError};
+pub use self::dsn::{Dsn, DsnError, ACCEPTED_OPTIONS};
 pub use self::error::{DbError, DbErrorKind};
