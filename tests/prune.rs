@@ -420,6 +420,58 @@ async fn a_gz_archive_is_gzip_that_zcat_reads_back_to_every_deleted_row() {
 }
 
 #[tokio::test]
+async fn a_prune_that_deletes_nothing_or_is_refused_leaves_no_archive_that_a_tool_cannot_read() {
+    let aged = Aged::new(1).await;
+    let dir = std::env::temp_dir().join(format!("prune-archive-{}", random_hex(6)));
+    std::fs::create_dir_all(&dir).unwrap();
+
+    // A quiet day: nothing is past a 60-day window.
+    let quiet = dir.join("quiet.jsonl.gz");
+    let o = aged.prune(&["--older-than", "60d", "--archive", quiet.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(field(&stdout(&o), "deleted"), "0");
+    assert!(
+        !quiet.exists(),
+        "a prune that deletes nothing creates no archive"
+    );
+
+    // Refused before it starts: the runtime account, and a wrong password.
+    let (user, password) = aged.db.user_with(&RUNTIME_GRANTS).await;
+    for (name, dsn) in [
+        ("runtime.jsonl.gz", aged.db.dsn_of(&user, &password)),
+        (
+            "password.jsonl.gz",
+            aged.db.dsn_of(&user, "not-the-password"),
+        ),
+    ] {
+        let refused = dir.join(name);
+        let o = aged
+            .prune_command(&["--older-than", "7d", "--archive", refused.to_str().unwrap()])
+            .env("RECEIVER_PRUNE_DSN", dsn)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{name}: {}", stderr(&o));
+        assert!(
+            !refused.exists(),
+            "{name}: a refused prune creates no archive"
+        );
+    }
+
+    // An archive that cannot be created is refused before anything is
+    // deleted.
+    let nowhere = dir.join("missing-directory").join("pruned.jsonl");
+    let o = aged.prune(&["--older-than", "7d", "--archive", nowhere.to_str().unwrap()]);
+    assert_ne!(o.status.code(), Some(0));
+    assert!(stderr(&o).contains("missing-directory"), "{}", stderr(&o));
+    assert_eq!(
+        aged.rows_of(&aged.scope).await,
+        2 * 3,
+        "nothing was deleted"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[tokio::test]
 async fn a_prune_stopped_by_sigterm_exits_0_after_its_batch_and_a_second_run_finishes() {
     let aged = Aged::new(60).await;
     let child = aged

@@ -60,7 +60,9 @@ pub(crate) struct PruneArgs {
     dry_run: bool,
     /// Before each batch is deleted, append its rows to FILE (JSON lines,
     /// every column; gzip when FILE ends in .gz), flushed and synced. The
-    /// file holds results: it is created with mode 0600.
+    /// file holds results: it is created with mode 0600, with the first
+    /// row it holds (a run that deletes nothing, or is refused, leaves no
+    /// file).
     #[arg(long, value_name = "FILE")]
     archive: Option<PathBuf>,
     /// One JSON object instead of a key=value line.
@@ -184,43 +186,76 @@ impl prune::Report for Progress {
 
 /// `--archive FILE`: JSON lines appended, never truncated; with `.gz`, one
 /// gzip member per batch, so that every synced batch is complete and the
-/// file stays readable by `zcat` after a crash in the middle of one.
+/// file stays readable by `zcat` after a crash in the middle of one. The
+/// file is created with its first rows: an empty file is no gzip at all,
+/// and a backup check would call it corrupt.
 struct FileArchive {
-    file: File,
+    path: PathBuf,
+    file: Option<File>,
     gzip: bool,
 }
 
 impl FileArchive {
+    /// Checks that FILE can be appended to (or created in its directory)
+    /// before anything is deleted; creates nothing.
     fn open(path: &Path) -> std::io::Result<Self> {
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
-            .open(path)?;
-        // The file's own entry in its directory must survive a crash too.
-        let dir = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
+        let file = if path.exists() {
+            Some(OpenOptions::new().append(true).open(path)?)
+        } else {
+            let dir = directory_of(path);
+            if !dir.is_dir() {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    format!("no directory {}", dir.display()),
+                ));
+            }
+            None
         };
-        File::open(dir)?.sync_all()?;
         Ok(Self {
+            path: path.to_owned(),
             file,
             gzip: path.extension().is_some_and(|e| e == "gz"),
         })
+    }
+
+    fn file(&mut self) -> std::io::Result<&mut File> {
+        if self.file.is_none() {
+            let file = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .mode(0o600)
+                .open(&self.path)?;
+            // The file's own entry in its directory must survive a crash too.
+            File::open(directory_of(&self.path))?.sync_all()?;
+            self.file = Some(file);
+        }
+        Ok(self.file.as_mut().expect("opened above"))
+    }
+}
+
+fn directory_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
     }
 }
 
 impl Archive for FileArchive {
     fn keep(&mut self, rows: &[PrunedRow]) -> std::io::Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let gzip = self.gzip;
+        let file = self.file()?;
         let text: String = rows.iter().map(PrunedRow::json_line).collect();
-        if self.gzip {
+        if gzip {
             let mut member =
                 flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
             member.write_all(text.as_bytes())?;
-            self.file.write_all(&member.finish()?)?;
+            file.write_all(&member.finish()?)?;
         } else {
-            self.file.write_all(text.as_bytes())?;
+            file.write_all(text.as_bytes())?;
         }
-        self.file.sync_data()
+        file.sync_data()
     }
 }
