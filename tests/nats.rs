@@ -522,6 +522,83 @@ async fn a_server_that_wants_a_token_refuses_a_receiver_without_it_and_serves_on
     }
 }
 
+/// On a server that wants a login, `receiver check`, `receiver subscribe`
+/// and `receiver consume` with `login` (variables over the plain URL) log
+/// in: the checks pass, the consumer is found, an event is applied and
+/// acknowledged; nothing prints `secret`.
+async fn check_subscribe_and_consume_log_in_with(
+    server: NatsServer,
+    login: &[(&str, String)],
+    secret: &str,
+) {
+    let s = Setup::on(server, Duration::from_secs(5), 3).await;
+    s.queue.publish(s.submitted(&random_hex(16))).await;
+    let mut env = s.env(&s.server.url());
+    env.extend(login.iter().map(|(k, v)| (k.to_string(), v.clone())));
+
+    let check = common::orbit::receiver()
+        .arg("check")
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&check.stdout).into_owned();
+    let err = String::from_utf8_lossy(&check.stderr).into_owned();
+    assert!(check.status.success(), "{out}{err}");
+    assert!(
+        out.contains("check=nats ok") && out.contains("check=consumer ok"),
+        "{out}"
+    );
+
+    let subscribe = common::orbit::receiver()
+        .args(["subscribe", "--source", "nats"])
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .unwrap();
+    let sub_out = String::from_utf8_lossy(&subscribe.stdout).into_owned();
+    let sub_err = String::from_utf8_lossy(&subscribe.stderr).into_owned();
+    assert!(subscribe.status.success(), "{sub_out}{sub_err}");
+    assert!(sub_out.contains("existing"), "{sub_out}");
+
+    let mut consume = Consume::with_env(&s.server.dir, &env);
+    s.queue.wait_all_acked(Duration::from_secs(20)).await;
+    assert!(consume.terminate().success(), "{}", consume.output());
+    assert_eq!(s.totals().await, (1, 1, 1));
+    for text in [out, err, sub_out, sub_err, consume.output()] {
+        assert!(!text.contains(secret), "{text}");
+    }
+}
+
+#[tokio::test]
+async fn a_user_and_password_in_nats_url_are_sent_by_check_subscribe_and_consume() {
+    let server = NatsServer::start_with(NatsServerOptions {
+        user_password: Some(("receiver", "sentinel-url-p@ss")),
+        ..Default::default()
+    });
+    let url = format!(
+        "nats://receiver:sentinel-url-p%40ss@127.0.0.1:{}",
+        server.port
+    );
+    check_subscribe_and_consume_log_in_with(server, &[("NATS_URL", url)], "sentinel-url-p").await;
+}
+
+#[tokio::test]
+async fn a_token_in_nats_url_or_nats_token_is_sent_by_check_subscribe_and_consume() {
+    for login in ["url", "variable"] {
+        let server = NatsServer::start_with(NatsServerOptions {
+            token: Some("sentinel-nats-token"),
+            ..Default::default()
+        });
+        let setting = match login {
+            "url" => (
+                "NATS_URL",
+                format!("nats://sentinel-nats-token@127.0.0.1:{}", server.port),
+            ),
+            _ => ("NATS_TOKEN", "sentinel-nats-token".to_owned()),
+        };
+        check_subscribe_and_consume_log_in_with(server, &[setting], "sentinel-nats-token").await;
+    }
+}
+
 #[tokio::test]
 async fn over_tls_a_private_ca_is_trusted_by_nats_ca_file_and_an_unknown_one_is_refused() {
     let pki = TestPki::loopback();

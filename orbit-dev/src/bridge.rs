@@ -53,15 +53,76 @@ struct EventId {
     id: String,
 }
 
+/// The NATS URL as it may be printed: any `user:password@` or `token@`
+/// replaced by `<redacted>@`.
+pub fn shown_url(url: &str) -> String {
+    url.split(',')
+        .map(|server| {
+            let (scheme, rest) = server
+                .split_once("://")
+                .map_or(("", server), |(scheme, rest)| (scheme, rest));
+            let prefix = if scheme.is_empty() {
+                String::new()
+            } else {
+                format!("{scheme}://")
+            };
+            match rest.rsplit_once('@') {
+                Some((_, address)) => format!("{prefix}<redacted>@{address}"),
+                None => server.to_owned(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The login a NATS URL carries (`user:password@` or `token@`, from the
+/// first server that has one), which the NATS client does not send by
+/// itself.
+fn login(options: async_nats::ConnectOptions, url: &str) -> async_nats::ConnectOptions {
+    let userinfo = url.split(',').map(str::trim).find_map(|server| {
+        let rest = server.split_once("://").map_or(server, |(_, rest)| rest);
+        rest.rsplit_once('@').map(|(login, _)| login)
+    });
+    match userinfo.map(|login| login.split_once(':')) {
+        Some(Some((user, password))) => {
+            options.user_and_password(percent_decoded(user), percent_decoded(password))
+        }
+        Some(None) => options.token(percent_decoded(userinfo.unwrap_or_default())),
+        None => options,
+    }
+}
+
+/// `%XX` in a URL's user information, decoded.
+fn percent_decoded(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let digit = |at: usize| bytes.get(at).and_then(|&b| (b as char).to_digit(16));
+        match (bytes[i], digit(i + 1), digit(i + 2)) {
+            (b'%', Some(hi), Some(lo)) => {
+                out.push((hi * 16 + lo) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// Publishes until `shutdown` resolves; fails only when NATS cannot be
 /// reached at the start. A stream that ends or fails is opened again.
 pub async fn run(
     bridge: Bridge,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), String> {
-    let nats = async_nats::connect(bridge.nats_url.as_str())
+    let nats = login(async_nats::ConnectOptions::new(), &bridge.nats_url)
+        .connect(bridge.nats_url.as_str())
         .await
-        .map_err(|e| format!("cannot reach NATS at {}: {e}", bridge.nats_url))?;
+        .map_err(|e| format!("cannot reach NATS at {}: {e}", shown_url(&bridge.nats_url)))?;
     let jetstream = async_nats::jetstream::new(nats);
     tokio::pin!(shutdown);
     loop {

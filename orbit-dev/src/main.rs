@@ -61,8 +61,9 @@ struct BridgeArgs {
     /// The subscription whose events are published.
     #[arg(long, env = "ORBIT_SUBSCRIPTION_ID")]
     subscription: String,
-    /// The NATS server.
-    #[arg(long, env = "NATS_URL")]
+    /// The NATS server; a `user:password@` or `token@` in it is sent as
+    /// the login and never printed.
+    #[arg(long, env = "NATS_URL", hide_env_values = true)]
     nats_url: String,
     /// The subject [default: orbit.results.<queue_id>].
     #[arg(long, env = "NATS_SUBJECT")]
@@ -252,7 +253,8 @@ async fn bridge(args: BridgeArgs) -> Result<(), String> {
     let shutdown = stop_signal()?;
     println!(
         "orbit-dev: bridging subscription {} to {subject} on {}",
-        args.subscription, args.nats_url
+        args.subscription,
+        orbit_dev::bridge::shown_url(&args.nats_url)
     );
     orbit_dev::bridge::run(
         orbit_dev::bridge::Bridge {

@@ -190,3 +190,43 @@ async fn the_bootstrap_command_refuses_to_overwrite_a_credentials_file_unless_fo
     server.stop().await;
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn the_bridge_never_prints_the_nats_password_in_its_help_its_start_line_or_its_error() {
+    let dir = scratch_dir();
+    let credentials = dir.join("credentials.json");
+    std::fs::write(
+        &credentials,
+        r#"{"orbit_url":"http://127.0.0.1:1","token":"t","queue_id":"0123456789abcdef0123456789abcdef","namespace":"n","application":"a","environment":"e","queue":"q","scopes":[]}"#,
+    )
+    .unwrap();
+    // Port 1 on loopback: nothing listens, so the bridge fails to connect.
+    let url = "nats://bridge:sentinel-nats-password@127.0.0.1:1";
+    let help = Command::new(BINARY)
+        .args(["bridge", "--help"])
+        .env("NATS_URL", url)
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout).into_owned();
+    assert!(help.contains("NATS_URL"), "{help}");
+    assert!(!help.contains("sentinel-nats-password"), "{help}");
+
+    let run = Command::new(BINARY)
+        .args([
+            "bridge",
+            "--subscription",
+            "fedcba9876543210fedcba9876543210",
+        ])
+        .env("NATS_URL", url)
+        .env("ORBIT_CREDENTIALS_FILE", &credentials)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&run.stdout).into_owned();
+    let err = String::from_utf8_lossy(&run.stderr).into_owned();
+    assert!(!run.status.success(), "{out}{err}");
+    assert!(out.contains("nats://<redacted>@127.0.0.1:1"), "{out}");
+    assert!(err.contains("<redacted>@127.0.0.1:1"), "{err}");
+    for text in [out, err] {
+        assert!(!text.contains("sentinel-nats-password"), "{text}");
+    }
+}

@@ -5,7 +5,7 @@ use std::time::Duration;
 use async_nats::{Client, ConnectErrorKind, ConnectOptions, Event};
 use tokio::sync::watch;
 
-use super::{NatsAuth, NatsError, NatsSettings, IDLE_KEEPALIVE};
+use super::{NatsAuth, NatsError, NatsSettings, UrlLogin, IDLE_KEEPALIVE};
 use crate::failure::chain;
 
 pub(super) async fn connect_client(
@@ -29,7 +29,14 @@ pub(super) async fn connect_client(
         options = options.add_root_certificates(ca.clone());
     }
     match &settings.auth {
-        NatsAuth::None => {}
+        // The client does not send the login an address carries.
+        NatsAuth::None => match settings.url_login() {
+            Some(UrlLogin::UserPassword { user, password }) => {
+                options = options.user_and_password(user, password.0);
+            }
+            Some(UrlLogin::Token(token)) => options = options.token(token.0),
+            None => {}
+        },
         NatsAuth::Token(token) => options = options.token(token.0.clone()),
         NatsAuth::CredsFile(path) => {
             options = options

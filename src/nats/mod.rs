@@ -38,7 +38,7 @@ use std::time::Duration;
 pub use self::error::NatsError;
 pub use self::provision::{provision, ConsumerSpec, Provisioned};
 pub use self::pull::PullStream;
-pub use self::settings::{NatsAuth, NatsSecret, NatsSettings};
+pub use self::settings::{NatsAuth, NatsSecret, NatsSettings, UrlLogin};
 pub use self::source::{AckSubject, JetStreamSource};
 
 /// The prefetch `receiver consume --source nats` uses unless told

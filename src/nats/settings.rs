@@ -69,6 +69,14 @@ impl NatsSettings {
         shown_url(&self.url)
     }
 
+    /// The login the URL carries (`nats://user:password@host` or
+    /// `nats://token@host`, percent-encoded as in any URL), from the first
+    /// server that has one. The NATS client does not send what is in the
+    /// address itself, so the receiver takes it apart.
+    pub fn url_login(&self) -> Option<UrlLogin> {
+        self.url.split(',').map(str::trim).find_map(url_login)
+    }
+
     /// Whether `url` can be read as a list of NATS servers: each
     /// `scheme://[user:password@]host[:port]` with the scheme `nats`,
     /// `tls`, `ws` or `wss`, or `host:port`. The problem names the server
@@ -112,6 +120,67 @@ impl NatsSettings {
     }
 }
 
+/// A login written into a NATS URL. Its `Debug` is redacted.
+#[derive(Clone)]
+pub enum UrlLogin {
+    /// `user:password@`.
+    UserPassword {
+        /// The user.
+        user: String,
+        /// The password.
+        password: NatsSecret,
+    },
+    /// `token@`.
+    Token(NatsSecret),
+}
+
+impl fmt::Debug for UrlLogin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            UrlLogin::UserPassword { user, .. } => write!(f, "UserPassword({user}, <redacted>)"),
+            UrlLogin::Token(_) => f.write_str("Token(<redacted>)"),
+        }
+    }
+}
+
+fn url_login(server: &str) -> Option<UrlLogin> {
+    let rest = server.split_once("://").map_or(server, |(_, rest)| rest);
+    let (login, _) = rest.rsplit_once('@')?;
+    Some(match login.split_once(':') {
+        Some((user, password)) => UrlLogin::UserPassword {
+            user: percent_decoded(user),
+            password: NatsSecret(percent_decoded(password)),
+        },
+        None => UrlLogin::Token(NatsSecret(percent_decoded(login))),
+    })
+}
+
+/// `%XX` in a URL's user information, decoded.
+fn percent_decoded(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |at: usize| {
+            bytes
+                .get(at)
+                .and_then(|&b| (b as char).to_digit(16))
+                .map(|d| d as u8)
+        };
+        match (bytes[i], hex(i + 1), hex(i + 2)) {
+            (b'%', Some(hi), Some(lo)) => {
+                out.push(hi * 16 + lo);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 fn shown_url(url: &str) -> String {
     url.split(',')
         .map(|server| match (server.find("://"), server.rfind('@')) {
@@ -153,6 +222,33 @@ mod tests {
         }
         let problem = NatsSettings::check_servers("nats://alice:s3cret@h 1:4222").unwrap_err();
         assert!(!problem.contains("s3cret"), "{problem}");
+    }
+
+    #[test]
+    fn the_login_in_the_url_is_taken_apart_and_decoded() {
+        let settings = |url: &str| NatsSettings {
+            url: url.to_owned(),
+            stream: "s".into(),
+            consumer: "c".into(),
+            subject: "x".into(),
+            queue_id: QueueId::parse(&"a".repeat(32)).unwrap(),
+            auth: NatsAuth::None,
+            ca_file: None,
+            require_tls: false,
+        };
+        match settings("nats://h1:4222,nats://alice:s3%40cret@h2:4222").url_login() {
+            Some(UrlLogin::UserPassword { user, password }) => {
+                assert_eq!((user.as_str(), password.0.as_str()), ("alice", "s3@cret"));
+            }
+            other => panic!("{other:?}"),
+        }
+        match settings("tls://t0ken@h:4222").url_login() {
+            Some(UrlLogin::Token(token)) => assert_eq!(token.0, "t0ken"),
+            other => panic!("{other:?}"),
+        }
+        assert!(settings("nats://h:4222").url_login().is_none());
+        let shown = format!("{:?}", settings("nats://alice:pw@h").url_login());
+        assert!(!shown.contains("pw"), "{shown}");
     }
 
     #[test]

@@ -28,6 +28,7 @@ pub struct NatsServer {
     pub dir: PathBuf,
     /// How the test's own client logs in and which CA it trusts.
     token: Option<String>,
+    user_password: Option<(String, String)>,
     ca: Option<PathBuf>,
     scheme: &'static str,
 }
@@ -37,6 +38,8 @@ pub struct NatsServer {
 pub struct NatsServerOptions<'a> {
     /// Clients must log in with this token (`--auth`).
     pub token: Option<&'a str>,
+    /// Clients must log in with this user and password (`--user`, `--pass`).
+    pub user_password: Option<(&'a str, &'a str)>,
     /// The server speaks TLS only, with this certificate and key; clients
     /// trust this CA.
     pub tls: Option<&'a super::tls::TestPki>,
@@ -59,6 +62,9 @@ impl NatsServer {
             .arg(dir.join("jetstream"));
         if let Some(token) = options.token {
             command.args(["--auth", token]);
+        }
+        if let Some((user, password)) = options.user_password {
+            command.args(["--user", user, "--pass", password]);
         }
         let mut scheme = "nats";
         if let Some(pki) = options.tls {
@@ -95,6 +101,9 @@ impl NatsServer {
             port,
             dir,
             token: options.token.map(str::to_owned),
+            user_password: options
+                .user_password
+                .map(|(u, p)| (u.to_owned(), p.to_owned())),
             ca: options.tls.map(|pki| pki.ca.clone()),
             scheme,
         }
@@ -110,9 +119,12 @@ impl NatsServer {
 
     /// The test's own client, logged in as the server requires.
     pub async fn client(&self) -> async_nats::Client {
-        let mut options = match &self.token {
-            Some(token) => async_nats::ConnectOptions::with_token(token.clone()),
-            None => async_nats::ConnectOptions::new(),
+        let mut options = match (&self.token, &self.user_password) {
+            (Some(token), _) => async_nats::ConnectOptions::with_token(token.clone()),
+            (None, Some((user, password))) => {
+                async_nats::ConnectOptions::with_user_and_password(user.clone(), password.clone())
+            }
+            (None, None) => async_nats::ConnectOptions::new(),
         };
         if let Some(ca) = &self.ca {
             options = options.require_tls(true).add_root_certificates(ca.clone());
