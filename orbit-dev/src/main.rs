@@ -111,11 +111,21 @@ struct ServeArgs {
     admin_token_file: PathBuf,
 }
 
+/// The server, found the same way by every command: `--url`, else
+/// `ORBIT_URL`, else the `orbit_url` of the credentials file
+/// (`--credentials-file`, `ORBIT_CREDENTIALS_FILE`), else
+/// `http://127.0.0.1:8080`.
+const DEFAULT_URL: &str = "http://127.0.0.1:8080";
+
 #[derive(Args)]
 struct AdminArgs {
-    /// Base URL of the orbit-dev server.
-    #[arg(long, env = "ORBIT_DEV_URL", default_value = "http://127.0.0.1:8080")]
-    url: String,
+    /// Base URL of the orbit-dev server [default: the credentials file's
+    /// orbit_url, else http://127.0.0.1:8080].
+    #[arg(long, env = "ORBIT_URL")]
+    url: Option<String>,
+    /// A credentials file, read only for its orbit_url.
+    #[arg(long, env = "ORBIT_CREDENTIALS_FILE")]
+    credentials_file: Option<PathBuf>,
     /// The admin token; when absent it is read from --admin-token-file.
     #[arg(long, env = "ORBIT_DEV_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
@@ -341,8 +351,20 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
 }
 
 impl AdminArgs {
+    /// The server's URL as the commands find it (see [`DEFAULT_URL`]).
+    fn url(&self) -> String {
+        if let Some(url) = &self.url {
+            return url.clone();
+        }
+        self.credentials_file
+            .as_deref()
+            .and_then(|path| std::fs::read_to_string(path).ok())
+            .and_then(|text| serde_json::from_str::<Credentials>(&text).ok())
+            .map_or_else(|| DEFAULT_URL.to_owned(), |c| c.orbit_url)
+    }
+
     fn base_url(&self) -> Result<BaseUrl, String> {
-        BaseUrl::parse(&self.url)
+        BaseUrl::parse(&self.url())
     }
 
     fn token(&self) -> Result<String, String> {
@@ -375,7 +397,7 @@ impl AdminArgs {
             Some(body),
         )
         .await
-        .map_err(|e| format!("cannot reach {}: {e}", self.url))
+        .map_err(|e| format!("cannot reach {}: {e}", self.url()))
     }
 }
 
@@ -436,7 +458,7 @@ async fn bootstrap(args: BootstrapArgs) -> Result<(), String> {
         .json()
         .map_err(|_| "the bootstrap response is not what was expected".to_string())?;
     let credentials = Credentials {
-        orbit_url: args.admin.url.trim_end_matches('/').to_string(),
+        orbit_url: args.admin.url().trim_end_matches('/').to_string(),
         token: issued.token,
         queue_id: issued.queue_id,
         namespace: issued.namespace,

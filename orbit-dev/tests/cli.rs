@@ -119,7 +119,8 @@ async fn run_bootstrap(
         .arg(output)
         .args(extra)
         .env_remove("ORBIT_DEV_ADMIN_TOKEN")
-        .env_remove("ORBIT_DEV_URL")
+        .env_remove("ORBIT_URL")
+        .env_remove("ORBIT_CREDENTIALS_FILE")
         .stdin(Stdio::null());
     tokio::task::spawn_blocking(move || command.output().unwrap())
         .await
@@ -229,4 +230,57 @@ fn the_bridge_never_prints_the_nats_password_in_its_help_its_start_line_or_its_e
     for text in [out, err] {
         assert!(!text.contains("sentinel-nats-password"), "{text}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_command_finds_the_server_by_url_then_orbit_url_then_the_credentials_file() {
+    let server = Server::start().await;
+    let token = server.token("default", "inbox-url").await;
+    let task = server.submit(&token).await;
+    let dir = scratch_dir();
+    let credentials = dir.join("credentials.json");
+    std::fs::write(
+        &credentials,
+        serde_json::json!({
+            "orbit_url": server.url, "token": token.token, "queue_id": token.queue_id,
+            "namespace": "default", "application": "a", "environment": "e",
+            "queue": "inbox-url", "scopes": [],
+        })
+        .to_string(),
+    )
+    .unwrap();
+    // Nothing listens on port 1: a command that went there would say so.
+    let finish = |env: Vec<(&'static str, String)>| {
+        let mut command = Command::new(BINARY);
+        command
+            .args(["finish", "--task-id", &task, "--outcome", "succeeded"])
+            .env("ORBIT_DEV_ADMIN_TOKEN", &server.admin_token)
+            .env_remove("ORBIT_URL")
+            .env_remove("ORBIT_CREDENTIALS_FILE")
+            .envs(env);
+        command.output().unwrap()
+    };
+    let out = tokio::task::block_in_place(|| {
+        finish(vec![(
+            "ORBIT_CREDENTIALS_FILE",
+            credentials.display().to_string(),
+        )])
+    });
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let wrong = tokio::task::block_in_place(|| {
+        finish(vec![
+            ("ORBIT_CREDENTIALS_FILE", credentials.display().to_string()),
+            ("ORBIT_URL", "http://127.0.0.1:1".to_owned()),
+        ])
+    });
+    let err = String::from_utf8_lossy(&wrong.stderr);
+    assert!(
+        !wrong.status.success() && err.contains("127.0.0.1:1"),
+        "ORBIT_URL wins: {err}"
+    );
+    server.stop().await;
 }
