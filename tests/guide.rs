@@ -34,6 +34,26 @@ fn named_examples() -> Vec<String> {
     names
 }
 
+/// The repository's `[profile.*]` sections: built with them, the
+/// dependencies `make check` checked in the target directory are not
+/// checked again.
+fn profiles() -> String {
+    let manifest =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml")).unwrap();
+    let mut out = String::new();
+    let mut in_profile = false;
+    for line in manifest.lines() {
+        if line.starts_with('[') {
+            in_profile = line.starts_with("[profile.");
+        }
+        if in_profile {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
 fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
@@ -56,7 +76,7 @@ fn a_crate_with_exactly_the_readme_s_dependencies_builds_every_example_the_guide
     std::fs::create_dir_all(dir.join("examples")).unwrap();
     std::fs::create_dir_all(dir.join("src")).unwrap();
     let manifest = format!(
-        "[package]\nname = \"embedder\"\nversion = \"0.0.0\"\nedition = \"2021\"\npublish = false\n\n[workspace]\n\n{}",
+        "[package]\nname = \"embedder\"\nversion = \"0.0.0\"\nedition = \"2021\"\npublish = false\n\n[workspace]\n\n{}\n{}",
         dependencies
             .replace(
                 "result-inbox = \"0.1\"",
@@ -65,7 +85,8 @@ fn a_crate_with_exactly_the_readme_s_dependencies_builds_every_example_the_guide
             .replace(
                 "result-inbox = { version = \"0.1\",",
                 &format!("result-inbox = {{ path = {:?},", repo.display().to_string()),
-            )
+            ),
+        profiles()
     );
     std::fs::write(dir.join("Cargo.toml"), manifest).unwrap();
     std::fs::write(dir.join("src/lib.rs"), "").unwrap();
@@ -80,8 +101,8 @@ fn a_crate_with_exactly_the_readme_s_dependencies_builds_every_example_the_guide
     }
 
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    // The repository's target directory: the dependencies `make check`
-    // checked there are not checked again.
+    // The repository's target directory (and profiles): the dependencies
+    // `make check` checked there are not checked again.
     let out = Command::new(cargo)
         .args(["check", "--offline", "--examples", "--quiet"])
         .env("CARGO_TARGET_DIR", target_dir())

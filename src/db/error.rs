@@ -372,6 +372,15 @@ mod tests {
     }
 
     #[test]
+    fn a_decode_error_blames_the_statement_s_types_not_the_receiver_schema() {
+        let e = DbError::from(sqlx::Error::ColumnNotFound("total".into()));
+        assert_eq!(e.kind(), DbErrorKind::Inconsistent);
+        let text = e.to_string();
+        assert!(!text.contains("receiver schema"), "{text}");
+        assert!(text.contains("what the statement expects"), "{text}");
+    }
+
+    #[test]
     fn connection_failures_say_what_happened_without_the_server_text() {
         assert_eq!(
             io(std::io::ErrorKind::ConnectionRefused).to_string(),
