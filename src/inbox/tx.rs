@@ -71,6 +71,28 @@ const COMMITTED_ROW_SQL: &str = "\
 SELECT event_digest, applied FROM receiver_inbox
 WHERE consumer_name = ? AND queue_id = ? AND event_id = ?";
 
+/// The rows of [`INSERT_ALL_SQL`] with their values written in: each text
+/// as a `utf8mb4` hex literal (`_utf8mb4 X'…'`), which no value can break
+/// out of, whatever it holds.
+fn literal_rows(scope: &InboxScope, events: &[&Event]) -> String {
+    let text = |value: &str| format!("_utf8mb4 X'{}'", hex::encode(value));
+    events
+        .iter()
+        .map(|event| {
+            let canonical = event.canonical();
+            format!(
+                "({}, {}, {}, {}, {}, 1, UTC_TIMESTAMP(6))",
+                text(scope.receiver.as_str()),
+                text(scope.queue_id.as_str()),
+                text(event.id().as_str()),
+                text(&canonical.digest().to_hex()),
+                text(canonical.as_str()),
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn inconsistent() -> InboxError {
     InboxError::Database(DbError::inconsistent())
 }
@@ -149,19 +171,30 @@ impl InboxTx {
         scope: &InboxScope,
         events: &[&Event],
     ) -> Result<bool, sqlx::Error> {
-        let sql = format!("{INSERT_ALL_SQL}{}", sql::list(ROW, events.len()));
-        let mut query = sqlx::query(&sql);
-        for event in events {
-            let canonical = event.canonical();
-            query = query
-                .bind(scope.receiver.as_str())
-                .bind(scope.queue_id.as_str())
-                .bind(event.id().as_str())
-                .bind(canonical.digest().to_hex())
-                .bind(canonical.as_str());
-        }
-        match query.execute(self.connection()).await {
-            Ok(_) => Ok(true),
+        let inserted = if MySqlTransactionManager::get_transaction_depth(self.connection()) == 0 {
+            // The statement that opens the transaction goes through sqlx's
+            // own `begin`, so that sqlx knows the transaction from its first
+            // statement (see `open_for_lending`) without a `BEGIN` round
+            // trip. `begin` takes no bound values: they are written as hex
+            // literals, which hold nothing but hex digits.
+            let sql = format!("{INSERT_ALL_SQL}{}", literal_rows(scope, events));
+            MySqlTransactionManager::begin(self.connection(), Some(sql.into())).await
+        } else {
+            let sql = format!("{INSERT_ALL_SQL}{}", sql::list(ROW, events.len()));
+            let mut query = sqlx::query(&sql);
+            for event in events {
+                let canonical = event.canonical();
+                query = query
+                    .bind(scope.receiver.as_str())
+                    .bind(scope.queue_id.as_str())
+                    .bind(event.id().as_str())
+                    .bind(canonical.digest().to_hex())
+                    .bind(canonical.as_str());
+            }
+            query.execute(self.connection()).await.map(drop)
+        };
+        match inserted {
+            Ok(()) => Ok(true),
             Err(e) if errno::is_duplicate_key(&e) => Ok(false),
             Err(e) => Err(e),
         }
@@ -178,9 +211,10 @@ impl InboxTx {
     /// it: `begin()` on the lent connection sends `SAVEPOINT` (a `BEGIN`
     /// would make MySQL commit the inbox row), the nested transaction's
     /// `commit()` releases that savepoint and dropping it rolls back to
-    /// it. The inbox's INSERT opened the transaction without sqlx knowing;
-    /// one statement that changes nothing (`DO 0`) tells it, once per
-    /// transaction, and only when an inner service is about to run.
+    /// it. The inbox's INSERT that opens a transaction already goes
+    /// through sqlx's `begin` ([`insert_all`](Self::insert_all)); where
+    /// another statement opened it, one that changes nothing (`DO 0`)
+    /// tells sqlx.
     pub(crate) async fn open_for_lending(&mut self) -> Result<(), sqlx::Error> {
         let conn = self.connection();
         if MySqlTransactionManager::get_transaction_depth(conn) == 0 {
