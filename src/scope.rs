@@ -29,7 +29,7 @@ impl ReceiverName {
         if first_ok && rest_ok && s.len() <= Self::MAX_LEN {
             Ok(Self(s.to_owned()))
         } else {
-            Err(InvalidReceiverName)
+            Err(InvalidReceiverName(s.to_owned()))
         }
     }
 }
@@ -53,9 +53,9 @@ impl std::str::FromStr for ReceiverName {
 /// A receiver name that breaks the naming rule.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "receiver name must be 1 to 64 ASCII characters: a letter or digit, then letters, digits, '.', '_' or '-'"
+    "{0:?} is not a receiver name: 1 to 64 ASCII characters, a letter or digit, then letters, digits, '.', '_' or '-'"
 )]
-pub struct InvalidReceiverName;
+pub struct InvalidReceiverName(String);
 
 /// The deduplication scope: one receiver name consuming one queue.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -88,7 +88,12 @@ mod tests {
             assert!(ReceiverName::parse(good).is_ok(), "{good}");
         }
         for bad in ["", "-a", ".a", "_a", "a b", "a/b", "é", &"x".repeat(65)] {
-            assert_eq!(ReceiverName::parse(bad), Err(InvalidReceiverName), "{bad}");
+            let refused = ReceiverName::parse(bad).unwrap_err();
+            assert_eq!(refused, InvalidReceiverName(bad.to_owned()));
+            assert!(
+                refused.to_string().starts_with(&format!("{bad:?} is not")),
+                "{refused}"
+            );
         }
     }
 }

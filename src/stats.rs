@@ -16,6 +16,48 @@ use sqlx::{Connection, Executor};
 use crate::db::row::get;
 use crate::db::schema::TABLES;
 use crate::db::{DbError, Dsn};
+use crate::scope::InboxScope;
+
+/// The other receiver names with inbox rows on `scope`'s queue, when
+/// `scope`'s own name has none there: a mistyped `RECEIVER_NAME` would
+/// start an inbox of its own beside the real one (every redelivery a first
+/// receipt there) and a prune that finds nothing, for ever. Empty when the
+/// name has rows on the queue, or when no name has (a first start). Reads
+/// the names through the primary key, one probe each, not the rows.
+pub async fn names_beside(dsn: &Dsn, scope: &InboxScope) -> Result<Vec<String>, DbError> {
+    let mut conn = dsn.connect().await?;
+    let names = names_beside_on(&mut conn, scope).await;
+    conn.close().await.ok();
+    names
+}
+
+/// [`names_beside`], on a connection of the caller's.
+pub async fn names_beside_on(
+    conn: &mut MySqlConnection,
+    scope: &InboxScope,
+) -> Result<Vec<String>, DbError> {
+    let names: Vec<String> =
+        sqlx::query_scalar("SELECT DISTINCT CAST(consumer_name AS CHAR) FROM receiver_inbox")
+            .fetch_all(&mut *conn)
+            .await?;
+    let mut on_queue = Vec::new();
+    for name in names {
+        let found: Option<i32> = sqlx::query_scalar(
+            "SELECT 1 FROM receiver_inbox WHERE consumer_name = ? AND queue_id = ? LIMIT 1",
+        )
+        .bind(&name)
+        .bind(scope.queue_id.as_str())
+        .fetch_optional(&mut *conn)
+        .await?;
+        if found.is_some() {
+            on_queue.push(name);
+        }
+    }
+    if on_queue.iter().any(|n| n == scope.receiver.as_str()) {
+        on_queue.clear();
+    }
+    Ok(on_queue)
+}
 
 /// Days of daily counts reported, today (UTC) included.
 pub const DAYS: u32 = 30;

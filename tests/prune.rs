@@ -472,6 +472,46 @@ async fn a_prune_that_deletes_nothing_or_is_refused_leaves_no_archive_that_a_too
 }
 
 #[tokio::test]
+async fn a_mistyped_receiver_name_is_warned_about_naming_the_names_with_rows_and_a_bad_one_is_quoted(
+) {
+    let aged = Aged::new(1).await;
+    let typo = aged
+        .prune_command(&["--older-than", "7d", "--dry-run"])
+        .env("RECEIVER_NAME", "task-result-veiw")
+        .output()
+        .unwrap();
+    let err = stderr(&typo);
+    assert_eq!(
+        typo.status.code(),
+        Some(0),
+        "a warning, not a refusal: {err}"
+    );
+    assert!(
+        err.contains(r#"receiver name "task-result-veiw" has no rows on queue"#)
+            && err.contains(r#""task-result-view" has"#),
+        "{err}"
+    );
+    let right = aged
+        .prune_command(&["--older-than", "7d", "--dry-run"])
+        .env("RECEIVER_NAME", "task-result-view")
+        .output()
+        .unwrap();
+    assert!(!stderr(&right).contains("warning"), "{}", stderr(&right));
+
+    let spaced = aged
+        .prune_command(&["--older-than", "7d", "--dry-run"])
+        .env("RECEIVER_NAME", "task-result-view ")
+        .output()
+        .unwrap();
+    assert_eq!(spaced.status.code(), Some(2));
+    assert!(
+        stderr(&spaced).contains(r#""task-result-view ""#),
+        "{}",
+        stderr(&spaced)
+    );
+}
+
+#[tokio::test]
 async fn a_prune_stopped_by_sigterm_exits_0_after_its_batch_and_a_second_run_finishes() {
     let aged = Aged::new(60).await;
     let child = aged

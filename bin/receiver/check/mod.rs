@@ -26,6 +26,22 @@ pub use self::database::{database, database_problem, DATABASE_CHECKS};
 pub use self::orbit::{orbit_access, subscription, ORBIT_CHECKS};
 pub use self::problem::Problem;
 
+/// The warning for a receiver name with no rows on its queue beside names
+/// that have some (`stats::names_beside`): never a refusal, a first start
+/// under a new name is legitimate.
+pub fn name_warning(scope: &result_inbox::scope::InboxScope, beside: &[String]) -> Option<String> {
+    (!beside.is_empty()).then(|| {
+        let names: Vec<String> = beside.iter().map(|n| format!("{n:?}")).collect();
+        format!(
+            "receiver name {:?} has no rows on queue {}, where {} {}: check RECEIVER_NAME (a first start under a new name is fine)",
+            scope.receiver.as_str(),
+            scope.queue_id,
+            names.join(", "),
+            if names.len() == 1 { "has" } else { "have" }
+        )
+    })
+}
+
 /// The NATS checks of `receiver check --source nats`, in order: `nats`
 /// (reachable, login, TLS), `consumer` (the stream and its durable pull
 /// consumer exist, explicit acks, filter subject = the queue's subject).

@@ -13,6 +13,7 @@ use result_inbox::nats::JetStreamSource;
 use result_inbox::orbit::Scope;
 use result_inbox::prune::{self, PruneError};
 use result_inbox::scope::InboxScope;
+use result_inbox::stats;
 
 use super::{orbit_client, NATS_CALL_TIMEOUT};
 use crate::args::{required_subscription, NatsArgs, Receiver, SourceKind};
@@ -102,8 +103,16 @@ fn database_and(
     source: impl Future<Output = Result<(), Problem>>,
 ) -> Outcome {
     let all = runtime().block_on(async {
-        let store = InboxStore::connect_lazy(dsn, scope, StoreOptions::default());
-        let mut all = findings(&DATABASE_CHECKS, &check::database(&store).await);
+        let store = InboxStore::connect_lazy(dsn, scope.clone(), StoreOptions::default());
+        let database = check::database(&store).await;
+        if database.is_ok() {
+            if let Ok(beside) = stats::names_beside(dsn, &scope).await {
+                if let Some(warning) = check::name_warning(&scope, &beside) {
+                    eprintln!("warning: {warning}");
+                }
+            }
+        }
+        let mut all = findings(&DATABASE_CHECKS, &database);
         all.extend(findings(checks, &source.await));
         all
     });
