@@ -366,6 +366,14 @@ async fn task_views(conn: &mut MySqlConnection, out: &mut Counting<'_>) -> Resul
                     Kind::LastEventNotApplied,
                     "the view's last event is recorded as not applied".to_owned(),
                 ),
+                // A damaged text was reported by check 1; here it is named,
+                // not read as version 0 of no state.
+                Some(stored) if stored.task.is_none() => (
+                    Kind::LastEventMismatch,
+                    format!(
+                        "the view has version {version} state {state}, its last event's stored text cannot be read as an event"
+                    ),
+                ),
                 Some(stored)
                     if stored.task.as_ref().map(TaskId::as_str) != Some(task.as_str())
                         || stored.version != *version

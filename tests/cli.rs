@@ -452,6 +452,16 @@ fn prune_without_its_account_or_with_a_bad_window_is_a_configuration_error_namin
             "has no unit",
         ),
         (
+            &["prune", "--older-than", "30days"][..],
+            Some("mysql://u:p@127.0.0.1:1/db"),
+            r#""days" is not a unit; a whole number and one of ms, s, m, h, d"#,
+        ),
+        (
+            &["prune", "--older-than", "1w"][..],
+            Some("mysql://u:p@127.0.0.1:1/db"),
+            "(a week is 7d)",
+        ),
+        (
             &["prune", "--older-than", "30d"][..],
             Some("mysql://u:p@127.0.0.1:1/db"),
             "ORBIT_QUEUE_ID is not set",

@@ -571,3 +571,25 @@ async fn subscribe_refuses_an_unknown_type_a_token_without_events_manage_or_a_wr
     let subs = orbit.get(&creds, "/v1/subscriptions").await;
     assert_eq!(subs["subscriptions"].as_array().unwrap().len(), 0);
 }
+
+#[tokio::test]
+async fn verify_says_a_view_s_last_event_is_unreadable_instead_of_reading_it_as_version_0() {
+    let f = Filled::new().await;
+    let (_, v2) = &f.events[1];
+    f.damage(&format!(
+        "UPDATE receiver_inbox SET event_canonical = 'not an event' WHERE event_id = '{v2}'"
+    ))
+    .await;
+    let (code, findings, _) = verify(&f);
+    assert_eq!(code, Some(1));
+    let mismatch: Vec<&String> = findings
+        .iter()
+        .filter(|l| l.starts_with("problem=last_event_mismatch "))
+        .collect();
+    assert_eq!(mismatch.len(), 1, "{findings:?}");
+    assert!(
+        mismatch[0].ends_with("its last event's stored text cannot be read as an event"),
+        "{findings:?}"
+    );
+    assert!(!mismatch[0].contains("version 0 state"), "{findings:?}");
+}

@@ -156,8 +156,11 @@ pub(crate) fn parse_duration(text: &str) -> Result<std::time::Duration, String> 
         "m" => seconds(60),
         "h" => seconds(3_600),
         "d" => seconds(86_400),
-        _ => Err(format!(
+        "" => Err(format!(
             "{text:?} has no unit: a whole number and one of ms, s, m, h, d, e.g. 30d"
+        )),
+        unit => Err(format!(
+            "{text:?}: {unit:?} is not a unit; a whole number and one of ms, s, m, h, d, e.g. 30d (a week is 7d)"
         )),
     }
 }

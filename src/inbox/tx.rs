@@ -93,6 +93,16 @@ fn literal_rows(scope: &InboxScope, events: &[&Event]) -> String {
         .join(", ")
 }
 
+/// Whether the rows were written: `false` when one of them exists (MySQL
+/// 1062), and the statement wrote nothing.
+fn inserted(result: Result<(), sqlx::Error>) -> Result<bool, sqlx::Error> {
+    match result {
+        Ok(()) => Ok(true),
+        Err(e) if errno::is_duplicate_key(&e) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 fn inconsistent() -> InboxError {
     InboxError::Database(DbError::inconsistent())
 }
@@ -142,7 +152,7 @@ impl InboxTx {
         scope: &InboxScope,
         event: &Event,
     ) -> Result<Row, InboxError> {
-        match self.insert_all(scope, &[event]).await {
+        match self.insert_one(scope, event).await {
             Ok(true) => Ok(Row::Inserted),
             Ok(false) => {
                 let row: Option<(Vec<u8>, bool)> = sqlx::query_as(COMMITTED_ROW_SQL)
@@ -171,33 +181,34 @@ impl InboxTx {
         scope: &InboxScope,
         events: &[&Event],
     ) -> Result<bool, sqlx::Error> {
-        let inserted = if MySqlTransactionManager::get_transaction_depth(self.connection()) == 0 {
-            // The statement that opens the transaction goes through sqlx's
-            // own `begin`, so that sqlx knows the transaction from its first
-            // statement (see `open_for_lending`) without a `BEGIN` round
-            // trip. `begin` takes no bound values: they are written as hex
-            // literals, which hold nothing but hex digits.
-            let sql = format!("{INSERT_ALL_SQL}{}", literal_rows(scope, events));
-            MySqlTransactionManager::begin(self.connection(), Some(sql.into())).await
-        } else {
-            let sql = format!("{INSERT_ALL_SQL}{}", sql::list(ROW, events.len()));
-            let mut query = sqlx::query(&sql);
-            for event in events {
-                let canonical = event.canonical();
-                query = query
-                    .bind(scope.receiver.as_str())
-                    .bind(scope.queue_id.as_str())
-                    .bind(event.id().as_str())
-                    .bind(canonical.digest().to_hex())
-                    .bind(canonical.as_str());
-            }
-            query.execute(self.connection()).await.map(drop)
-        };
-        match inserted {
-            Ok(()) => Ok(true),
-            Err(e) if errno::is_duplicate_key(&e) => Ok(false),
-            Err(e) => Err(e),
+        let sql = format!("{INSERT_ALL_SQL}{}", sql::list(ROW, events.len()));
+        let mut query = sqlx::query(&sql);
+        for event in events {
+            let canonical = event.canonical();
+            query = query
+                .bind(scope.receiver.as_str())
+                .bind(scope.queue_id.as_str())
+                .bind(event.id().as_str())
+                .bind(canonical.digest().to_hex())
+                .bind(canonical.as_str());
         }
+        inserted(query.execute(self.connection()).await.map(drop))
+    }
+
+    /// The inbox row of one event that an inner service may be lent the
+    /// transaction for. When it opens the transaction, it goes through
+    /// sqlx's own `begin`, so that sqlx knows the transaction from its
+    /// first statement (see [`open_for_lending`](Self::open_for_lending))
+    /// without a `BEGIN` or `DO` round trip; `begin` takes no bound values,
+    /// so they are written as hex literals, which hold nothing but hex
+    /// digits. (The set path's multi-row insert lends nothing and stays a
+    /// prepared statement.)
+    async fn insert_one(&mut self, scope: &InboxScope, event: &Event) -> Result<bool, sqlx::Error> {
+        if MySqlTransactionManager::get_transaction_depth(self.connection()) > 0 {
+            return self.insert_all(scope, &[event]).await;
+        }
+        let sql = format!("{INSERT_ALL_SQL}{}", literal_rows(scope, &[event]));
+        inserted(MySqlTransactionManager::begin(self.connection(), Some(sql.into())).await)
     }
 
     /// `BEGIN`, through sqlx, for a transaction whose first statement is
