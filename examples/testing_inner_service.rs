@@ -6,7 +6,7 @@
 //! in the inbox's transaction. Each case applies one event through the
 //! inbox in one call and checks what the consumer would see: a first
 //! receipt applied, its copy a duplicate, an older version stale, a
-//! refusal rolled back.
+//! refusal (a task that needs review) rolled back.
 //!
 //! Needs a server where it may create and drop a database:
 //!
@@ -16,7 +16,7 @@
 //! ```
 
 use result_inbox::delivery::Delivery;
-use result_inbox::event::EventType;
+use result_inbox::event::{EventType, TaskState};
 use result_inbox::inbox::{Applying, InboxError, Outcome, Refusal, Verdict};
 use result_inbox::sqlx;
 use result_inbox::task_view::{self, Advance};
@@ -25,11 +25,11 @@ use result_inbox::BoxError;
 use tower::service_fn;
 
 /// The service under test: the task view's version check, then its own
-/// row; a task id ending in `0` stands for a closed customer account.
+/// row; a task waiting for a human's review is never booked.
 async fn record_order(mut delivery: Delivery<Applying>) -> Result<Verdict, BoxError> {
     let (conn, scope, event) = delivery.body_mut().split();
-    if event.task().id.as_str().ends_with('0') {
-        return Err(Refusal::new("the customer account is closed").into());
+    if event.task().state == TaskState::NeedsReview {
+        return Err(Refusal::new("a task that needs review is never booked").into());
     }
     let advance = task_view::advance(&mut *conn, scope, event).await?;
     if advance == Advance::Applied {
@@ -72,15 +72,10 @@ async fn main() -> Result<(), BoxError> {
     assert_eq!(older.outcome, Outcome::Stale);
     println!("version 1 after it: {}", older.outcome.class());
 
-    let closed = loop {
-        let event = testing::event(&store, EventType::Submitted, 1);
-        if event.task_id.as_str().ends_with('0') {
-            break event;
-        }
-    };
-    let refused = testing::apply(&store, service, &closed.json).await;
+    let review = testing::event(&store, EventType::NeedsReview, 1);
+    let refused = testing::apply(&store, service, &review.json).await;
     assert!(matches!(refused, Err(InboxError::Refused(_))));
-    println!("a closed account: {}", refused.unwrap_err().class());
+    println!("a task that needs review: {}", refused.unwrap_err().class());
 
     let mut session = store.session().await?;
     let orders: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM orders")

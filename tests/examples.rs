@@ -105,6 +105,6 @@ async fn testing_inner_service_checks_each_outcome_on_a_database_of_its_own() {
     assert_eq!(
         text,
         "version 2: applied\nits copy: duplicate\nversion 1 after it: stale\n\
-         a closed account: refused\norders=1\n"
+         a task that needs review: refused\norders=1\n"
     );
 }
