@@ -31,8 +31,7 @@ pub async fn names_beside(dsn: &Dsn, scope: &InboxScope) -> Result<Vec<String>, 
     names
 }
 
-/// [`names_beside`], on a connection of the caller's.
-pub async fn names_beside_on(
+async fn names_beside_on(
     conn: &mut MySqlConnection,
     scope: &InboxScope,
 ) -> Result<Vec<String>, DbError> {

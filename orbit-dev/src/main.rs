@@ -363,10 +363,6 @@ impl AdminArgs {
             .map_or_else(|| DEFAULT_URL.to_owned(), |c| c.orbit_url)
     }
 
-    fn base_url(&self) -> Result<BaseUrl, String> {
-        BaseUrl::parse(&self.url())
-    }
-
     fn token(&self) -> Result<String, String> {
         if let Some(token) = &self.admin_token {
             return Ok(token.clone());
@@ -386,7 +382,8 @@ impl AdminArgs {
     }
 
     async fn post(&self, path: &str, body: &[u8]) -> Result<HttpResponse, String> {
-        let base = self.base_url()?;
+        let url = self.url();
+        let base = BaseUrl::parse(&url)?;
         let token = self.token()?;
         let authorization = format!("Bearer {token}");
         client::send(
@@ -397,7 +394,7 @@ impl AdminArgs {
             Some(body),
         )
         .await
-        .map_err(|e| format!("cannot reach {}: {e}", self.url()))
+        .map_err(|e| format!("cannot reach {url}: {e}"))
     }
 }
 

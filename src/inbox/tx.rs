@@ -222,10 +222,10 @@ impl InboxTx {
     /// it: `begin()` on the lent connection sends `SAVEPOINT` (a `BEGIN`
     /// would make MySQL commit the inbox row), the nested transaction's
     /// `commit()` releases that savepoint and dropping it rolls back to
-    /// it. The inbox's INSERT that opens a transaction already goes
-    /// through sqlx's `begin` ([`insert_all`](Self::insert_all)); where
-    /// another statement opened it, one that changes nothing (`DO 0`)
-    /// tells sqlx.
+    /// it. The single-row INSERT that opens a transaction already goes
+    /// through sqlx's `begin` ([`insert_one`](Self::insert_one)), so this
+    /// sends nothing on the inbox's paths; should another statement have
+    /// opened it, one that changes nothing (`DO 0`) tells sqlx.
     pub(crate) async fn open_for_lending(&mut self) -> Result<(), sqlx::Error> {
         let conn = self.connection();
         if MySqlTransactionManager::get_transaction_depth(conn) == 0 {

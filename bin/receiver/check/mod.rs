@@ -28,8 +28,13 @@ pub use self::problem::Problem;
 
 /// The warning for a receiver name with no rows on its queue beside names
 /// that have some (`stats::names_beside`): never a refusal, a first start
-/// under a new name is legitimate.
-pub fn name_warning(scope: &result_inbox::scope::InboxScope, beside: &[String]) -> Option<String> {
+/// under a new name is legitimate. `None` too when the names cannot be read:
+/// the checks that matter report that.
+pub async fn name_warning(
+    dsn: &result_inbox::db::Dsn,
+    scope: &result_inbox::scope::InboxScope,
+) -> Option<String> {
+    let beside = result_inbox::stats::names_beside(dsn, scope).await.ok()?;
     (!beside.is_empty()).then(|| {
         let names: Vec<String> = beside.iter().map(|n| format!("{n:?}")).collect();
         format!(

@@ -13,7 +13,6 @@ use result_inbox::nats::JetStreamSource;
 use result_inbox::orbit::Scope;
 use result_inbox::prune::{self, PruneError};
 use result_inbox::scope::InboxScope;
-use result_inbox::stats;
 
 use super::{orbit_client, NATS_CALL_TIMEOUT};
 use crate::args::{required_subscription, NatsArgs, Receiver, SourceKind};
@@ -106,10 +105,8 @@ fn database_and(
         let store = InboxStore::connect_lazy(dsn, scope.clone(), StoreOptions::default());
         let database = check::database(&store).await;
         if database.is_ok() {
-            if let Ok(beside) = stats::names_beside(dsn, &scope).await {
-                if let Some(warning) = check::name_warning(&scope, &beside) {
-                    eprintln!("warning: {warning}");
-                }
+            if let Some(warning) = check::name_warning(dsn, &scope).await {
+                eprintln!("warning: {warning}");
             }
         }
         let mut all = findings(&DATABASE_CHECKS, &database);

@@ -31,7 +31,6 @@ use result_inbox::orbit::{OrbitClient, OrbitSource, Scope};
 use result_inbox::retry::until_answered;
 use result_inbox::scope::InboxScope;
 use result_inbox::source::{Source, SourceError};
-use result_inbox::stats;
 use result_inbox::task_view::TaskView;
 
 use super::{orbit_client, CONSUME_GRACE, NATS_CALL_TIMEOUT};
@@ -214,10 +213,8 @@ async fn run(
         checked = until_answered(config.consumer.backoff(), "database", Problem::is_transient, || check::database(&store)) => checked,
     };
     checked.map_err(ConsumeError::Check)?;
-    if let Ok(beside) = stats::names_beside(&config.dsn, &config.scope).await {
-        if let Some(warning) = check::name_warning(&config.scope, &beside) {
-            tracing::warn!("{warning}");
-        }
+    if let Some(warning) = check::name_warning(&config.dsn, &config.scope).await {
+        tracing::warn!("{warning}");
     }
     match &config.source {
         SourceConfig::Orbit {

@@ -13,7 +13,6 @@ use result_inbox::db::Dsn;
 use result_inbox::ids::QueueId;
 use result_inbox::prune::{self, Archive, Plan, PruneError, PrunedRow};
 use result_inbox::scope::{InboxScope, ReceiverName};
-use result_inbox::stats;
 
 use super::Progress;
 use crate::args::{parse_duration, OrbitArgs};
@@ -79,10 +78,8 @@ pub(crate) fn run_prune(args: PruneArgs) -> Outcome {
     let plan = args.plan().map_err(config)?;
     plan.check().map_err(|e| config(format!("prune: {e}")))?;
     let runtime = runtime();
-    if let Ok(beside) = runtime.block_on(stats::names_beside(&dsn, &plan.scope)) {
-        if let Some(warning) = crate::check::name_warning(&plan.scope, &beside) {
-            eprintln!("warning: {warning}");
-        }
+    if let Some(warning) = runtime.block_on(crate::check::name_warning(&dsn, &plan.scope)) {
+        eprintln!("warning: {warning}");
     }
     if args.dry_run {
         let counted = runtime
