@@ -161,6 +161,127 @@ fn an_unknown_subcommand_is_a_usage_error_in_one_line() {
 }
 
 #[test]
+fn a_mistyped_subcommand_keeps_clap_s_suggestion_and_points_to_the_help() {
+    let out = receiver(&["cosume"], b"");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(
+        err,
+        "receiver: unrecognized subcommand 'cosume'; tip: a similar subcommand exists: 'consume' (see `receiver --help`)\n"
+    );
+    let nested = text(&receiver(&["inspect", "evnt"], b"").stderr);
+    assert!(
+        nested.contains("'event'") && nested.contains("(see `receiver inspect --help`)"),
+        "{nested}"
+    );
+}
+
+/// `receiver check` with `variable` set, the other arguments given.
+fn check_with(variable: (&str, &str), args: &[&str]) -> Output {
+    Command::new(receiver_bin())
+        .arg("check")
+        .args(args)
+        .env_remove("RECEIVER_SOURCE")
+        .env_remove("NATS_REQUIRE_TLS")
+        .env_remove("RECEIVER_LOG_FORMAT")
+        .env_remove("ORBIT_RECEIVER_DSN")
+        .env(variable.0, variable.1)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_refused_value_from_a_variable_names_the_variable_and_the_accepted_values() {
+    let out = check_with(("RECEIVER_SOURCE", "kafka"), &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        text(&out.stderr),
+        "receiver: RECEIVER_SOURCE: invalid value 'kafka'; possible values: orbit, nats (see `receiver check --help`)\n"
+    );
+}
+
+#[test]
+fn a_refused_value_from_a_flag_names_the_flag_even_when_the_variable_is_set() {
+    let out = check_with(("RECEIVER_SOURCE", "nats"), &["--source", "kafka"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        err.starts_with("receiver: invalid value 'kafka' for '--source <SOURCE>'; possible values: orbit, nats"),
+        "{err}"
+    );
+    assert!(!err.contains("RECEIVER_SOURCE"), "{err}");
+}
+
+#[test]
+fn every_enumerated_variable_is_read_in_any_case() {
+    for variable in [
+        ("RECEIVER_SOURCE", "NATS"),
+        ("NATS_REQUIRE_TLS", "YES"),
+        ("NATS_REQUIRE_TLS", "0"),
+        ("RECEIVER_LOG_FORMAT", "Text"),
+    ] {
+        let err = text(&check_with(variable, &[]).stderr);
+        // Past the arguments and the log set-up, the first missing setting
+        // stops the check.
+        assert!(
+            err.starts_with("receiver: ORBIT_RECEIVER_DSN is not set"),
+            "{variable:?}: {err}"
+        );
+    }
+    let json = text(&check_with(("RECEIVER_LOG_FORMAT", "JSON"), &[]).stderr);
+    assert!(json.starts_with('{'), "{json}");
+    let refused = text(&check_with(("NATS_REQUIRE_TLS", "maybe"), &[]).stderr);
+    assert!(
+        refused.starts_with("receiver: NATS_REQUIRE_TLS: invalid value 'maybe'"),
+        "{refused}"
+    );
+}
+
+#[test]
+fn with_json_logs_the_error_a_command_ends_with_is_a_json_line_whatever_the_filter() {
+    for args in [&["check"][..], &["cosume"][..]] {
+        let out = Command::new(receiver_bin())
+            .args(args)
+            .env("RECEIVER_LOG_FORMAT", "json")
+            .env("RECEIVER_LOG", "off")
+            .env_remove("ORBIT_RECEIVER_DSN")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        let line: serde_json::Value = serde_json::from_str(&err).unwrap();
+        assert_eq!(line["level"], "ERROR", "{err}");
+        assert_eq!(line["exit_code"], 2, "{err}");
+        assert_eq!(line["target"], "receiver", "{err}");
+        assert!(line["timestamp"].is_string(), "{err}");
+        let message = line["message"].as_str().unwrap();
+        assert!(
+            message.contains("ORBIT_RECEIVER_DSN is not set") || message.contains("'cosume'"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn inspect_reads_dsn_after_its_subcommand_as_before_it() {
+    let id = "0123456789abcdef0123456789abcdef";
+    for args in [
+        &["inspect", "event", id, "--dsn", "mysql://u@127.0.0.1:1/receiver"][..],
+        &["inspect", "--dsn", "mysql://u@127.0.0.1:1/receiver", "task", id][..],
+        &["inspect", "task", "--dsn", "mysql://u@127.0.0.1:1/receiver", id][..],
+    ] {
+        let out = receiver(args, b"");
+        let err = text(&out.stderr);
+        // It got as far as connecting to the server the DSN names.
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains("connection refused"), "{args:?}: {err}");
+    }
+}
+
+#[test]
 fn help_lists_every_variable() {
     let out = Command::new(receiver_bin())
         .args(["consume", "--help"])
@@ -227,8 +348,8 @@ fn each_configuration_error_exits_2_with_one_line_naming_the_variable() {
         ),
         (("ORBIT_QUEUE_ID", "inbox-demo"), "ORBIT_QUEUE_ID"),
         (("ORBIT_URL", "ftp://orbit.example"), "ORBIT_URL"),
-        (("RECEIVER_PREFETCH", "65"), "--prefetch"),
-        (("RECEIVER_PREFETCH", "-1"), "--prefetch"),
+        (("RECEIVER_PREFETCH", "65"), "RECEIVER_PREFETCH: invalid value '65'"),
+        (("RECEIVER_PREFETCH", "-1"), "RECEIVER_PREFETCH: invalid value '-1'"),
     ] {
         let out = consume_with(broken);
         let err = text(&out.stderr);
@@ -310,7 +431,7 @@ fn a_filter_the_readme_calls_unreadable_exits_2_and_one_without_the_receiver_s_l
             .output()
             .unwrap()
     };
-    for unreadable in ["debugg", "info,foo bar"] {
+    for (unreadable, part) in [("debugg", "\"debugg\""), ("info,foo bar", "\"foo bar\"")] {
         let out = run(unreadable);
         let err = text(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{unreadable}: {err}");
@@ -318,6 +439,7 @@ fn a_filter_the_readme_calls_unreadable_exits_2_and_one_without_the_receiver_s_l
             err.starts_with("receiver: RUST_LOG: invalid log filter: "),
             "{err}"
         );
+        assert!(err.contains(part), "{err}");
     }
     let quiet = text(&run("warn").stderr);
     assert_eq!(

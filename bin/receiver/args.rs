@@ -48,8 +48,9 @@ pub(crate) struct NatsArgs {
     /// server's certificate.
     #[arg(long, env = "NATS_CA_FILE")]
     pub(crate) nats_ca_file: Option<PathBuf>,
-    /// Refuse a connection without TLS (implied by a tls:// URL).
-    #[arg(long, env = "NATS_REQUIRE_TLS")]
+    /// Refuse a connection without TLS (implied by a tls:// URL). From the
+    /// environment: true, false, yes, no, on, off, 1 or 0, in any case.
+    #[arg(long, env = "NATS_REQUIRE_TLS", value_parser = clap::builder::BoolishValueParser::new())]
     pub(crate) nats_require_tls: bool,
 }
 
@@ -91,7 +92,7 @@ impl OrbitArgs {
 pub(crate) struct DatabaseArgs {
     /// The receiver's own database, e.g. mysql://receiver@127.0.0.1:3306/receiver;
     /// must name the database. SELECT on the two tables is enough.
-    #[arg(long, env = "ORBIT_RECEIVER_DSN", hide_env_values = true)]
+    #[arg(long, env = "ORBIT_RECEIVER_DSN", hide_env_values = true, global = true)]
     pub(crate) dsn: Option<String>,
 }
 

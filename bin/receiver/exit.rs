@@ -25,7 +25,7 @@ pub(crate) type Outcome = Result<ExitCode, Failed>;
 /// Reports `message` on stderr as the receiver's; the process ends in
 /// `code`.
 pub(crate) fn fail(code: u8, message: impl std::fmt::Display) -> Failed {
-    eprintln!("receiver: {message}");
+    crate::logging::report_fatal(&message.to_string(), code);
     Failed(ExitCode::from(code))
 }
 

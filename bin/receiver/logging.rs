@@ -30,9 +30,9 @@ pub(crate) fn init_logging(announces: bool) -> Result<(), String> {
         .parse(&filter)
         .map_err(|e| format!("{variable}: invalid log filter: {e}"))?;
     if announces && own_level < tracing::level_filters::LevelFilter::INFO {
-        eprintln!(
-            "receiver: {variable}={filter:?} leaves out the receiver's own info lines (its start-up line, one line per delivery); add receiver=info,result_inbox=info to see them"
-        );
+        report_warning(&format!(
+            "{variable}={filter:?} leaves out the receiver's own info lines (its start-up line, one line per delivery); add receiver=info,result_inbox=info to see them"
+        ));
     }
     // At debug and below the NATS client prints server addresses with their
     // passwords and every message's payload (result bodies): never more than
@@ -45,18 +45,68 @@ pub(crate) fn init_logging(announces: bool) -> Result<(), String> {
         .with_writer(std::io::stderr)
         .with_ansi(false);
     let registry = tracing_subscriber::registry();
-    match std::env::var("RECEIVER_LOG_FORMAT").as_deref() {
-        Err(_) | Ok("text") => registry.with(layer.with_filter(filter)).init(),
-        Ok("json") => registry
+    match format()? {
+        Format::Text => registry.with(layer.with_filter(filter)).init(),
+        Format::Json => registry
             .with(layer.json().flatten_event(true).with_filter(filter))
             .init(),
-        Ok(other) => {
-            return Err(format!(
-                "RECEIVER_LOG_FORMAT: {other:?} is neither \"text\" nor \"json\""
-            ))
-        }
     }
     Ok(())
+}
+
+/// How the log is written.
+enum Format {
+    Text,
+    Json,
+}
+
+/// RECEIVER_LOG_FORMAT, in any case, as every enumerated setting is read.
+fn format() -> Result<Format, String> {
+    match std::env::var("RECEIVER_LOG_FORMAT") {
+        Err(_) => Ok(Format::Text),
+        Ok(value) if value.eq_ignore_ascii_case("text") => Ok(Format::Text),
+        Ok(value) if value.eq_ignore_ascii_case("json") => Ok(Format::Json),
+        Ok(other) => Err(format!(
+            "RECEIVER_LOG_FORMAT: invalid value {other:?}; possible values: text, json"
+        )),
+    }
+}
+
+/// Writes the error a command ends with: one line on stderr, a JSON object
+/// like every other log line when RECEIVER_LOG_FORMAT asks for JSON, and
+/// whatever the log filter says (the last line must never be filtered out).
+pub(crate) fn report_fatal(message: &str, exit_code: u8) {
+    if json_requested() {
+        unfiltered_json(|| tracing::error!(target: "receiver", exit_code, "{message}"));
+    } else {
+        eprintln!("receiver: {message}");
+    }
+}
+
+/// Writes a warning meant for the person running the command, in the log's
+/// format and whatever the filter says.
+pub(crate) fn report_warning(message: &str) {
+    if json_requested() {
+        unfiltered_json(|| tracing::warn!(target: "receiver", "{message}"));
+    } else {
+        eprintln!("warning: {message}");
+    }
+}
+
+fn json_requested() -> bool {
+    matches!(format(), Ok(Format::Json))
+}
+
+/// Runs `emit` with a JSON subscriber of its own on stderr, which no filter
+/// stands in front of.
+fn unfiltered_json(emit: impl FnOnce()) {
+    let subscriber = tracing_subscriber::fmt()
+        .json()
+        .flatten_event(true)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .finish();
+    tracing::subscriber::with_default(subscriber, emit);
 }
 
 /// Reads each directive of a filter as the README describes them (`level`

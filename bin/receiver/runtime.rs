@@ -61,7 +61,7 @@ pub(crate) fn stop_on_signal(
         tracing::info!("{notice}");
         std::thread::spawn(|| {
             std::thread::sleep(SHUTDOWN_LIMIT);
-            eprintln!("receiver: shutdown did not finish within 10 s of the signal; exiting anyway (nothing un-ACKed is lost)");
+            crate::logging::report_fatal("shutdown did not finish within 10 s of the signal; exiting anyway (nothing un-ACKed is lost)", EXIT_FAILED);
             std::process::exit(EXIT_FAILED.into());
         });
         cancel.cancel();

@@ -26,7 +26,7 @@ pub(crate) struct CheckArgs {
     #[command(flatten)]
     receiver: Receiver,
     /// What `consume` would consume: `orbit` or `nats`.
-    #[arg(long, env = "RECEIVER_SOURCE", value_enum, default_value_t = SourceKind::Orbit)]
+    #[arg(long, env = "RECEIVER_SOURCE", value_enum, ignore_case = true, default_value_t = SourceKind::Orbit)]
     source: SourceKind,
     #[command(flatten)]
     nats: NatsArgs,
@@ -106,7 +106,7 @@ fn database_and(
         let database = check::database(&store).await;
         if database.is_ok() {
             if let Some(warning) = check::name_warning(dsn, &scope).await {
-                eprintln!("warning: {warning}");
+                crate::logging::report_warning(&warning);
             }
         }
         let mut all = findings(&DATABASE_CHECKS, &database);

@@ -48,7 +48,7 @@ pub(crate) struct ConsumeArgs {
     /// Where the deliveries come from: `orbit` (a subscription's stream)
     /// or `nats` (a JetStream durable pull consumer, see the NATS_*
     /// settings).
-    #[arg(long, env = "RECEIVER_SOURCE", value_enum, default_value_t = SourceKind::Orbit)]
+    #[arg(long, env = "RECEIVER_SOURCE", value_enum, ignore_case = true, default_value_t = SourceKind::Orbit)]
     pub(crate) source: SourceKind,
     /// The subscription to consume (32 lowercase hex characters), created
     /// with the same credentials. Only for --source orbit.

@@ -79,7 +79,7 @@ pub(crate) fn run_prune(args: PruneArgs) -> Outcome {
     plan.check().map_err(|e| config(format!("prune: {e}")))?;
     let runtime = runtime();
     if let Some(warning) = runtime.block_on(crate::check::name_warning(&dsn, &plan.scope)) {
-        eprintln!("warning: {warning}");
+        crate::logging::report_warning(&warning);
     }
     if args.dry_run {
         let counted = runtime

@@ -31,7 +31,7 @@ pub(crate) struct SubscribeArgs {
     #[arg(long)]
     events: Option<String>,
     /// Where `consume` takes its deliveries from: `orbit` or `nats`.
-    #[arg(long, env = "RECEIVER_SOURCE", value_enum, default_value_t = SourceKind::Orbit)]
+    #[arg(long, env = "RECEIVER_SOURCE", value_enum, ignore_case = true, default_value_t = SourceKind::Orbit)]
     source: SourceKind,
     #[command(flatten)]
     nats: NatsArgs,
