@@ -7,7 +7,9 @@ use crate::common;
 use std::time::Duration;
 
 use common::consume::Consume;
-use common::nats::{AckFault, AckLosingProxy, JetStreamQueue, NatsServer, NatsServerOptions};
+use common::nats::{
+    AckFault, AckLosingProxy, JetStreamQueue, NatsServer, NatsServerOptions, TestOperator,
+};
 use common::tls::TestPki;
 use common::{dsn_for, random_hex, unreadable_bodies, EventSpec, TestDb};
 use futures::StreamExt;
@@ -525,11 +527,11 @@ async fn a_server_that_wants_a_token_refuses_a_receiver_without_it_and_serves_on
 /// On a server that wants a login, `receiver check`, `receiver subscribe`
 /// and `receiver consume` with `login` (variables over the plain URL) log
 /// in: the checks pass, the consumer is found, an event is applied and
-/// acknowledged; nothing prints `secret`.
+/// acknowledged; nothing prints any of `secrets`.
 async fn check_subscribe_and_consume_log_in_with(
     server: NatsServer,
     login: &[(&str, String)],
-    secret: &str,
+    secrets: &[&str],
 ) {
     let s = Setup::on(server, Duration::from_secs(5), 3).await;
     s.queue.publish(s.submitted(&random_hex(16))).await;
@@ -564,7 +566,9 @@ async fn check_subscribe_and_consume_log_in_with(
     assert!(consume.terminate().success(), "{}", consume.output());
     assert_eq!(s.totals().await, (1, 1, 1));
     for text in [out, err, sub_out, sub_err, consume.output()] {
-        assert!(!text.contains(secret), "{text}");
+        for secret in secrets {
+            assert!(!text.contains(secret), "{text}");
+        }
     }
 }
 
@@ -578,7 +582,8 @@ async fn a_user_and_password_in_nats_url_are_sent_by_check_subscribe_and_consume
         "nats://receiver:sentinel-url-p%40ss@127.0.0.1:{}",
         server.port
     );
-    check_subscribe_and_consume_log_in_with(server, &[("NATS_URL", url)], "sentinel-url-p").await;
+    check_subscribe_and_consume_log_in_with(server, &[("NATS_URL", url)], &["sentinel-url-p"])
+        .await;
 }
 
 #[tokio::test]
@@ -595,8 +600,42 @@ async fn a_token_in_nats_url_or_nats_token_is_sent_by_check_subscribe_and_consum
             ),
             _ => ("NATS_TOKEN", "sentinel-nats-token".to_owned()),
         };
-        check_subscribe_and_consume_log_in_with(server, &[setting], "sentinel-nats-token").await;
+        check_subscribe_and_consume_log_in_with(server, &[setting], &["sentinel-nats-token"]).await;
     }
+}
+
+#[tokio::test]
+async fn a_credentials_file_in_nats_creds_file_is_sent_by_check_subscribe_and_consume() {
+    let operator = TestOperator::new();
+    let server = NatsServer::start_with(NatsServerOptions {
+        operator: Some(&operator),
+        ..Default::default()
+    });
+    let creds = server.creds_file().unwrap().display().to_string();
+
+    // Without the file this server refuses the receiver: the login that
+    // lets it in below is the file's, not an open door.
+    let s = Setup::on(server, Duration::from_secs(5), 3).await;
+    let refused = common::orbit::receiver()
+        .args(["check", "--source", "nats"])
+        .envs(s.env(&s.server.url()))
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&refused.stdout);
+    assert_eq!(refused.status.code(), Some(1), "{out}");
+    assert!(out.contains("check=database ok\n"), "{out}");
+    let refusal = format!(
+        "check=nats FAIL NATS at {} refused the connection: authorization violation",
+        s.server.url()
+    );
+    assert!(out.contains(&refusal), "{out}");
+
+    check_subscribe_and_consume_log_in_with(
+        s.server,
+        &[("NATS_CREDS_FILE", creds)],
+        &[&operator.user_seed, &operator.user_jwt],
+    )
+    .await;
 }
 
 #[tokio::test]

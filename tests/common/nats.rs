@@ -8,7 +8,7 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,7 +19,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
-use super::random_hex;
+use super::{random_hex, write_private};
 
 /// A nats-server process; killed and its directory removed when dropped.
 pub struct NatsServer {
@@ -29,6 +29,7 @@ pub struct NatsServer {
     /// How the test's own client logs in and which CA it trusts.
     token: Option<String>,
     user_password: Option<(String, String)>,
+    creds_file: Option<PathBuf>,
     ca: Option<PathBuf>,
     scheme: &'static str,
 }
@@ -43,6 +44,10 @@ pub struct NatsServerOptions<'a> {
     /// The server speaks TLS only, with this certificate and key; clients
     /// trust this CA.
     pub tls: Option<&'a super::tls::TestPki>,
+    /// The server trusts this operator's JWTs only (operator mode): clients
+    /// must log in as its user, with the credentials file the server writes
+    /// into its directory ([`NatsServer::creds_file`]).
+    pub operator: Option<&'a TestOperator>,
 }
 
 impl NatsServer {
@@ -60,6 +65,17 @@ impl NatsServer {
         command
             .args(["-a", "127.0.0.1", "-p", "-1", "-js", "-sd"])
             .arg(dir.join("jetstream"));
+        let mut creds_file = None;
+        if let Some(operator) = options.operator {
+            // Operator mode has no command-line flags: the trusted operator
+            // and the accounts come from a configuration file.
+            let config = dir.join("operator.conf");
+            std::fs::write(&config, operator.server_config()).unwrap();
+            command.arg("-c").arg(config);
+            let creds = dir.join("user.creds");
+            write_private(&creds, operator.creds().as_bytes());
+            creds_file = Some(creds);
+        }
         if let Some(token) = options.token {
             command.args(["--auth", token]);
         }
@@ -104,6 +120,7 @@ impl NatsServer {
             user_password: options
                 .user_password
                 .map(|(u, p)| (u.to_owned(), p.to_owned())),
+            creds_file,
             ca: options.tls.map(|pki| pki.ca.clone()),
             scheme,
         }
@@ -117,14 +134,23 @@ impl NatsServer {
         self.child.id()
     }
 
+    /// The operator's user's credentials file (mode 0600), on a server in
+    /// operator mode.
+    pub fn creds_file(&self) -> Option<&Path> {
+        self.creds_file.as_deref()
+    }
+
     /// The test's own client, logged in as the server requires.
     pub async fn client(&self) -> async_nats::Client {
-        let mut options = match (&self.token, &self.user_password) {
-            (Some(token), _) => async_nats::ConnectOptions::with_token(token.clone()),
-            (None, Some((user, password))) => {
+        let mut options = match (&self.token, &self.user_password, &self.creds_file) {
+            (Some(token), _, _) => async_nats::ConnectOptions::with_token(token.clone()),
+            (None, Some((user, password)), _) => {
                 async_nats::ConnectOptions::with_user_and_password(user.clone(), password.clone())
             }
-            (None, None) => async_nats::ConnectOptions::new(),
+            (None, None, Some(creds)) => async_nats::ConnectOptions::with_credentials_file(creds)
+                .await
+                .unwrap(),
+            (None, None, None) => async_nats::ConnectOptions::new(),
         };
         if let Some(ca) = &self.ca {
             options = options.require_tls(true).add_root_certificates(ca.clone());
@@ -143,6 +169,139 @@ impl Drop for NatsServer {
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// An operator, the account it signed with JetStream unlimited, a system
+/// account, and one user of the account: the JWTs `nsc` would make, for a
+/// server in operator mode.
+pub struct TestOperator {
+    operator_jwt: String,
+    system_account: String,
+    /// Each account's public key and JWT, preloaded into the server.
+    accounts: Vec<(String, String)>,
+    /// The user's JWT, signed by the account.
+    pub user_jwt: String,
+    /// The user's NKey seed (`SU…`): what proves it is the user.
+    pub user_seed: String,
+}
+
+impl TestOperator {
+    pub fn new() -> TestOperator {
+        let operator = nkeys::KeyPair::new_operator();
+        let account = nkeys::KeyPair::new_account();
+        let system = nkeys::KeyPair::new_account();
+        let user = nkeys::KeyPair::new_user();
+        let operator_jwt = nats_jwt(
+            &operator,
+            &operator.public_key(),
+            "test-operator",
+            serde_json::json!({"type": "operator", "version": 2}),
+        );
+        let unlimited = serde_json::json!({
+            "subs": -1, "data": -1, "payload": -1, "imports": -1, "exports": -1,
+            "wildcards": true, "conn": -1, "leaf": -1,
+        });
+        let mut with_jetstream = unlimited.clone();
+        // Zero storage (the default) is JetStream disabled for the account.
+        for limit in ["mem_storage", "disk_storage", "streams", "consumer"] {
+            with_jetstream[limit] = (-1).into();
+        }
+        let account_jwt = nats_jwt(
+            &operator,
+            &account.public_key(),
+            "receiver",
+            serde_json::json!({
+                "limits": with_jetstream,
+                "default_permissions": {"pub": {}, "sub": {}},
+                "type": "account",
+                "version": 2,
+            }),
+        );
+        let system_jwt = nats_jwt(
+            &operator,
+            &system.public_key(),
+            "SYS",
+            serde_json::json!({
+                "limits": unlimited,
+                "default_permissions": {"pub": {}, "sub": {}},
+                "type": "account",
+                "version": 2,
+            }),
+        );
+        let user_jwt = nats_jwt(
+            &account,
+            &user.public_key(),
+            "receiver",
+            serde_json::json!({
+                "pub": {}, "sub": {}, "subs": -1, "data": -1, "payload": -1,
+                "type": "user",
+                "version": 2,
+            }),
+        );
+        TestOperator {
+            operator_jwt,
+            system_account: system.public_key(),
+            accounts: vec![
+                (account.public_key(), account_jwt),
+                (system.public_key(), system_jwt),
+            ],
+            user_jwt,
+            user_seed: user.seed().unwrap(),
+        }
+    }
+
+    /// The user's credentials file, as `nsc generate creds` writes it.
+    pub fn creds(&self) -> String {
+        format!(
+            "-----BEGIN NATS USER JWT-----\n{}\n------END NATS USER JWT------\n\n\
+             ************************* IMPORTANT *************************\n\
+             NKEY Seed printed below can be used to sign and prove identity.\n\
+             NKEYs are sensitive and should be treated as secrets.\n\n\
+             -----BEGIN USER NKEY SEED-----\n{}\n------END USER NKEY SEED------\n\n\
+             *************************************************************\n",
+            self.user_jwt, self.user_seed
+        )
+    }
+
+    /// The server configuration that trusts this operator and knows its
+    /// accounts without a resolver to ask.
+    fn server_config(&self) -> String {
+        let preload: String = self
+            .accounts
+            .iter()
+            .map(|(key, jwt)| format!("  {key}: \"{jwt}\"\n"))
+            .collect();
+        format!(
+            "operator: \"{}\"\nsystem_account: {}\nresolver: MEMORY\nresolver_preload: {{\n{preload}}}\n",
+            self.operator_jwt, self.system_account
+        )
+    }
+}
+
+/// A NATS JWT: `subject`'s claims with `nats`, signed by `issuer`.
+fn nats_jwt(issuer: &nkeys::KeyPair, subject: &str, name: &str, nats: serde_json::Value) -> String {
+    use data_encoding::{BASE32_NOPAD, BASE64URL_NOPAD};
+    use sha2::{Digest, Sha256};
+    let iat = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let mut claims = serde_json::json!({
+        "iat": iat,
+        "iss": issuer.public_key(),
+        "sub": subject,
+        "name": name,
+        "nats": nats,
+    });
+    // The claims' hash names them; every JWT made here differs by its keys.
+    claims["jti"] = BASE32_NOPAD
+        .encode(&Sha256::digest(claims.to_string()))
+        .into();
+    let header = BASE64URL_NOPAD.encode(br#"{"typ":"JWT","alg":"ed25519-nkey"}"#);
+    let payload = BASE64URL_NOPAD.encode(claims.to_string().as_bytes());
+    let signed = format!("{header}.{payload}");
+    let signature = issuer.sign(signed.as_bytes()).unwrap();
+    format!("{signed}.{}", BASE64URL_NOPAD.encode(&signature))
 }
 
 /// One queue's events on JetStream: a stream, its subject, and a durable
