@@ -151,18 +151,34 @@ impl Drop for Path {
 async fn the_readme_path_from_nothing_to_consume_works_as_written() {
     let db = TestDb::empty().await;
     let port = free_port();
+    let server = dsn_for(&db.name);
+    let server = server
+        .split_once('@')
+        .and_then(|(_, rest)| rest.split_once('/'))
+        .unwrap()
+        .0;
+    let database_port = server.rsplit_once(':').unwrap().1;
+    // Accounts belong to the whole server: the runtime account gets a name
+    // no other test uses.
+    let runtime_account = format!("inbox_runtime_{}", random_hex(4));
     let mut path = Path::run(
         "README.md",
         "consume-path",
         &[
             ("127.0.0.1:8080", format!("127.0.0.1:{port}")),
-            (
-                "'mysql://root@127.0.0.1:3306/receiver_example'",
-                format!("'{}'", dsn_for(&db.name)),
-            ),
+            ("127.0.0.1:3306", server.to_owned()),
+            ("--port=3306", format!("--port={database_port}")),
+            ("receiver_example", db.name.clone()),
+            ("inbox_runtime", runtime_account.clone()),
         ],
     )
     .await;
+    assert!(
+        path.file(".local/subscription")
+            .starts_with("subscription="),
+        "{}",
+        path.output()
+    );
 
     // And it consumes: a task submitted and cancelled on the queue ends in
     // the view, both events acknowledged.
@@ -210,6 +226,21 @@ async fn the_readme_path_from_nothing_to_consume_works_as_written() {
         .expect("the task's view");
     assert_eq!(view.last_state, "CANCELLED");
     assert!(!path.output().contains(token), "the token was printed");
+    // It consumed as the runtime account, which may not delete or change
+    // the schema.
+    let grants: Vec<String> =
+        sqlx::query_scalar(&format!("SHOW GRANTS FOR '{runtime_account}'@'127.0.0.1'"))
+            .fetch_all(&db.admin)
+            .await
+            .unwrap();
+    let grants = grants.join("\n");
+    assert!(
+        grants.contains("GRANT SELECT, INSERT, UPDATE ON"),
+        "{grants}"
+    );
+    for power in ["DELETE", "ALL PRIVILEGES", "CREATE", "DROP", "ALTER"] {
+        assert!(!grants.contains(power), "{grants}");
+    }
 }
 
 #[cfg(feature = "nats")]

@@ -31,7 +31,7 @@ pub(crate) fn init_logging(announces: bool) -> Result<(), String> {
         .map_err(|e| format!("{variable}: invalid log filter: {e}"))?;
     if announces && own_level < tracing::level_filters::LevelFilter::INFO {
         report_warning(&format!(
-            "{variable}={filter:?} leaves out the receiver's own info lines (its start-up line, one line per delivery); add receiver=info,result_inbox=info to see them"
+            "{variable}={filter:?} leaves out the receiver's own info lines (its start-up line, two lines per delivery); add receiver=info,result_inbox=info to see them"
         ));
     }
     // At debug and below the NATS client prints server addresses with their
