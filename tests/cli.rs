@@ -207,7 +207,9 @@ fn a_refused_value_from_a_flag_names_the_flag_even_when_the_variable_is_set() {
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        err.starts_with("receiver: invalid value 'kafka' for '--source <SOURCE>'; possible values: orbit, nats"),
+        err.starts_with(
+            "receiver: invalid value 'kafka' for '--source <SOURCE>'; possible values: orbit, nats"
+        ),
         "{err}"
     );
     assert!(!err.contains("RECEIVER_SOURCE"), "{err}");
@@ -269,9 +271,27 @@ fn with_json_logs_the_error_a_command_ends_with_is_a_json_line_whatever_the_filt
 fn inspect_reads_dsn_after_its_subcommand_as_before_it() {
     let id = "0123456789abcdef0123456789abcdef";
     for args in [
-        &["inspect", "event", id, "--dsn", "mysql://u@127.0.0.1:1/receiver"][..],
-        &["inspect", "--dsn", "mysql://u@127.0.0.1:1/receiver", "task", id][..],
-        &["inspect", "task", "--dsn", "mysql://u@127.0.0.1:1/receiver", id][..],
+        &[
+            "inspect",
+            "event",
+            id,
+            "--dsn",
+            "mysql://u@127.0.0.1:1/receiver",
+        ][..],
+        &[
+            "inspect",
+            "--dsn",
+            "mysql://u@127.0.0.1:1/receiver",
+            "task",
+            id,
+        ][..],
+        &[
+            "inspect",
+            "task",
+            "--dsn",
+            "mysql://u@127.0.0.1:1/receiver",
+            id,
+        ][..],
     ] {
         let out = receiver(args, b"");
         let err = text(&out.stderr);
@@ -348,8 +368,14 @@ fn each_configuration_error_exits_2_with_one_line_naming_the_variable() {
         ),
         (("ORBIT_QUEUE_ID", "inbox-demo"), "ORBIT_QUEUE_ID"),
         (("ORBIT_URL", "ftp://orbit.example"), "ORBIT_URL"),
-        (("RECEIVER_PREFETCH", "65"), "RECEIVER_PREFETCH: invalid value '65'"),
-        (("RECEIVER_PREFETCH", "-1"), "RECEIVER_PREFETCH: invalid value '-1'"),
+        (
+            ("RECEIVER_PREFETCH", "65"),
+            "RECEIVER_PREFETCH: invalid value '65'",
+        ),
+        (
+            ("RECEIVER_PREFETCH", "-1"),
+            "RECEIVER_PREFETCH: invalid value '-1'",
+        ),
     ] {
         let out = consume_with(broken);
         let err = text(&out.stderr);

@@ -92,7 +92,12 @@ impl OrbitArgs {
 pub(crate) struct DatabaseArgs {
     /// The receiver's own database, e.g. mysql://receiver@127.0.0.1:3306/receiver;
     /// must name the database. SELECT on the two tables is enough.
-    #[arg(long, env = "ORBIT_RECEIVER_DSN", hide_env_values = true, global = true)]
+    #[arg(
+        long,
+        env = "ORBIT_RECEIVER_DSN",
+        hide_env_values = true,
+        global = true
+    )]
     pub(crate) dsn: Option<String>,
 }
 
