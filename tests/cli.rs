@@ -302,6 +302,19 @@ fn inspect_reads_dsn_after_its_subcommand_as_before_it() {
 }
 
 #[test]
+fn check_help_documents_its_three_exit_codes() {
+    let out = Command::new(receiver_bin())
+        .args(["check", "--help"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = text(&out.stdout).split_whitespace().collect::<Vec<_>>().join(" ");
+    for code in ["exit 0 only if all pass", "1 if one fails", "2 if a setting cannot be read"] {
+        assert!(help.contains(code), "{code:?} missing from:\n{help}");
+    }
+}
+
+#[test]
 fn help_lists_every_variable() {
     let out = Command::new(receiver_bin())
         .args(["consume", "--help"])

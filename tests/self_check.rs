@@ -195,6 +195,31 @@ async fn receiver_check_reports_every_check_ok_on_a_ready_setup() {
 }
 
 #[tokio::test]
+async fn receiver_check_without_a_subscription_runs_every_other_check_and_names_the_variable() {
+    let (orbit, creds, sub) = one_pending_delivery("check-no-subscription").await;
+    let db = TestDb::initialized().await;
+    let out = receiver()
+        .arg("check")
+        .env("ORBIT_CREDENTIALS_FILE", &creds.file)
+        .env_remove("ORBIT_SUBSCRIPTION_ID")
+        .env("ORBIT_RECEIVER_DSN", dsn_for(&db.name))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let printed = stdout(&out);
+    assert!(
+        printed.starts_with(
+            "check=database ok\ncheck=schema ok\ncheck=privileges ok\n\
+             check=orbit ok\ncheck=token ok\ncheck=scopes ok\n\
+             check=subscription FAIL ORBIT_SUBSCRIPTION_ID is not set (or pass --subscription-id)"
+        ),
+        "{printed}"
+    );
+    assert_eq!(printed.lines().count(), 7, "{printed}");
+    assert_nothing_leased(&orbit, &creds, &sub).await;
+}
+
+#[tokio::test]
 async fn receiver_check_names_each_failing_check_and_exits_1() {
     let (orbit, creds, sub) = one_pending_delivery("check-fails").await;
     let reader = orbit

@@ -473,6 +473,11 @@ async fn the_database_tools_on_a_database_without_the_tables_say_to_run_init_and
                 && stderr.contains("is missing (run `receiver init`"),
             "{args:?}: {stderr}"
         );
+        // A read-only tool names the grant it needs, not the runtime's.
+        assert!(
+            stderr.contains("or grant this account SELECT on it)"),
+            "{args:?}: {stderr}"
+        );
         assert!(!stderr.contains("1146"), "{args:?}: {stderr}");
     }
 }

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use result_inbox::db::{errno, DbError};
 
-use crate::check::Problem;
+use crate::check::missing_table_hint;
 
 /// Exit code: the operation failed.
 pub(crate) const EXIT_FAILED: u8 = 1;
@@ -66,11 +66,23 @@ pub(crate) fn exit_code(outcome: Outcome) -> ExitCode {
 }
 
 /// A database failure: the configuration's to fix (a refused login, an
-/// unknown database, a missing grant) or a failure.
-pub(crate) fn database_failure(what: &str, e: DbError) -> Failed {
+/// unknown database, a missing grant) or a failure. A missing table names
+/// what creates it and the grants the command's account needs on it
+/// (`grants` of the table).
+pub(crate) fn database_failure(
+    what: &str,
+    e: DbError,
+    grants: fn(&str) -> &'static str,
+) -> Failed {
     if let Some(table) = e.missing_table() {
-        return config(format!("{what}: {}", Problem::MissingTable { table }));
+        let hint = missing_table_hint(table, grants(table));
+        return config(format!("{what}: table {table} is missing ({hint})"));
     }
     let configuration = e.is_refusal() || e.number() == Some(errno::NO_SUCH_TABLE);
     failed(configuration, format!("{what}: database: {e}"))
+}
+
+/// What a read-only tool's account needs on every table.
+pub(crate) fn read_only(_table: &str) -> &'static str {
+    "SELECT"
 }

@@ -96,7 +96,9 @@ enum Command {
     /// Check the database (reachable, tables and columns, SELECT/INSERT/UPDATE)
     /// and Orbit (reachable, token, scopes, subscription bound to the queue)
     /// without changing anything. One line per check; exit 0 only if all pass,
-    /// 1 if one fails.
+    /// 1 if one fails (a missing ORBIT_SUBSCRIPTION_ID fails the subscription
+    /// check after the others ran), 2 if a setting cannot be read before any
+    /// check (no ORBIT_RECEIVER_DSN, a malformed value).
     ///
     /// With --source nats it checks the database and NATS instead: the
     /// server (reachable, login, TLS) and the stream's durable pull consumer

@@ -24,7 +24,7 @@ use std::fmt;
 
 pub use self::database::{database, database_problem, DATABASE_CHECKS};
 pub use self::orbit::{orbit_access, subscription, ORBIT_CHECKS};
-pub use self::problem::Problem;
+pub use self::problem::{missing_table_hint, Problem};
 
 /// The warning for a receiver name with no rows on its queue beside names
 /// that have some (`stats::names_beside`): never a refusal, a first start

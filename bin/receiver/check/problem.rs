@@ -18,7 +18,7 @@ pub enum Problem {
     #[error("database: {0}")]
     Database(DbError),
     /// A receiver table does not exist (or the account may not see it).
-    #[error("table {table} is missing ({})", missing_table_hint(table))]
+    #[error("table {table} is missing ({})", missing_table_hint(table, RUNTIME_GRANTS))]
     MissingTable {
         /// The table.
         table: &'static str,
@@ -112,11 +112,16 @@ impl Problem {
 }
 
 /// What to run, or grant, for a missing table.
-fn missing_table_hint(table: &str) -> &'static str {
+/// What the runtime account may do on each receiver table.
+const RUNTIME_GRANTS: &str = "SELECT, INSERT, UPDATE";
+
+/// What to do about a missing receiver table, for an account that needs
+/// `grants` on it.
+pub fn missing_table_hint(table: &str, grants: &str) -> String {
     if table == result_inbox::db::schema::PRUNED_TABLE {
-        "run `receiver init --keep-existing --retention` with an administrator account: it adds this table and changes nothing else"
+        "run `receiver init --keep-existing --retention` with an administrator account: it adds this table and changes nothing else".to_owned()
     } else {
-        "run `receiver init` with an administrator account, or grant the runtime account SELECT, INSERT, UPDATE on it"
+        format!("run `receiver init` with an administrator account, or grant this account {grants} on it")
     }
 }
 

@@ -61,10 +61,12 @@ pub(crate) fn run_check(args: CheckArgs) -> Outcome {
 fn check_orbit(receiver: Receiver, subscription_id: Option<String>, demo: bool) -> Outcome {
     let resolved = receiver.resolve().map_err(config)?;
     // `consume` needs a subscription; `demo` creates its own, and checks
-    // one only when it is given.
+    // one only when it is given. A missing one is the subscription check's
+    // failure, after every other check has run.
     let subscription = match (demo, subscription_id) {
         (true, None) => None,
-        (_, id) => Some(required_subscription(id).map_err(config)?),
+        (false, None) => Some(required_subscription(None)),
+        (_, id) => Some(Ok(required_subscription(id).map_err(config)?)),
     };
     let client = orbit_client(&resolved.orbit).map_err(config)?;
     let scopes: &[Scope] = if demo { &Scope::DEMO } else { &Scope::CONSUME };
@@ -75,8 +77,9 @@ fn check_orbit(receiver: Receiver, subscription_id: Option<String>, demo: bool) 
     let queue = &resolved.orbit.queue_id;
     let orbit = async {
         check::orbit_access(&client, scopes).await?;
-        match &subscription {
-            Some(id) => check::subscription(&client, id, queue).await,
+        match subscription {
+            Some(Ok(id)) => check::subscription(&client, &id, queue).await,
+            Some(Err(missing)) => Err(Problem::Subscription(missing)),
             None => Ok(()),
         }
     };

@@ -5,7 +5,7 @@ use result_inbox::ids::{EventId, TaskId};
 use result_inbox::inspect::{self, InboxRow, ViewRow};
 
 use crate::args::{required_dsn, DatabaseArgs};
-use crate::exit::{config, database_failure, fail, printed, Outcome, EXIT_FAILED};
+use crate::exit::{config, database_failure, read_only, fail, printed, Outcome, EXIT_FAILED};
 use crate::runtime::runtime;
 use crate::InspectWhat;
 
@@ -18,7 +18,7 @@ pub(crate) fn run_inspect(database: DatabaseArgs, what: InspectWhat) -> Outcome 
                 .map_err(|_| config("the event id must be 32 lowercase hexadecimal characters"))?;
             let rows = runtime
                 .block_on(inspect::event(&dsn, &id))
-                .map_err(|e| database_failure("inspect", e))?;
+                .map_err(|e| database_failure("inspect", e, read_only))?;
             if rows.is_empty() {
                 return Err(fail(EXIT_FAILED, format!("no inbox row for event {id}")));
             }
@@ -31,7 +31,7 @@ pub(crate) fn run_inspect(database: DatabaseArgs, what: InspectWhat) -> Outcome 
                 .map_err(|_| config("the task id must be 32 lowercase hexadecimal characters"))?;
             let report = runtime
                 .block_on(inspect::task(&dsn, &id))
-                .map_err(|e| database_failure("inspect", e))?;
+                .map_err(|e| database_failure("inspect", e, read_only))?;
             if report.views.is_empty() && report.events.is_empty() {
                 return Err(fail(EXIT_FAILED, format!("nothing stored for task {id}")));
             }

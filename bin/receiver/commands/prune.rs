@@ -168,8 +168,17 @@ impl PruneArgs {
 /// table says what to run).
 fn failure(e: PruneError) -> Failed {
     match e {
-        PruneError::Database(db) => database_failure("prune", db),
+        PruneError::Database(db) => database_failure("prune", db, prune_grants),
         e => failed(e.is_configuration(), format!("prune: {e}")),
+    }
+}
+
+/// What the prune account needs on each table (docs/operations.md).
+fn prune_grants(table: &str) -> &'static str {
+    match table {
+        "receiver_inbox" => "SELECT, DELETE",
+        "receiver_task_views" => "SELECT",
+        _ => "SELECT, INSERT, UPDATE",
     }
 }
 

@@ -5,7 +5,7 @@ use clap::Args;
 use result_inbox::stats::{self, Stats};
 
 use crate::args::{parse_duration, required_dsn, DatabaseArgs};
-use crate::exit::{config, database_failure, printed, Outcome};
+use crate::exit::{config, database_failure, read_only, printed, Outcome};
 use crate::runtime::runtime;
 
 /// What `stats` is given.
@@ -26,7 +26,7 @@ pub(crate) fn run_stats(args: StatsArgs) -> Outcome {
     let dsn = required_dsn(args.database.dsn).map_err(config)?;
     let stats = runtime()
         .block_on(stats::run_with(&dsn, args.older_than))
-        .map_err(|e| database_failure("stats", e))?;
+        .map_err(|e| database_failure("stats", e, read_only))?;
     if args.json {
         printed(serde_json::to_string(&stats).expect("stats serialize"))
     } else {

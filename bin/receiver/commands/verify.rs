@@ -4,7 +4,7 @@ use result_inbox::verify;
 
 use super::Progress;
 use crate::args::{required_dsn, DatabaseArgs};
-use crate::exit::{config, database_failure, passed, Outcome};
+use crate::exit::{config, database_failure, read_only, passed, Outcome};
 use crate::runtime::runtime;
 
 /// `receiver verify`'s findings go to stdout, past the progress bar.
@@ -27,7 +27,7 @@ pub(crate) fn run_verify(database: DatabaseArgs) -> Outcome {
     let mut progress = Progress::new("{bar:40} {pos}/{len} rows {per_sec} {eta}");
     let outcome = runtime().block_on(verify::run(&dsn, &mut progress));
     progress.0.finish_and_clear();
-    let summary = outcome.map_err(|e| database_failure("verify", e))?;
+    let summary = outcome.map_err(|e| database_failure("verify", e, read_only))?;
     println!("{summary}");
     passed(summary.ok())
 }
