@@ -17,6 +17,7 @@ use sqlx::mysql::{MySqlConnection, MySqlRow};
 use sqlx::Connection;
 
 use crate::db::row::get;
+use crate::db::sql::rfc3339;
 use crate::db::{DbError, Dsn};
 use crate::event::Event;
 use crate::ids::{EventId, TaskId};
@@ -110,8 +111,12 @@ pub struct TaskReport {
     pub events: Vec<InboxRow>,
 }
 
-const INBOX_COLUMNS: &str = "consumer_name, queue_id, event_id, event_digest, applied, \
-     CAST(received_at AS CHAR), event_canonical";
+fn inbox_columns() -> String {
+    format!(
+        "consumer_name, queue_id, event_id, event_digest, applied, {}, event_canonical",
+        rfc3339("received_at")
+    )
+}
 
 fn text(row: &MySqlRow, i: usize) -> Result<String, DbError> {
     let bytes: Vec<u8> = get(row, i)?;
@@ -139,7 +144,10 @@ async fn inbox_rows(
     filter: &str,
     value: &str,
 ) -> Result<Vec<InboxRow>, DbError> {
-    let sql = format!("SELECT {INBOX_COLUMNS} FROM receiver_inbox WHERE {filter}");
+    let sql = format!(
+        "SELECT {} FROM receiver_inbox WHERE {filter}",
+        inbox_columns()
+    );
     let rows = sqlx::query(&sql).bind(value).fetch_all(conn).await?;
     rows.iter().map(inbox_row).collect()
 }
@@ -156,14 +164,17 @@ pub async fn event(dsn: &Dsn, id: &EventId) -> Result<Vec<InboxRow>, DbError> {
 /// The views of one task and all its inbox rows, in every scope.
 pub async fn task(dsn: &Dsn, id: &TaskId) -> Result<TaskReport, DbError> {
     let mut conn = dsn.connect().await?;
-    let views = sqlx::query(
+    let sql = format!(
         "SELECT consumer_name, queue_id, task_id, task_version, last_event_id, last_state, \
-         LENGTH(last_result), applied_events, CAST(created_at AS CHAR), CAST(updated_at AS CHAR) \
+         LENGTH(last_result), applied_events, {}, {} \
          FROM receiver_task_views WHERE task_id = ? ORDER BY consumer_name, queue_id",
-    )
-    .bind(id.as_str())
-    .fetch_all(&mut conn)
-    .await?;
+        rfc3339("created_at"),
+        rfc3339("updated_at")
+    );
+    let views = sqlx::query(&sql)
+        .bind(id.as_str())
+        .fetch_all(&mut conn)
+        .await?;
     let views = views
         .iter()
         .map(|row| {
@@ -206,7 +217,7 @@ mod tests {
             event: "f".repeat(32),
             digest: "a".repeat(64),
             applied: true,
-            received_at: "2026-11-30 08:02:44.123456".into(),
+            received_at: "2026-11-30T08:02:44.123456Z".into(),
             canonical: r#"{"result":"sentinel-result"}"#.into(),
             parsed: None,
         };

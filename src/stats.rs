@@ -15,6 +15,7 @@ use sqlx::{Connection, Executor};
 
 use crate::db::row::get;
 use crate::db::schema::TABLES;
+use crate::db::sql::rfc3339;
 use crate::db::{DbError, Dsn};
 use crate::scope::InboxScope;
 
@@ -66,33 +67,35 @@ pub const DAYS: u32 = 30;
 pub struct Stats {
     /// Size of each table.
     pub tables: Vec<TableSize>,
-    /// The oldest `received_at` in the inbox (UTC), if any row.
+    /// The oldest `received_at` in the inbox, RFC 3339 in UTC, if any row.
     pub oldest_received_at: Option<String>,
-    /// How long ago that was by the server's clock, in whole seconds.
+    /// How long ago that was by the server's clock, in whole seconds
+    /// (`oldest_age_s` in JSON, as in the text report).
+    #[serde(rename = "oldest_age_s")]
     pub oldest_age_seconds: Option<u64>,
     /// The inbox rows received before a window, when one was asked for:
     /// what `receiver prune --older-than` of that window would look at.
     pub past_window: Option<PastWindow>,
-    /// The newest `received_at` in the inbox (UTC), if any row.
+    /// The newest `received_at` in the inbox, RFC 3339 in UTC, if any row.
     pub newest_received_at: Option<String>,
     /// Inbox rows that advanced a view.
     pub applied: u64,
     /// Inbox rows of older versions, recorded without advancing a view.
     pub stale: u64,
-    /// Average length of a stored canonical event, in bytes.
-    pub average_event_bytes: f64,
+    /// Average length of a stored canonical event, in whole bytes.
+    pub average_event_bytes: u64,
     /// Longest stored canonical event, in bytes.
     pub largest_event_bytes: u64,
     /// Events received per UTC day over the last [`DAYS`] days, oldest
     /// first, days without events included.
     pub events_per_day: Vec<DayCount>,
-    /// Inbox bytes (data and indexes) per row.
-    pub inbox_bytes_per_event: f64,
-    /// Average events per day over the last [`DAYS`] days.
+    /// Inbox bytes (data and indexes) per row, in whole bytes.
+    pub inbox_bytes_per_event: u64,
+    /// Average events per day over the last [`DAYS`] days, to one decimal.
     pub average_events_per_day: f64,
-    /// Expected growth of the inbox per day at that rate, in bytes
-    /// (bytes per row × events per day).
-    pub growth_bytes_per_day: f64,
+    /// Expected growth of the inbox per day at that rate, in whole bytes
+    /// (bytes per row × events per day, before rounding).
+    pub growth_bytes_per_day: u64,
 }
 
 /// How big one table is.
@@ -114,7 +117,9 @@ pub struct TableSize {
 /// The inbox rows received before a window, in every scope.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct PastWindow {
-    /// The window, in seconds.
+    /// The window, in seconds (`older_than_s` in JSON, as in the text
+    /// report).
+    #[serde(rename = "older_than_s")]
     pub older_than_seconds: u64,
     /// Rows received before it.
     pub rows: u64,
@@ -149,17 +154,18 @@ pub async fn run_with(dsn: &Dsn, window: Option<Duration>) -> Result<Stats, DbEr
         tables.push(table_size(&mut conn, table).await?);
     }
 
-    let totals = sqlx::query(
+    let sql = format!(
         "SELECT CAST(COALESCE(SUM(applied), 0) AS UNSIGNED), \
          CAST(COUNT(*) - COALESCE(SUM(applied), 0) AS UNSIGNED), \
-         CAST(MIN(received_at) AS CHAR), CAST(MAX(received_at) AS CHAR), \
+         {}, {}, \
          CAST(COALESCE(AVG(LENGTH(event_canonical)), 0) AS DOUBLE), \
          CAST(COALESCE(MAX(LENGTH(event_canonical)), 0) AS UNSIGNED), \
          CAST(TIMESTAMPDIFF(SECOND, MIN(received_at), UTC_TIMESTAMP(6)) AS SIGNED) \
          FROM receiver_inbox",
-    )
-    .fetch_one(&mut conn)
-    .await?;
+        rfc3339("MIN(received_at)"),
+        rfc3339("MAX(received_at)")
+    );
+    let totals = sqlx::query(&sql).fetch_one(&mut conn).await?;
     let past_window = match window {
         None => None,
         Some(window) => {
@@ -205,6 +211,7 @@ pub async fn run_with(dsn: &Dsn, window: Option<Duration>) -> Result<Stats, DbEr
     };
     let average_events_per_day =
         events_per_day.iter().map(|d| d.events).sum::<u64>() as f64 / f64::from(DAYS);
+    let average_event_bytes: f64 = get(&totals, 4)?;
     Ok(Stats {
         oldest_received_at: get(&totals, 2)?,
         newest_received_at: get(&totals, 3)?,
@@ -212,12 +219,12 @@ pub async fn run_with(dsn: &Dsn, window: Option<Duration>) -> Result<Stats, DbEr
         past_window,
         applied: get(&totals, 0)?,
         stale: get(&totals, 1)?,
-        average_event_bytes: get(&totals, 4)?,
+        average_event_bytes: average_event_bytes.round() as u64,
         largest_event_bytes: get(&totals, 5)?,
         events_per_day,
-        inbox_bytes_per_event,
-        average_events_per_day,
-        growth_bytes_per_day: inbox_bytes_per_event * average_events_per_day,
+        inbox_bytes_per_event: inbox_bytes_per_event.round() as u64,
+        average_events_per_day: (average_events_per_day * 10.0).round() / 10.0,
+        growth_bytes_per_day: (inbox_bytes_per_event * average_events_per_day).round() as u64,
         tables,
     })
 }

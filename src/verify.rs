@@ -109,7 +109,7 @@ impl fmt::Display for Finding {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "problem={} consumer={} queue={}",
+            "problem={} receiver={} queue={}",
             self.kind.as_str(),
             self.consumer,
             self.queue

@@ -308,9 +308,68 @@ fn check_help_documents_its_three_exit_codes() {
         .output()
         .unwrap();
     assert!(out.status.success());
-    let help = text(&out.stdout).split_whitespace().collect::<Vec<_>>().join(" ");
-    for code in ["exit 0 only if all pass", "1 if one fails", "2 if a setting cannot be read"] {
+    let help = text(&out.stdout)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    for code in [
+        "exit 0 only if all pass",
+        "1 if one fails",
+        "2 if a setting cannot be read",
+    ] {
         assert!(help.contains(code), "{code:?} missing from:\n{help}");
+    }
+}
+
+/// Whether `line` says the same word twice in a row (`ORBIT_URL: ORBIT_URL
+/// must`), counting a failed check's name (`check=database FAIL database:`).
+fn doubled_word(line: &str) -> Option<String> {
+    let words: Vec<String> = line
+        .split(|c: char| c.is_whitespace() || c == '=')
+        .map(|w| {
+            w.trim_matches(|c: char| !c.is_alphanumeric() && c != '_')
+                .to_lowercase()
+        })
+        .filter(|w| !w.is_empty() && w != "fail")
+        .collect();
+    words
+        .windows(2)
+        .find(|pair| pair[0] == pair[1])
+        .map(|pair| pair[0].clone())
+}
+
+#[test]
+fn no_error_or_check_line_says_a_word_twice_in_a_row() {
+    let unreachable = Command::new(receiver_bin())
+        .arg("check")
+        .env("ORBIT_URL", "http://127.0.0.1:1")
+        .env("ORBIT_TOKEN", "t")
+        .env("ORBIT_QUEUE_ID", "0123456789abcdef0123456789abcdef")
+        .env("ORBIT_SUBSCRIPTION_ID", "fedcba9876543210fedcba9876543210")
+        .env("ORBIT_RECEIVER_DSN", "mysql://root@127.0.0.1:1/receiver")
+        .env_remove("ORBIT_CREDENTIALS_FILE")
+        .output()
+        .unwrap();
+    let printed = text(&unreachable.stdout);
+    assert!(
+        printed.starts_with("check=database FAIL unreachable: "),
+        "{printed}"
+    );
+    let mut lines: Vec<String> = printed.lines().map(str::to_owned).collect();
+    for broken in [
+        ("ORBIT_URL", "ftp://orbit.example"),
+        ("ORBIT_URL", "http://127.0.0.1:1/orbit"),
+        ("ORBIT_QUEUE_ID", "inbox-demo"),
+        ("ORBIT_SUBSCRIPTION_ID", "not-32-hex"),
+        ("RECEIVER_NAME", "-starts-with-dash"),
+        ("ORBIT_RECEIVER_DSN", "mysql://root@127.0.0.1:1"),
+    ] {
+        let err = text(&consume_with(broken).stderr);
+        assert_eq!(err.matches(broken.0).count(), 1, "{err}");
+        lines.push(err);
+    }
+    for line in lines {
+        assert_eq!(doubled_word(&line), None, "{line}");
     }
 }
 

@@ -959,3 +959,51 @@ async fn at_sigterm_held_messages_are_given_back_and_come_again_before_their_ack
     assert!(second.terminate().success(), "{}", second.output());
     assert_eq!(s.totals().await, (26, 26, 26));
 }
+
+#[tokio::test]
+async fn a_mistyped_receiver_name_is_warned_about_by_check_and_consume_which_still_run() {
+    let s = Setup::new(Duration::from_secs(30), 3).await;
+    s.queue.publish(s.submitted(&random_hex(16))).await;
+    let mut consume = s.consume();
+    s.queue.wait_all_acked(Duration::from_secs(20)).await;
+    consume.terminate();
+    let warning = r#"receiver name "task-result-veiw" has no rows on queue"#;
+    let mut typo = s.env(&s.server.url());
+    typo.retain(|(k, _)| k != "RECEIVER_NAME");
+    typo.push(("RECEIVER_NAME".into(), "task-result-veiw".into()));
+
+    let check = common::orbit::receiver()
+        .arg("check")
+        .envs(typo.iter().map(|(k, v)| (k, v)))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&check.stderr).into_owned();
+    assert!(check.status.success(), "a warning, not a refusal: {err}");
+    assert!(
+        err.contains(warning) && err.contains(r#"where "task-result-view" has"#),
+        "{err}"
+    );
+
+    let mut consume = Consume::with_env(&s.server.dir, &typo);
+    consume
+        .wait_for_output(Duration::from_secs(20), |out| {
+            out.contains("consuming receiver=task-result-veiw")
+        })
+        .await;
+    assert!(consume.running(), "{}", consume.output());
+    assert!(consume.terminate().success(), "{}", consume.output());
+    assert!(consume.output().contains(warning), "{}", consume.output());
+
+    // Under the name that has rows, neither says anything.
+    let right = common::orbit::receiver()
+        .arg("check")
+        .envs(s.env(&s.server.url()))
+        .output()
+        .unwrap();
+    assert!(right.status.success());
+    assert!(
+        !String::from_utf8_lossy(&right.stderr).contains("has no rows"),
+        "{}",
+        String::from_utf8_lossy(&right.stderr)
+    );
+}

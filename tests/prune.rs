@@ -302,7 +302,26 @@ async fn the_json_summary_is_one_object_with_what_was_deleted() {
     assert_eq!(v["deleted"], 4);
     assert_eq!(v["kept_latest"], 2);
     assert_eq!(v["stopped"], false);
-    assert!(v["elapsed"].as_f64().unwrap() > 0.0);
+    assert!(v["elapsed_s"].as_f64().unwrap() > 0.0);
+}
+
+#[tokio::test]
+async fn prune_says_the_same_in_text_and_json_under_the_same_keys() {
+    for dry_run in [true, false] {
+        let aged = Aged::new(2).await;
+        let mut args = vec!["--older-than", "7d"];
+        if dry_run {
+            args.push("--dry-run");
+        }
+        let text = stdout(&aged.prune(&args));
+        let aged = Aged::new(2).await;
+        args.push("--json");
+        let json: serde_json::Value = serde_json::from_slice(&aged.prune(&args).stdout).unwrap();
+        let mut text_keys = common::text_keys(&text);
+        // The line's first word names the command.
+        assert!(text_keys.remove("prune"), "{text}");
+        assert_eq!(text_keys, common::json_keys(&json, &[]), "{text}\n{json}");
+    }
 }
 
 #[tokio::test]
@@ -591,7 +610,10 @@ async fn stats_shows_the_oldest_rows_age_and_what_is_past_a_window() {
         .unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let out = stdout(&o);
-    let received = out.lines().find(|l| l.starts_with("received_at ")).unwrap();
+    let received = out
+        .lines()
+        .find(|l| l.starts_with("oldest_received_at="))
+        .unwrap();
     let age: u64 = field(received, "oldest_age_s").parse().unwrap();
     assert!((30 * 86_400..31 * 86_400).contains(&age), "{received}");
     let past = out.lines().find(|l| l.starts_with("past_window ")).unwrap();

@@ -274,7 +274,7 @@ async fn receiver_check_says_when_the_database_refuses_the_login_or_does_not_exi
         (no_such_database, "unknown database (MySQL error 1049"),
         (
             closed_port,
-            "database connection failed: connection refused",
+            "unreachable: connection failed: connection refused",
         ),
     ] {
         let out = receiver()

@@ -179,7 +179,7 @@ async fn verify_without_the_tally_reports_a_task_with_fewer_applied_rows_than_it
     .await;
     let task = &f.tasks[1];
     let mismatch = format!(
-        "problem=applied_events_mismatch consumer=task-result-view queue={} task={task}: \
+        "problem=applied_events_mismatch receiver=task-result-view queue={} task={task}: \
          applied_events is 2, the task has 1 applied inbox row(s)",
         f.scope.queue_id.as_str()
     );
@@ -353,14 +353,14 @@ async fn stats_counts_rows_receipts_and_growth_in_text_and_json() {
         lines[1].starts_with("table=receiver_task_views rows=3 data_bytes="),
         "{stdout}"
     );
-    assert!(lines[2].starts_with("received_at oldest=20"), "{stdout}");
-    assert_eq!(lines[3], "inbox applied=6 stale=1");
-    assert!(lines[4].starts_with("event_bytes average="), "{stdout}");
+    assert!(lines[2].starts_with("oldest_received_at=20"), "{stdout}");
+    assert_eq!(lines[3], "applied=6 stale=1");
+    assert!(lines[4].starts_with("average_event_bytes="), "{stdout}");
     let days: Vec<&&str> = lines.iter().filter(|l| l.starts_with("day=")).collect();
     assert_eq!(days.len(), 30);
     assert!(days[29].ends_with(" events=7"), "today: {}", days[29]);
     assert!(days[..29].iter().all(|d| d.ends_with(" events=0")));
-    assert!(lines.last().unwrap().starts_with("growth bytes_per_event="));
+    assert!(lines.last().unwrap().starts_with("inbox_bytes_per_event="));
 
     let o = f.tool(&["stats", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -370,8 +370,76 @@ async fn stats_counts_rows_receipts_and_growth_in_text_and_json() {
     assert_eq!(v["stale"], 1);
     assert_eq!(v["events_per_day"].as_array().unwrap().len(), 30);
     assert!(v["largest_event_bytes"].as_u64().unwrap() > 100);
-    assert!(v["growth_bytes_per_day"].as_f64().unwrap() > 0.0);
+    assert!(v["growth_bytes_per_day"].as_u64().unwrap() > 0);
     assert!(!stdout.contains("sentinel-result"));
+}
+
+#[tokio::test]
+async fn stats_says_the_same_in_text_and_json_under_the_same_keys() {
+    let f = Filled::new().await;
+    let text = out(&f.tool(&["stats", "--older-than", "1d"])).0;
+    let o = f.tool(&["stats", "--older-than", "1d", "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        common::text_keys(&text),
+        common::json_keys(&json, &["tables", "events_per_day"]),
+        "{text}\n{json}"
+    );
+    let value = |key: &str| {
+        text.split_whitespace()
+            .find_map(|w| w.strip_prefix(&format!("{key}=")))
+            .unwrap_or_else(|| panic!("{key} missing: {text}"))
+            .to_owned()
+    };
+    for key in [
+        "oldest_received_at",
+        "newest_received_at",
+        "average_event_bytes",
+        "largest_event_bytes",
+        "inbox_bytes_per_event",
+        "growth_bytes_per_day",
+    ] {
+        let json_value = match &json[key] {
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        assert_eq!(value(key), json_value, "{key}");
+    }
+    // Sizes are whole bytes, and times RFC 3339 in UTC.
+    assert!(json["average_event_bytes"].is_u64(), "{json}");
+    assert!(
+        rfc3339_utc(json["oldest_received_at"].as_str().unwrap()),
+        "{json}"
+    );
+    assert!(
+        rfc3339_utc(json["newest_received_at"].as_str().unwrap()),
+        "{json}"
+    );
+}
+
+/// Whether `time` is a date-time as the tools print them: RFC 3339 in UTC
+/// (`2026-12-01T10:58:55Z`, with or without a fraction).
+fn rfc3339_utc(time: &str) -> bool {
+    let shape = |b: &[u8]| {
+        b.len() == 20
+            && b.iter().enumerate().all(|(i, c)| match i {
+                4 | 7 => *c == b'-',
+                10 => *c == b'T',
+                13 | 16 => *c == b':',
+                19 => *c == b'Z',
+                _ => c.is_ascii_digit(),
+            })
+    };
+    match time.split_once('.') {
+        None => shape(time.as_bytes()),
+        Some((seconds, fraction)) => {
+            let digits = fraction.trim_end_matches('Z');
+            fraction.ends_with('Z')
+                && !digits.is_empty()
+                && digits.bytes().all(|c| c.is_ascii_digit())
+                && shape(format!("{seconds}Z").as_bytes())
+        }
+    }
 }
 
 #[tokio::test]
@@ -385,8 +453,8 @@ async fn inspect_event_shows_the_stored_row_and_its_body_only_when_asked() {
     assert_eq!(lines.len(), 1, "{stdout}");
     let line = lines[0];
     for part in [
-        format!("inbox consumer=task-result-view queue={}", f.scope.queue_id),
-        format!("event={v2} digest=sha256:"),
+        format!("inbox receiver=task-result-view queue={}", f.scope.queue_id),
+        format!("event={v2} sha256="),
         "applied=true received_at=".to_owned(),
         format!(
             "type=task.succeeded task={} version=2 state=SUCCEEDED",
@@ -414,7 +482,7 @@ async fn inspect_task_shows_its_view_and_its_events_in_version_order() {
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines.len(), 4, "{stdout}");
     assert!(lines[0].starts_with(&format!(
-        "view consumer=task-result-view queue={} task={task} version=2 state=SUCCEEDED last_event={} applied_events=2 result_bytes={}",
+        "view receiver=task-result-view queue={} task={task} version=2 state=SUCCEEDED last_event={} applied_events=2 result_bytes={}",
         f.scope.queue_id, f.events[0].1, SECRET_RESULT.len()
     )), "{}", lines[0]);
     let versions: Vec<&str> = lines[1..]
@@ -429,6 +497,18 @@ async fn inspect_task_shows_its_view_and_its_events_in_version_order() {
         })
         .collect();
     assert_eq!(versions, ["1", "1", "2"]);
+    let times: Vec<&str> = stdout
+        .split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .filter(|(key, _)| key.ends_with("_at"))
+        .map(|(_, value)| value)
+        .collect();
+    // The view's created_at and updated_at, each row's received_at and
+    // occurred_at: one form, RFC 3339 in UTC.
+    assert_eq!(times.len(), 2 + 3 * 2, "{stdout}");
+    for time in times {
+        assert!(rfc3339_utc(time), "{time} in {stdout}");
+    }
     assert_eq!(
         lines[1..]
             .iter()

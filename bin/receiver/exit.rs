@@ -69,11 +69,7 @@ pub(crate) fn exit_code(outcome: Outcome) -> ExitCode {
 /// unknown database, a missing grant) or a failure. A missing table names
 /// what creates it and the grants the command's account needs on it
 /// (`grants` of the table).
-pub(crate) fn database_failure(
-    what: &str,
-    e: DbError,
-    grants: fn(&str) -> &'static str,
-) -> Failed {
+pub(crate) fn database_failure(what: &str, e: DbError, grants: fn(&str) -> &'static str) -> Failed {
     if let Some(table) = e.missing_table() {
         let hint = missing_table_hint(table, grants(table));
         return config(format!("{what}: table {table} is missing ({hint})"));

@@ -19,22 +19,16 @@ impl OrbitUrl {
         let trimmed = s.trim_end_matches('/');
         let uri: http::Uri = trimmed
             .parse()
-            .map_err(|_| OrbitError::Config("ORBIT_URL is not a valid URL"))?;
+            .map_err(|_| OrbitError::Config("not a valid URL"))?;
         let tls = match uri.scheme_str() {
             Some("http") => false,
             Some("https") => true,
-            _ => {
-                return Err(OrbitError::Config(
-                    "ORBIT_URL must start with http:// or https://",
-                ))
-            }
+            _ => return Err(OrbitError::Config("must start with http:// or https://")),
         };
-        let host = uri
-            .host()
-            .ok_or(OrbitError::Config("ORBIT_URL has no host"))?;
+        let host = uri.host().ok_or(OrbitError::Config("has no host"))?;
         if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
             return Err(OrbitError::Config(
-                "ORBIT_URL must not have a path or query",
+                "must not have a path or query (the base URL only, e.g. https://orbit.example)",
             ));
         }
         let loopback = host == "localhost"

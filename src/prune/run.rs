@@ -61,13 +61,14 @@ pub struct Summary {
     pub retries: u64,
     /// Whether a stop ended it before the window was empty.
     pub stopped: bool,
-    /// How long it took.
-    #[serde(serialize_with = "seconds")]
+    /// How long it took (`elapsed_s` in JSON: seconds to the millisecond,
+    /// as in the text report).
+    #[serde(rename = "elapsed_s", serialize_with = "seconds")]
     pub elapsed: Duration,
 }
 
 fn seconds<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_f64(d.as_secs_f64())
+    s.serialize_f64(d.as_millis() as f64 / 1000.0)
 }
 
 /// Where a prune reports as it goes.

@@ -403,3 +403,35 @@ pub fn write_private(path: &std::path::Path, bytes: &[u8]) {
         .unwrap();
     f.write_all(bytes).unwrap();
 }
+
+/// The keys of a `key=value` report, one or more lines; a bare word (a
+/// group's name, as `past_window`) counts as a key too.
+pub fn text_keys(report: &str) -> std::collections::BTreeSet<String> {
+    report
+        .split_whitespace()
+        .map(|word| word.split_once('=').map_or(word, |(key, _)| key).to_owned())
+        .collect()
+}
+
+/// Every key of a JSON document, at any depth, with the names of the
+/// arrays that group the text report's repeated lines (`tables` for the
+/// `table=` lines) left out.
+pub fn json_keys(value: &serde_json::Value, groups: &[&str]) -> std::collections::BTreeSet<String> {
+    let mut keys = std::collections::BTreeSet::new();
+    let mut stack = vec![value];
+    while let Some(value) = stack.pop() {
+        match value {
+            serde_json::Value::Object(map) => {
+                for (key, value) in map {
+                    if !groups.contains(&key.as_str()) {
+                        keys.insert(key.clone());
+                    }
+                    stack.push(value);
+                }
+            }
+            serde_json::Value::Array(items) => stack.extend(items),
+            _ => {}
+        }
+    }
+    keys
+}

@@ -85,7 +85,7 @@ pub fn findings(checks: &[&'static str], outcome: &Result<(), Problem>) -> Vec<F
         .enumerate()
         .map(|(i, check)| {
             let verdict = match outcome {
-                Err(p) if i == failed_at => format!("FAIL {p}"),
+                Err(p) if i == failed_at => format!("FAIL {}", p.reason()),
                 Err(_) if i > failed_at => format!("not run (check {} failed)", checks[failed_at]),
                 _ => "ok".to_owned(),
             };

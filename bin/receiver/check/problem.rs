@@ -18,7 +18,10 @@ pub enum Problem {
     #[error("database: {0}")]
     Database(DbError),
     /// A receiver table does not exist (or the account may not see it).
-    #[error("table {table} is missing ({})", missing_table_hint(table, RUNTIME_GRANTS))]
+    #[error(
+        "table {table} is missing ({})",
+        missing_table_hint(table, RUNTIME_GRANTS)
+    )]
     MissingTable {
         /// The table.
         table: &'static str,
@@ -65,6 +68,20 @@ pub enum Problem {
 }
 
 impl Problem {
+    /// The problem as its check's line gives it, after `check=<name> FAIL`:
+    /// without the check's name said again.
+    pub fn reason(&self) -> String {
+        let database = |e: &DbError| {
+            let text = e.to_string();
+            text.strip_prefix("database ").unwrap_or(&text).to_owned()
+        };
+        match self {
+            Problem::DatabaseUnreachable(e) => format!("unreachable: {}", database(e)),
+            Problem::DatabaseRefused(e) | Problem::Database(e) => database(e),
+            other => other.to_string(),
+        }
+    }
+
     /// Whether waiting may mend it: a server that cannot be reached yet.
     pub fn is_transient(&self) -> bool {
         match self {

@@ -5,7 +5,7 @@ use result_inbox::ids::{EventId, TaskId};
 use result_inbox::inspect::{self, InboxRow, ViewRow};
 
 use crate::args::{required_dsn, DatabaseArgs};
-use crate::exit::{config, database_failure, read_only, fail, printed, Outcome, EXIT_FAILED};
+use crate::exit::{config, database_failure, fail, printed, read_only, Outcome, EXIT_FAILED};
 use crate::runtime::runtime;
 use crate::InspectWhat;
 
@@ -65,7 +65,7 @@ fn inbox_lines(row: &InboxRow, show_canonical: bool) -> Vec<String> {
         None => "stored_text=unreadable (run receiver verify)".to_owned(),
     };
     let mut lines = vec![format!(
-        "inbox consumer={} queue={} event={} digest=sha256:{} applied={} received_at={} {described}",
+        "inbox receiver={} queue={} event={} sha256={} applied={} received_at={} {described}",
         row.consumer, row.queue, row.event, row.digest, row.applied, row.received_at
     )];
     if show_canonical {
@@ -76,7 +76,7 @@ fn inbox_lines(row: &InboxRow, show_canonical: bool) -> Vec<String> {
 
 fn view_line(view: &ViewRow) -> String {
     format!(
-        "view consumer={} queue={} task={} version={} state={} last_event={} \
+        "view receiver={} queue={} task={} version={} state={} last_event={} \
          applied_events={} result_bytes={} created_at={} updated_at={}",
         view.consumer,
         view.queue,

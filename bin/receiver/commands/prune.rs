@@ -134,7 +134,7 @@ pub(crate) fn run_prune(args: PruneArgs) -> Outcome {
             summary.kept_unreadable,
             summary.batches,
             summary.retries,
-            summary.elapsed.as_secs_f64(),
+            summary.elapsed.as_millis() as f64 / 1000.0,
             summary.stopped
         ))
     }

@@ -5,7 +5,7 @@ use clap::Args;
 use result_inbox::stats::{self, Stats};
 
 use crate::args::{parse_duration, required_dsn, DatabaseArgs};
-use crate::exit::{config, database_failure, read_only, printed, Outcome};
+use crate::exit::{config, database_failure, printed, read_only, Outcome};
 use crate::runtime::runtime;
 
 /// What `stats` is given.
@@ -34,7 +34,9 @@ pub(crate) fn run_stats(args: StatsArgs) -> Outcome {
     }
 }
 
-/// The text report: one `key=value` line per fact.
+/// The text report: one line per group of facts, each `key=value` under
+/// the key `--json` gives it (a group nested in the JSON starts with its
+/// name).
 fn lines(stats: &Stats) -> Vec<String> {
     let mut lines: Vec<String> = stats
         .tables
@@ -47,7 +49,7 @@ fn lines(stats: &Stats) -> Vec<String> {
         })
         .collect();
     lines.push(format!(
-        "received_at oldest={} newest={} oldest_age_s={}",
+        "oldest_received_at={} newest_received_at={} oldest_age_s={}",
         stats.oldest_received_at.as_deref().unwrap_or("-"),
         stats.newest_received_at.as_deref().unwrap_or("-"),
         stats
@@ -60,12 +62,9 @@ fn lines(stats: &Stats) -> Vec<String> {
             past.older_than_seconds, past.rows, past.bytes
         ));
     }
+    lines.push(format!("applied={} stale={}", stats.applied, stats.stale));
     lines.push(format!(
-        "inbox applied={} stale={}",
-        stats.applied, stats.stale
-    ));
-    lines.push(format!(
-        "event_bytes average={:.0} largest={}",
+        "average_event_bytes={} largest_event_bytes={}",
         stats.average_event_bytes, stats.largest_event_bytes
     ));
     lines.extend(
@@ -75,7 +74,7 @@ fn lines(stats: &Stats) -> Vec<String> {
             .map(|d| format!("day={} events={}", d.day, d.events)),
     );
     lines.push(format!(
-        "growth bytes_per_event={:.0} events_per_day={:.1} bytes_per_day={:.0}",
+        "inbox_bytes_per_event={} average_events_per_day={} growth_bytes_per_day={}",
         stats.inbox_bytes_per_event, stats.average_events_per_day, stats.growth_bytes_per_day
     ));
     lines

@@ -4,7 +4,7 @@ use result_inbox::verify;
 
 use super::Progress;
 use crate::args::{required_dsn, DatabaseArgs};
-use crate::exit::{config, database_failure, read_only, passed, Outcome};
+use crate::exit::{config, database_failure, passed, read_only, Outcome};
 use crate::runtime::runtime;
 
 /// `receiver verify`'s findings go to stdout, past the progress bar.
