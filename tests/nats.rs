@@ -1007,3 +1007,53 @@ async fn a_mistyped_receiver_name_is_warned_about_by_check_and_consume_which_sti
         String::from_utf8_lossy(&right.stderr)
     );
 }
+
+#[tokio::test]
+async fn orbit_dev_bridge_sends_the_user_and_password_in_nats_url_and_never_prints_them() {
+    let server = NatsServer::start_with(NatsServerOptions {
+        user_password: Some(("bridge", "sentinel-bridge-p@ss")),
+        ..Default::default()
+    });
+    let (orbit, creds, sub) = common::orbit::OrbitDev::subscribed(30_000, 5, "bridge-login").await;
+    let queue = JetStreamQueue::create(&server, &creds.queue_id, Duration::from_secs(30), 3).await;
+    orbit.inject_new_task(&creds, &sub).await;
+    let mut bridge = std::process::Command::new(common::orbit::bin_dir().join("orbit-dev"))
+        .arg("bridge")
+        .env("ORBIT_CREDENTIALS_FILE", &creds.file)
+        .env("ORBIT_SUBSCRIPTION_ID", sub.as_str())
+        .env(
+            "NATS_URL",
+            format!(
+                "nats://bridge:sentinel-bridge-p%40ss@127.0.0.1:{}",
+                server.port
+            ),
+        )
+        .env_remove("ORBIT_URL")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The event reaches the stream only through a bridge the server let in.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while queue.info().await.num_pending == 0 {
+        if tokio::time::Instant::now() > deadline || bridge.try_wait().unwrap().is_some() {
+            bridge.kill().ok();
+            let out = bridge.wait_with_output().unwrap();
+            panic!(
+                "nothing published: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    common::sigterm(bridge.id());
+    let out = bridge.wait_with_output().unwrap();
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(printed.contains("<redacted>@127.0.0.1"), "{printed}");
+    assert!(!printed.contains("sentinel-bridge-p"), "{printed}");
+}

@@ -132,8 +132,18 @@ impl OrbitDev {
         let token = v["token"].as_str().unwrap().to_owned();
         let queue_id = v["queue_id"].as_str().unwrap().to_owned();
         let file = self.dir.join(format!("{}.credentials.json", random_hex(4)));
-        let creds =
-            serde_json::json!({ "orbit_url": self.url, "token": token, "queue_id": queue_id });
+        // The whole file, as `orbit-dev bootstrap` writes it, so that
+        // orbit-dev's own commands read it too.
+        let creds = serde_json::json!({
+            "orbit_url": self.url,
+            "token": token,
+            "queue_id": queue_id,
+            "namespace": body["namespace"],
+            "application": body["application"],
+            "environment": body["environment"],
+            "queue": queue,
+            "scopes": v["scopes"],
+        });
         write_private(&file, creds.to_string().as_bytes());
         QueueCredentials {
             token,
