@@ -132,6 +132,7 @@ feature! { "mysql":
     pub mod db;
     pub mod inbox;
     pub mod task_view;
+    pub mod diagnosis;
     pub mod inspect;
     pub mod prune;
     pub mod stats;

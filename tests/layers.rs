@@ -35,6 +35,7 @@ const ABOVE: &[(&str, &[&str])] = &[
     ("stats", &["db"]),
     ("prune", &["db"]),
     ("inspect", &["db"]),
+    ("diagnosis", &["db", "inbox", "task_view"]),
     ("testing", &["db", "inbox"]),
 ];
 

@@ -106,6 +106,7 @@ pub use self::error::{classify, Conflict, InboxError, Refusal};
 pub use self::future::ResponseFuture;
 pub use self::layer::InboxLayer;
 pub use self::store::{InboxStats, InboxStore, Session, SessionSettings, StoreOptions};
+pub(crate) use self::tx::committed_row;
 use self::tx::InboxTx;
 use crate::db::DbError;
 use crate::delivery::Delivery;
@@ -467,7 +468,7 @@ fn retry_pause(
 
 /// The answer to a copy of an event whose inbox row exists: a duplicate
 /// when the stored digest is the copy's, otherwise a conflict.
-fn found(event: &Event, stored: Digest, applied: bool) -> Result<Outcome, InboxError> {
+pub(crate) fn found(event: &Event, stored: Digest, applied: bool) -> Result<Outcome, InboxError> {
     let incoming = *event.canonical().digest();
     if stored == incoming {
         Ok(Outcome::Duplicate { applied })

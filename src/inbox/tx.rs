@@ -25,6 +25,7 @@ use super::shelf::{Lent, Shelf};
 use crate::db::{errno, sql, DbError};
 use crate::digest::Digest;
 use crate::event::Event;
+use crate::ids::EventId;
 use crate::scope::InboxScope;
 
 /// An open transaction on a pooled connection.
@@ -70,6 +71,30 @@ const ROW: &str = "(?, ?, ?, ?, ?, 1, UTC_TIMESTAMP(6))";
 const COMMITTED_ROW_SQL: &str = "\
 SELECT event_digest, applied FROM receiver_inbox
 WHERE consumer_name = ? AND queue_id = ? AND event_id = ?";
+
+/// The stored digest and `applied` flag of an event's inbox row in
+/// `scope`, if it has one: what decides between a duplicate and a conflict.
+pub(crate) async fn committed_row(
+    conn: &mut MySqlConnection,
+    scope: &InboxScope,
+    event: &EventId,
+) -> Result<Option<(Digest, bool)>, InboxError> {
+    let row: Option<(Vec<u8>, bool)> = sqlx::query_as(COMMITTED_ROW_SQL)
+        .bind(scope.receiver.as_str())
+        .bind(scope.queue_id.as_str())
+        .bind(event.as_str())
+        .fetch_optional(conn)
+        .await?;
+    let Some((hex, applied)) = row else {
+        return Ok(None);
+    };
+    // The digest column holds 64 hex digits.
+    let digest = std::str::from_utf8(&hex)
+        .ok()
+        .and_then(Digest::from_hex)
+        .ok_or_else(inconsistent)?;
+    Ok(Some((digest, applied)))
+}
 
 /// The rows of [`INSERT_ALL_SQL`] with their values written in: each text
 /// as a `utf8mb4` hex literal (`_utf8mb4 X'…'`), which no value can break
@@ -155,17 +180,8 @@ impl InboxTx {
         match self.insert_one(scope, event).await {
             Ok(true) => Ok(Row::Inserted),
             Ok(false) => {
-                let row: Option<(Vec<u8>, bool)> = sqlx::query_as(COMMITTED_ROW_SQL)
-                    .bind(scope.receiver.as_str())
-                    .bind(scope.queue_id.as_str())
-                    .bind(event.id().as_str())
-                    .fetch_optional(self.connection())
-                    .await?;
-                // The digest column holds 64 hex digits.
-                let (hex, applied) = row.ok_or_else(inconsistent)?;
-                let digest = std::str::from_utf8(&hex)
-                    .ok()
-                    .and_then(Digest::from_hex)
+                let (digest, applied) = committed_row(self.connection(), scope, event.id())
+                    .await?
                     .ok_or_else(inconsistent)?;
                 Ok(Row::Duplicate { digest, applied })
             }

@@ -43,6 +43,32 @@ pub enum Advance {
     Stale,
 }
 
+/// What an event would do to its task's view, decided from what the view
+/// holds: the rule of the table above. [`advance`] writes the same rule in
+/// its statement (the database decides under the row lock); the set path
+/// and read-only diagnoses decide with this function.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// No view yet, or a lower version: the view moves to this event.
+    Advances,
+    /// A higher version, or this very event: nothing changes.
+    Stale,
+    /// The same version holds another event: a conflict.
+    VersionTaken,
+}
+
+/// The [`Decision`] for an event of `version` with id `event_id`, against
+/// the stored view's version and last event (`None`: no view yet).
+pub fn decide(stored: Option<(u64, &str)>, version: u64, event_id: &str) -> Decision {
+    match stored {
+        None => Decision::Advances,
+        Some((stored, _)) if stored < version => Decision::Advances,
+        Some((stored, _)) if stored > version => Decision::Stale,
+        Some((_, last_event)) if last_event == event_id => Decision::Stale,
+        Some(_) => Decision::VersionTaken,
+    }
+}
+
 // The ODKU branch reports which case it met through LAST_INSERT_ID(expr),
 // whose value the server returns in the statement's OK packet. The insert
 // branch never calls it and reports 0. This lets one round trip create or

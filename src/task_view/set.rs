@@ -18,7 +18,7 @@ use sqlx::mysql::{MySql, MySqlArguments, MySqlConnection};
 use sqlx::query::Query;
 use sqlx::{Encode, Row, Type};
 
-use super::TaskView;
+use super::{decide, Decision, TaskView};
 use crate::db::{errno, row, sql};
 use crate::event::Event;
 use crate::inbox::{ApplySet, InboxError};
@@ -70,13 +70,12 @@ async fn apply_set(
         let task = event.task();
         let view = views.entry(task.id.as_str()).or_default();
         let fresh = !view.existed && view.latest.is_none();
-        let advances = if fresh || view.version < task.version {
-            true
-        } else if view.version == task.version && view.event != event.id().as_str() {
+        let stored = (!fresh).then_some((view.version, view.event));
+        let advances = match decide(stored, task.version, event.id().as_str()) {
+            Decision::Advances => true,
+            Decision::Stale => false,
             // A conflict fails its own delivery only: one at a time.
-            return Ok(None);
-        } else {
-            false
+            Decision::VersionTaken => return Ok(None),
         };
         if advances {
             view.version = task.version;

@@ -14,6 +14,8 @@ mod commit_loss;
 mod common;
 #[path = "../conformance.rs"]
 mod conformance;
+#[path = "../diagnosis.rs"]
+mod diagnosis;
 #[path = "../digest.rs"]
 mod digest;
 #[path = "../embedding.rs"]
