@@ -233,10 +233,12 @@ pub(crate) async fn inject_event(
     }
     let event = Arc::new(Event {
         id: Id::random(),
+        queue_id: subscription.queue_id,
         task_id: None,
         raw: raw.into(),
     });
     let event_id = event.id;
+    state.record_event(event.clone());
     let delivery_id = state.create_delivery(id, event);
     tracing::debug!(subscription_id = %id, delivery_id = %delivery_id, "raw event injected");
     Ok(json_response(

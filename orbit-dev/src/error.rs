@@ -109,6 +109,9 @@ impl ApiError {
             "no such delivery",
         )
     }
+    pub(crate) fn event_not_found() -> Self {
+        Self::new(StatusCode::NOT_FOUND, "event_not_found", "no such event")
+    }
     // 405
     pub(crate) fn method_not_allowed() -> Self {
         Self::new(

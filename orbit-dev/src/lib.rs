@@ -26,6 +26,7 @@ pub mod client;
 pub mod credentials;
 pub mod deliveries;
 pub mod error;
+pub mod events;
 pub mod ids;
 mod state;
 pub mod stream;
@@ -120,6 +121,7 @@ fn router(app: App) -> Router {
         .route("/v1/subscriptions/{id}/stream", get(stream::open))
         .route("/v1/deliveries/{id}", get(deliveries::get_one))
         .route("/v1/deliveries/{id}/ack", post(deliveries::ack))
+        .route("/v1/events/{id}", get(events::get_one))
         .route("/v1/admin/bootstrap", post(admin::bootstrap))
         .route("/v1/admin/tasks/{id}/finish", post(admin::finish))
         .route("/v1/admin/deliveries/{id}/budget", post(admin::add_budget))

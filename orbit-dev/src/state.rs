@@ -20,7 +20,7 @@ use crate::deliveries::Delivery;
 use crate::error::ApiError;
 use crate::ids::Id;
 use crate::subscriptions::Subscription;
-use crate::tasks::Task;
+use crate::tasks::{Event, Task};
 use crate::Config;
 
 /// Everything orbit-dev knows. One mutex guards it all: every operation is a
@@ -42,6 +42,8 @@ pub(crate) struct State {
     /// Namespace id → how many subscriptions it has (paused ones included).
     pub(crate) subscriptions_per_namespace: HashMap<Id, usize>,
     pub(crate) deliveries: HashMap<Id, Delivery>,
+    /// Every event ever emitted or injected, for `GET /v1/events/{id}`.
+    pub(crate) events: HashMap<Id, Arc<Event>>,
     /// Every running lease: (expiry, delivery id).
     pub(crate) lease_deadlines: BTreeSet<(Instant, Id)>,
     /// Wakes the lease reaper when a lease ends earlier than it planned for.
@@ -83,6 +85,7 @@ impl App {
             subscriptions_by_queue: HashMap::new(),
             subscriptions_per_namespace: HashMap::new(),
             deliveries: HashMap::new(),
+            events: HashMap::new(),
             lease_deadlines: BTreeSet::new(),
             reaper: reaper.clone(),
             next_delivery_seq: 0,

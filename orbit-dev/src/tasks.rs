@@ -133,6 +133,10 @@ pub(crate) struct Task {
 /// One event as delivered: its exact bytes, plus what inspection shows.
 pub(crate) struct Event {
     pub(crate) id: Id,
+    /// The task's queue; for an injected event, its subscription's queue
+    /// (whatever the body says), so that `GET /v1/events/{id}` shows it to
+    /// the tokens that could have received it.
+    pub(crate) queue_id: Id,
     /// `None` for events injected by an admin.
     pub(crate) task_id: Option<Id>,
     pub(crate) raw: Box<str>,
@@ -238,9 +242,11 @@ impl State {
         let queue_id = task.queue_id;
         let event = Arc::new(Event {
             id: envelope.id,
+            queue_id,
             task_id: Some(task_id),
             raw,
         });
+        self.record_event(event.clone());
         self.publish(queue_id, event_type, event);
     }
 

@@ -1,6 +1,9 @@
-//! What Orbit reports of its subscriptions, tasks and deliveries, and the
-//! wire forms they are read from.
+//! What Orbit reports of its subscriptions, tasks, deliveries and events,
+//! and the wire forms they are read from.
 
+use std::fmt;
+
+use bytes::Bytes;
 use serde::Deserialize;
 
 use super::OrbitError;
@@ -72,8 +75,52 @@ pub struct DeliveryInfo {
     pub attempts: u32,
     /// How many attempts it may have.
     pub budget: u32,
-    /// The event it carries.
+    /// The event it carries; [`OrbitClient::event`](super::OrbitClient::event)
+    /// reads it.
     pub event_id: String,
+    /// The task whose event it carries; `None` for an event an admin
+    /// injected, which belongs to no task.
+    #[serde(default)]
+    pub task_id: Option<String>,
+}
+
+/// One page of a subscription's deliveries, oldest first.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct DeliveryPage {
+    /// The page's deliveries.
+    pub deliveries: Vec<DeliveryInfo>,
+    /// When more deliveries match: the id to pass as `after` for the next
+    /// page.
+    pub next_after: Option<String>,
+}
+
+/// What Orbit answered to a request for one event
+/// ([`OrbitClient::event`](super::OrbitClient::event)).
+///
+/// `Debug` shows the length of a found event, never its bytes: an event
+/// carries a task's result.
+#[derive(Clone, PartialEq, Eq)]
+pub enum EventBody {
+    /// The event's bytes exactly as the stream splices them into a delivery
+    /// message. Usually a JSON envelope, but an event an admin injected can
+    /// be any text.
+    Found(Bytes),
+    /// No such event on the token's queue (`404 event_not_found`): unknown,
+    /// of another queue, or no longer kept.
+    Missing,
+    /// The deployment does not offer `GET /v1/events/{id}` (`404
+    /// not_found` or `405`): its deliveries can be listed, not diagnosed.
+    NotOffered,
+}
+
+impl fmt::Debug for EventBody {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EventBody::Found(bytes) => write!(f, "Found(<{} bytes>)", bytes.len()),
+            EventBody::Missing => f.write_str("Missing"),
+            EventBody::NotOffered => f.write_str("NotOffered"),
+        }
+    }
 }
 
 #[derive(Deserialize)]

@@ -10,7 +10,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
-use super::api::{self, DeliveryInfo, Subscription, Task, WireAck};
+use super::api::{self, DeliveryInfo, DeliveryPage, EventBody, Subscription, Task, WireAck};
 use super::error::status_error;
 use super::{DeliveryStream, LeaseProof, OrbitError, OrbitTls, OrbitUrl, Scope, Token};
 use crate::delivery::DeliveryId;
@@ -143,7 +143,7 @@ impl OrbitClient {
             .call(method, path, body)
             .await
             .map_err(|e| e.needing(scope))?;
-        serde_json::from_slice(&bytes).map_err(|_| OrbitError::Protocol("malformed JSON answer"))
+        from_json(&bytes)
     }
 
     /// `GET /v1/subscriptions/{id}`.
@@ -206,6 +206,109 @@ impl OrbitClient {
         let path = format!("/v1/deliveries/{id}");
         self.call_json(Scope::EventsRead, Method::GET, &path, None)
             .await
+    }
+
+    /// `GET /v1/subscriptions/{id}/deliveries`: one page of the
+    /// subscription's deliveries, oldest first.
+    ///
+    /// `state` keeps only the deliveries in that state (`PENDING`,
+    /// `LEASED`, `ACKED` or `EXPIRED`); `after` starts after that delivery
+    /// (the previous page's [`DeliveryPage::next_after`]); `limit` is the
+    /// page size, 1 to 1000 (Orbit refuses others with `400
+    /// invalid_query`).
+    pub async fn deliveries(
+        &self,
+        subscription: &SubscriptionId,
+        state: Option<&str>,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<DeliveryPage, OrbitError> {
+        let mut path = format!("/v1/subscriptions/{subscription}/deliveries?limit={limit}");
+        if let Some(state) = state {
+            path.push_str("&state=");
+            path.push_str(&encoded(state));
+        }
+        if let Some(after) = after {
+            path.push_str("&after=");
+            path.push_str(&encoded(after));
+        }
+        self.call_json(Scope::EventsRead, Method::GET, &path, None)
+            .await
+    }
+
+    /// Every `EXPIRED` delivery of the subscription, oldest first: the
+    /// deliveries Orbit gave up on, which wait for an operator.
+    ///
+    /// Follows every page of [`OrbitClient::deliveries`] (1000 a page, each
+    /// request with the client's timeout). The pages are read one after
+    /// another, not as one snapshot: a delivery that expires, or gets
+    /// budget, meanwhile may or may not be listed.
+    pub async fn expired_deliveries(
+        &self,
+        subscription: &SubscriptionId,
+    ) -> Result<Vec<DeliveryInfo>, OrbitError> {
+        const PAGE: u32 = 1000;
+        let mut expired = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page = self
+                .deliveries(subscription, Some("EXPIRED"), after.as_deref(), PAGE)
+                .await?;
+            let Some(next) = page.next_after else {
+                expired.extend(page.deliveries);
+                return Ok(expired);
+            };
+            // A cursor that does not move would be followed forever.
+            if page.deliveries.is_empty() || after.as_deref() == Some(next.as_str()) {
+                return Err(OrbitError::Protocol(
+                    "a page of deliveries whose next_after does not move on",
+                ));
+            }
+            expired.extend(page.deliveries);
+            after = Some(next);
+        }
+    }
+
+    /// `GET /v1/events/{id}`: the event's bytes exactly as delivery messages
+    /// carry them, for an event of the token's queue.
+    ///
+    /// The stream never sends an `EXPIRED` delivery again (unless budget
+    /// is added): this is how its event is read, to find out why it was
+    /// never acknowledged. An unknown event, or one of another queue, is
+    /// [`EventBody::Missing`]; a deployment without the call (`404
+    /// not_found` or `405`) is [`EventBody::NotOffered`], which is no
+    /// error: its deliveries can still be listed, only not diagnosed. The
+    /// bytes hold a task's result: never log them.
+    pub async fn event(&self, id: &str) -> Result<EventBody, OrbitError> {
+        let path = format!("/v1/events/{}", encoded(id));
+        match self.call(Method::GET, &path, None).await {
+            Ok(bytes) => Ok(EventBody::Found(bytes)),
+            Err(OrbitError::Status { status: 404, code }) if code == "event_not_found" => {
+                Ok(EventBody::Missing)
+            }
+            Err(OrbitError::Status { status: 404, code }) if code == "not_found" => {
+                Ok(EventBody::NotOffered)
+            }
+            Err(OrbitError::Status { status: 405, .. }) => Ok(EventBody::NotOffered),
+            Err(e) => Err(e.needing(Scope::EventsRead)),
+        }
+    }
+
+    /// `POST /v1/admin/deliveries/{id}/budget` with `{"add": add}`: the
+    /// delivery may have `add` (1 to 100) more attempts, and an `EXPIRED`
+    /// one becomes `PENDING`, to be leased again. Answers the delivery as
+    /// it is now.
+    ///
+    /// An admin call (`docs/orbit-protocol.md`, section 12.3): the client
+    /// must hold the admin token, as in `OrbitClient::new(url,
+    /// Token::new(admin_token), timeout)`; a queue token is refused with
+    /// `401 invalid_token`. A production Orbit need not offer the call. An
+    /// acknowledged delivery is refused with `409 delivery_already_acked`,
+    /// which [`OrbitError::is_code`] tells apart.
+    pub async fn add_budget(&self, delivery: &str, add: u32) -> Result<DeliveryInfo, OrbitError> {
+        let path = format!("/v1/admin/deliveries/{}/budget", encoded(delivery));
+        let body = serde_json::json!({ "add": add }).to_string();
+        from_json(&self.call(Method::POST, &path, Some(body)).await?)
     }
 
     /// `POST /v1/deliveries/{id}/ack` with the attempt's proof. Safe to repeat
@@ -289,6 +392,27 @@ fn empty() -> Option<String> {
     Some("{}".to_owned())
 }
 
+/// A JSON answer read as `T`.
+fn from_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, OrbitError> {
+    serde_json::from_slice(bytes).map_err(|_| OrbitError::Protocol("malformed JSON answer"))
+}
+
+/// `text` as one path segment or query value. Ids come from Orbit's own
+/// answers or from an operator: percent-encoding everything but letters,
+/// digits, `-` and `_` keeps one from reaching another path (`../`) or
+/// adding a query parameter, and Orbit refuses it as `400 invalid_id`.
+fn encoded(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_') {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -302,5 +426,20 @@ mod tests {
         )
         .unwrap();
         assert!(!format!("{client:?}").contains("sentinel-token"));
+    }
+
+    #[test]
+    fn an_id_stays_one_path_segment_or_query_value() {
+        assert_eq!(encoded("0123abcdEF-_"), "0123abcdEF-_");
+        assert_eq!(encoded("../x?a=1&b"), "%2E%2E%2Fx%3Fa%3D1%26b");
+        assert_eq!(encoded("é"), "%C3%A9");
+    }
+
+    #[test]
+    fn an_events_debug_output_shows_its_length_only() {
+        let found = EventBody::Found(Bytes::from_static(b"{\"result\":\"sentinel\"}"));
+        let shown = format!("{found:?}");
+        assert_eq!(shown, "Found(<21 bytes>)");
+        assert_eq!(format!("{:?}", EventBody::NotOffered), "NotOffered");
     }
 }

@@ -127,6 +127,13 @@ impl OrbitError {
         }
     }
 
+    /// Whether Orbit answered with the error code `code`, e.g.
+    /// `delivery_already_acked` for budget added to an acknowledged
+    /// delivery.
+    pub fn is_code(&self, code: &str) -> bool {
+        self.code() == Some(code)
+    }
+
     /// A `403 missing_scope` answer to a call that needs `scope` names it.
     pub(super) fn needing(self, scope: Scope) -> Self {
         match self {

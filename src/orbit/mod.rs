@@ -27,7 +27,7 @@ mod tls;
 mod token;
 mod url;
 
-pub use self::api::{DeliveryCounts, DeliveryInfo, Subscription, Task};
+pub use self::api::{DeliveryCounts, DeliveryInfo, DeliveryPage, EventBody, Subscription, Task};
 pub use self::client::OrbitClient;
 pub use self::credentials::{Credentials, CredentialsError};
 pub use self::error::OrbitError;
