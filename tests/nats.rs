@@ -6,14 +6,19 @@ use crate::common;
 
 use std::time::Duration;
 
+use async_nats::jetstream::AckKind;
 use common::consume::Consume;
 use common::nats::{
-    AckFault, AckLosingProxy, JetStreamQueue, NatsServer, NatsServerOptions, TestOperator,
+    pull, AckFault, AckLosingProxy, JetStreamQueue, NatsServer, NatsServerOptions, TestOperator,
 };
 use common::tls::TestPki;
 use common::{dsn_for, random_hex, unreadable_bodies, EventSpec, TestDb};
 use futures::StreamExt;
 use result_inbox::ids::{QueueId, TaskId};
+use result_inbox::nats::{
+    failed_messages, failures_stream_name, provision, replay, ConsumerSpec, FailedMessage,
+    FailureReason, NatsError, NatsSettings,
+};
 use result_inbox::scope::{InboxScope, ReceiverName};
 use result_inbox::task_view;
 
@@ -52,6 +57,11 @@ impl Setup {
 
     fn consume_via(&self, url: &str) -> Consume {
         Consume::with_env(&self.server.dir, &self.env(url))
+    }
+
+    /// The library's settings for this queue's consumer.
+    fn settings(&self) -> NatsSettings {
+        self.queue.settings(&self.server.url())
     }
 
     fn submitted(&self, task: &str) -> String {
@@ -743,7 +753,8 @@ async fn receiver_subscribe_with_source_nats_creates_the_consumer_that_consume_t
         String::from_utf8_lossy(&created.stdout),
         format!(
             "stream=RESULTS created subject={subject}\n\
-             consumer={RECEIVER} stream=RESULTS created ack_wait_s=20 max_deliver=3\n"
+             consumer={RECEIVER} stream=RESULTS created ack_wait_s=20 max_deliver=3\n\
+             failures=RESULTS_{RECEIVER}_FAILURES created\n"
         )
     );
     let stream = js.get_stream("RESULTS").await.unwrap();
@@ -764,7 +775,10 @@ async fn receiver_subscribe_with_source_nats_creates_the_consumer_that_consume_t
     assert!(again.status.success(), "{again:?}");
     assert_eq!(
         String::from_utf8_lossy(&again.stdout),
-        format!("consumer={RECEIVER} stream=RESULTS existing ack_wait_s=20 max_deliver=3\n")
+        format!(
+            "consumer={RECEIVER} stream=RESULTS existing ack_wait_s=20 max_deliver=3\n\
+             failures=RESULTS_{RECEIVER}_FAILURES existing\n"
+        )
     );
     let unchanged = stream.consumer_info(RECEIVER).await.unwrap().config.clone();
     assert_eq!(
@@ -793,6 +807,7 @@ async fn receiver_subscribe_with_source_nats_creates_the_consumer_that_consume_t
     };
     made.publish(EventSpec::submitted(&made.queue, &random_hex(16)).json())
         .await;
+    let malformed = made.publish("{not json").await;
     let s = Setup {
         server,
         queue: made,
@@ -802,6 +817,17 @@ async fn receiver_subscribe_with_source_nats_creates_the_consumer_that_consume_t
     s.queue.wait_all_acked(Duration::from_secs(20)).await;
     assert!(consume.terminate().success(), "{}", consume.output());
     assert_eq!(s.totals().await, (1, 1, 1));
+    // What the receiver terminated was recorded by the stream `subscribe`
+    // made, with no one listening for it.
+    assert_eq!(
+        wait_failed(&s.settings(), 1).await,
+        [FailedMessage {
+            stream_sequence: malformed,
+            reason: FailureReason::Terminated,
+            deliveries: 1,
+            body: Some("{not json".into()),
+        }]
+    );
 }
 
 #[tokio::test]
@@ -821,7 +847,10 @@ async fn receiver_subscribe_with_source_nats_leaves_a_stream_or_consumer_of_anot
     assert!(made.status.success(), "{made:?}");
     assert_eq!(
         String::from_utf8_lossy(&made.stdout),
-        format!("consumer={RECEIVER} stream=RESULTS created ack_wait_s=30 max_deliver=10\n"),
+        format!(
+            "consumer={RECEIVER} stream=RESULTS created ack_wait_s=30 max_deliver=10\n\
+             failures=RESULTS_{RECEIVER}_FAILURES created\n"
+        ),
         "the defaults"
     );
 
@@ -1056,4 +1085,229 @@ async fn orbit_dev_bridge_sends_the_user_and_password_in_nats_url_and_never_prin
     );
     assert!(printed.contains("<redacted>@127.0.0.1"), "{printed}");
     assert!(!printed.contains("sentinel-bridge-p"), "{printed}");
+}
+
+/// The time limit of every request the tests make through the library.
+const CALL: Duration = Duration::from_secs(5);
+
+/// Waits until `failed_messages` lists `n` messages (the server records an
+/// advisory a moment after it sends it).
+async fn wait_failed(settings: &NatsSettings, n: usize) -> Vec<FailedMessage> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let listed = failed_messages(settings, CALL).await.unwrap();
+        if listed.len() >= n {
+            return listed;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} failed messages listed, not {n}: {listed:?}",
+            listed.len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn failed_messages_lists_what_reached_max_deliver_or_was_terminated_and_replay_brings_it_back(
+) {
+    let s = Setup::new(Duration::from_secs(1), 2).await;
+    let settings = s.settings();
+    let first = provision(&settings, CALL, &ConsumerSpec::default())
+        .await
+        .unwrap();
+    assert!(
+        first.failures_stream_created && !first.consumer_created && !first.stream_created,
+        "{first:?}"
+    );
+    let again = provision(&settings, CALL, &ConsumerSpec::default())
+        .await
+        .unwrap();
+    assert!(!again.failures_stream_created, "{again:?}");
+    let failures = s
+        .queue
+        .js
+        .get_stream(failures_stream_name(&s.queue.stream, &s.queue.consumer))
+        .await
+        .unwrap();
+    assert_eq!(
+        failures.cached_info().config.storage,
+        async_nats::jetstream::stream::StorageType::File
+    );
+    assert_eq!(failed_messages(&settings, CALL).await.unwrap(), []);
+
+    // Bytes no UTF-8 could hold, published with a message id as the bridge
+    // publishes, and a valid event.
+    let exhausted: &[u8] = b"\xff\x00{\"task\": \"never acknowledged\"}\r\n";
+    let exhausted_seq = s
+        .queue
+        .publish_with_id(exhausted.to_vec(), &random_hex(16))
+        .await;
+    let terminated_body = s.submitted(&random_hex(16));
+    let terminated_seq = s.queue.publish(terminated_body.clone()).await;
+
+    // A client pulls both: it terminates one and lets the other's AckWait
+    // pass, twice, until MaxDeliver (2) is spent. No one listens to the
+    // advisories meanwhile.
+    let consumer = s.queue.pull_consumer().await;
+    let delivered = pull(&consumer, 2, Duration::from_secs(5)).await;
+    assert_eq!(delivered.len(), 2);
+    for message in delivered {
+        if message.info().unwrap().stream_sequence == terminated_seq {
+            message.ack_with(AckKind::Term).await.unwrap();
+        }
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let listed = loop {
+        // Only a pull lets the server find the budget spent.
+        pull(&consumer, 1, Duration::from_millis(500)).await;
+        let listed = failed_messages(&settings, CALL).await.unwrap();
+        if listed.len() == 2 {
+            break listed;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{listed:?}");
+    };
+    assert_eq!(
+        listed,
+        [
+            FailedMessage {
+                stream_sequence: exhausted_seq,
+                reason: FailureReason::MaxDeliveries,
+                deliveries: 2,
+                body: Some(exhausted.to_vec().into()),
+            },
+            FailedMessage {
+                stream_sequence: terminated_seq,
+                reason: FailureReason::Terminated,
+                deliveries: 1,
+                body: Some(terminated_body.clone().into()),
+            },
+        ]
+    );
+    let shown = format!("{listed:?}");
+    assert!(
+        !shown.contains("never acknowledged") && !shown.contains("task.submitted"),
+        "{shown}"
+    );
+
+    // Replayed, it is a new message the consumer delivers afresh, although
+    // the stream's duplicate window still remembers the original's id.
+    let replayed = replay(&settings, CALL, &listed[0]).await.unwrap();
+    assert!(replayed > terminated_seq, "{replayed}");
+    let delivered = pull(&consumer, 1, Duration::from_secs(5)).await;
+    assert_eq!(delivered.len(), 1);
+    let info = delivered[0].info().unwrap();
+    assert_eq!((info.stream_sequence, info.delivered), (replayed, 1));
+    assert_eq!(delivered[0].payload.as_ref(), exhausted);
+    assert_eq!(
+        delivered[0]
+            .headers
+            .as_ref()
+            .and_then(|h| h.get("Result-Inbox-Replay-Of"))
+            .map(|v| v.as_str().to_owned()),
+        Some(format!("{}:{exhausted_seq}", s.queue.stream))
+    );
+    delivered[0].ack().await.unwrap();
+    assert_eq!(
+        failed_messages(&settings, CALL).await.unwrap(),
+        [listed[1].clone()],
+        "the replayed one is no longer listed"
+    );
+
+    let replayed_too = replay(&settings, CALL, &listed[1]).await.unwrap();
+    assert!(replayed_too > replayed);
+    assert_eq!(failed_messages(&settings, CALL).await.unwrap(), []);
+    // Records and markers stay: the list is what they say together.
+    assert_eq!(failures.get_info().await.unwrap().state.messages, 4);
+    // A replay that fails again is a new failure of its new sequence.
+    let delivered = pull(&consumer, 1, Duration::from_secs(5)).await;
+    delivered[0].ack_with(AckKind::Term).await.unwrap();
+    let listed = wait_failed(&settings, 1).await;
+    assert_eq!(
+        (listed[0].stream_sequence, listed[0].reason),
+        (replayed_too, FailureReason::Terminated)
+    );
+}
+
+#[tokio::test]
+async fn without_a_failures_stream_or_a_body_nothing_is_listed_or_replayed_and_the_error_says_why()
+{
+    let s = Setup::new(Duration::from_secs(30), 3).await;
+    let settings = s.settings();
+    let missing = failed_messages(&settings, CALL).await.unwrap_err();
+    assert!(
+        matches!(missing, NatsError::NoFailuresStream { .. }) && missing.is_configuration(),
+        "{missing:?}"
+    );
+    let text = missing.to_string();
+    assert!(
+        text.contains("receiver subscribe --source nats")
+            && text.contains(&failures_stream_name(&s.queue.stream, &s.queue.consumer)),
+        "{text}"
+    );
+
+    provision(&settings, CALL, &ConsumerSpec::default())
+        .await
+        .unwrap();
+    let gone = s.queue.publish(s.submitted(&random_hex(16))).await;
+    let consumer = s.queue.pull_consumer().await;
+    let delivered = pull(&consumer, 1, Duration::from_secs(5)).await;
+    delivered[0].ack_with(AckKind::Term).await.unwrap();
+    wait_failed(&settings, 1).await;
+    let stream = s.queue.js.get_stream(&s.queue.stream).await.unwrap();
+    assert!(stream.delete_message(gone).await.unwrap());
+    let listed = failed_messages(&settings, CALL).await.unwrap();
+    assert_eq!(
+        listed,
+        [FailedMessage {
+            stream_sequence: gone,
+            reason: FailureReason::Terminated,
+            deliveries: 1,
+            body: None,
+        }]
+    );
+    let refused = replay(&settings, CALL, &listed[0]).await.unwrap_err();
+    assert_eq!(
+        refused,
+        NatsError::MessageGone {
+            stream: s.queue.stream.clone(),
+            sequence: gone,
+        }
+    );
+    assert!(refused
+        .to_string()
+        .contains(&format!("message {gone} of stream")));
+    assert_eq!(failed_messages(&settings, CALL).await.unwrap(), listed);
+    assert_eq!(stream.get_info().await.unwrap().state.last_sequence, gone);
+}
+
+#[tokio::test]
+async fn a_stream_of_the_failures_stream_s_name_that_records_something_else_is_refused_before_anything_is_created(
+) {
+    let s = Setup::new(Duration::from_secs(30), 3).await;
+    let mut settings = s.settings();
+    settings.consumer = "other-receiver".into();
+    let name = failures_stream_name(&settings.stream, &settings.consumer);
+    s.queue
+        .js
+        .create_stream(async_nats::jetstream::stream::Config {
+            name: name.clone(),
+            subjects: vec!["elsewhere.>".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let refused = provision(&settings, CALL, &ConsumerSpec::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, NatsError::FailuresStreamSubjects { ref missing, .. } if missing.len() == 3),
+        "{refused:?}"
+    );
+    assert!(refused.to_string().contains(&name), "{refused}");
+    let stream = s.queue.js.get_stream(&s.queue.stream).await.unwrap();
+    assert!(
+        stream.consumer_info("other-receiver").await.is_err(),
+        "no consumer was created"
+    );
 }

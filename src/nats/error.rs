@@ -85,6 +85,41 @@ pub enum NatsError {
         /// What is wrong with it.
         problem: &'static str,
     },
+    /// The stream that records the consumer's failed messages does not
+    /// exist, so nothing was recorded.
+    #[error("failures stream {failures} of consumer {consumer} on stream {stream} does not exist, so no failed message was recorded; run `receiver subscribe --source nats` to create it (failures from before then are not recorded)")]
+    NoFailuresStream {
+        /// The failures stream's name.
+        failures: String,
+        /// The configured stream.
+        stream: String,
+        /// The configured consumer.
+        consumer: String,
+    },
+    /// A stream of the failures stream's name exists but does not capture
+    /// what it must record.
+    #[error("stream {failures} does not capture {missing:?} (its subjects: {subjects:?}), so it cannot record the failed messages of consumer {consumer} on stream {stream}; add those subjects to it, or delete it and run `receiver subscribe --source nats`")]
+    FailuresStreamSubjects {
+        /// The failures stream's name.
+        failures: String,
+        /// The configured stream.
+        stream: String,
+        /// The configured consumer.
+        consumer: String,
+        /// The subjects it does not capture.
+        missing: Vec<String>,
+        /// Its subjects.
+        subjects: Vec<String>,
+    },
+    /// A failed message's body is no longer in the stream: there is
+    /// nothing to replay.
+    #[error("message {sequence} of stream {stream} is no longer held by the stream: it cannot be replayed")]
+    MessageGone {
+        /// The configured stream.
+        stream: String,
+        /// The message's stream sequence.
+        sequence: u64,
+    },
     /// A JetStream request failed or was not answered in time.
     #[error("JetStream: {0}")]
     JetStream(String),
@@ -109,6 +144,8 @@ impl NatsError {
                 | NatsError::SubjectMismatch { .. }
                 | NatsError::SubjectNotInStream { .. }
                 | NatsError::UnsuitableConsumer { .. }
+                | NatsError::NoFailuresStream { .. }
+                | NatsError::FailuresStreamSubjects { .. }
         )
     }
 }
@@ -116,7 +153,8 @@ impl NatsError {
 impl SourceError for NatsError {
     // The trait's default `is_configuration` (not retryable) is then this type's.
     fn is_retryable(&self) -> bool {
-        !self.is_configuration()
+        // A message gone from the stream does not come back.
+        !self.is_configuration() && !matches!(self, NatsError::MessageGone { .. })
     }
 
     fn cause(&self) -> &'static str {

@@ -25,9 +25,14 @@
 //! counted; a request that expires (`408`) or is refused for now (`409`) is
 //! sent again for what it did not deliver. A lost connection ends the stream
 //! (the consumer reopens it), because what was in flight on it is unknown.
+//!
+//! The messages JetStream gave up on (MaxDeliver reached, or terminated)
+//! are recorded in a failures stream of their own, which [`provision`]
+//! creates: [`failed_messages`] lists them and [`replay`] brings one back.
 
 mod connect;
 mod error;
+mod failures;
 mod provision;
 mod pull;
 mod settings;
@@ -36,6 +41,10 @@ mod source;
 use std::time::Duration;
 
 pub use self::error::NatsError;
+pub use self::failures::{
+    failed_messages, failures_stream_name, max_deliveries_subject, replay, replayed_subject,
+    terminated_subject, FailedMessage, FailureReason, REPLAY_OF_HEADER,
+};
 pub use self::provision::{provision, ConsumerSpec, Provisioned};
 pub use self::pull::PullStream;
 pub use self::settings::{NatsAuth, NatsSecret, NatsSettings, UrlLogin};

@@ -1,9 +1,11 @@
-//! Making sure the durable pull consumer exists as `consume` needs it.
+//! Making sure the durable pull consumer exists as `consume` needs it, and
+//! the stream that records the messages it gives up on.
 
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer, consumer::AckPolicy};
 
+use super::failures::{failures_stream_name, failures_subjects};
 use super::{JetStreamSource, NatsError, NatsSettings};
 
 /// The durable pull consumer that [`provision`] creates when there is none:
@@ -33,7 +35,7 @@ impl Default for ConsumerSpec {
 
 /// Whether a stream subject `pattern` (tokens, `*` for one, `>` for the
 /// rest) captures the concrete `subject`.
-fn captures(pattern: &str, subject: &str) -> bool {
+pub(super) fn captures(pattern: &str, subject: &str) -> bool {
     let mut subject = subject.split('.');
     for token in pattern.split('.') {
         match (token, subject.next()) {
@@ -58,6 +60,10 @@ pub struct Provisioned {
     pub ack_wait: Duration,
     /// The consumer's MaxDeliver (an existing consumer's own; `-1`: no limit).
     pub max_deliver: i64,
+    /// The failures stream
+    /// ([`failures_stream_name`](super::failures_stream_name)) did not exist
+    /// and was created; otherwise the existing one captures what it must.
+    pub failures_stream_created: bool,
 }
 
 /// Makes sure the configured durable pull consumer exists as `consume`
@@ -66,6 +72,13 @@ pub struct Provisioned {
 /// must pass the checks `consume` makes (pull, durable, explicit
 /// acknowledgements, the queue's subject), or nothing is created and the
 /// error says why. Nothing is fetched.
+///
+/// It also makes sure the failures stream exists, which records from then
+/// on what [`failed_messages`](super::failed_messages) lists: created when
+/// missing (file storage, JetStream's default limits), an existing one
+/// only checked to capture both advisories and the replay marker. It is
+/// checked before the consumer is created and created after it, so that
+/// an unusable one leaves nothing created.
 pub async fn provision(
     settings: &NatsSettings,
     timeout: Duration,
@@ -102,6 +115,34 @@ pub async fn provision(
             subjects: subjects.clone(),
         });
     }
+    let failures_name = failures_stream_name(&source.stream, &source.consumer);
+    let failures_exists = match source.context.get_stream(&failures_name).await {
+        Ok(failures) => {
+            let subjects = &failures.cached_info().config.subjects;
+            let missing: Vec<String> = failures_subjects(&source.stream, &source.consumer)
+                .into_iter()
+                .filter(|subject| !subjects.iter().any(|pattern| captures(pattern, subject)))
+                .collect();
+            if !missing.is_empty() {
+                return Err(NatsError::FailuresStreamSubjects {
+                    failures: failures_name,
+                    stream: source.stream.clone(),
+                    consumer: source.consumer.clone(),
+                    missing,
+                    subjects: subjects.clone(),
+                });
+            }
+            true
+        }
+        Err(e) => match e.kind() {
+            jetstream::context::GetStreamErrorKind::JetStream(js)
+                if js.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND =>
+            {
+                false
+            }
+            _ => return Err(NatsError::JetStream(format!("stream {failures_name}: {e}"))),
+        },
+    };
     let (config, consumer_created) = match source.consumer_info(&stream).await {
         Ok(info) => (info.config, false),
         Err(NatsError::UnknownConsumer { .. }) => {
@@ -127,11 +168,30 @@ pub async fn provision(
     };
     // The server's own account of the consumer, as `consume` would check it.
     source.suitable(&config)?;
+    if !failures_exists {
+        source
+            .context
+            .create_stream(jetstream::stream::Config {
+                name: failures_name.clone(),
+                description: Some(format!(
+                    "messages consumer {} of stream {} gave up on (result-inbox)",
+                    source.consumer, source.stream
+                )),
+                subjects: failures_subjects(&source.stream, &source.consumer).to_vec(),
+                storage: jetstream::stream::StorageType::File,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| {
+                NatsError::JetStream(format!("create failures stream {failures_name}: {e}"))
+            })?;
+    }
     Ok(Provisioned {
         stream_created,
         consumer_created,
         ack_wait: config.ack_wait,
         max_deliver: config.max_deliver,
+        failures_stream_created: !failures_exists,
     })
 }
 

@@ -21,6 +21,28 @@ use tokio::task::JoinHandle;
 
 use super::{random_hex, write_private};
 
+/// Pulls up to `n` messages from `consumer`, waiting at most `wait` for
+/// them; none is acknowledged.
+pub async fn pull(
+    consumer: &consumer::PullConsumer,
+    n: usize,
+    wait: Duration,
+) -> Vec<jetstream::Message> {
+    use futures::StreamExt;
+    let mut batch = consumer
+        .batch()
+        .max_messages(n)
+        .expires(wait)
+        .messages()
+        .await
+        .unwrap();
+    let mut messages = Vec::new();
+    while let Some(message) = batch.next().await {
+        messages.push(message.unwrap());
+    }
+    messages
+}
+
 /// A nats-server process; killed and its directory removed when dropped.
 pub struct NatsServer {
     child: Child,
@@ -363,6 +385,47 @@ impl JetStreamQueue {
             .await
             .unwrap()
             .sequence
+    }
+
+    /// Publishes one event's bytes with a `Nats-Msg-Id`, as the bridge
+    /// does; returns its stream sequence.
+    pub async fn publish_with_id(&self, body: impl Into<bytes::Bytes>, id: &str) -> u64 {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("Nats-Msg-Id", id);
+        let ack = self
+            .js
+            .publish_with_headers(self.subject.clone(), headers, body.into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        assert!(!ack.duplicate, "{ack:?}");
+        ack.sequence
+    }
+
+    /// The durable consumer, for a test that pulls as a receiver would.
+    pub async fn pull_consumer(&self) -> consumer::PullConsumer {
+        self.js
+            .get_stream(&self.stream)
+            .await
+            .unwrap()
+            .get_consumer(&self.consumer)
+            .await
+            .unwrap()
+    }
+
+    /// The `NatsSettings` of this queue's consumer on `server_url`.
+    pub fn settings(&self, server_url: &str) -> result_inbox::nats::NatsSettings {
+        result_inbox::nats::NatsSettings {
+            url: server_url.to_owned(),
+            stream: self.stream.clone(),
+            consumer: self.consumer.clone(),
+            subject: self.subject.clone(),
+            queue_id: result_inbox::ids::QueueId::parse(&self.queue).unwrap(),
+            auth: result_inbox::nats::NatsAuth::None,
+            ca_file: None,
+            require_tls: false,
+        }
     }
 
     /// The durable consumer's state as the server reports it.

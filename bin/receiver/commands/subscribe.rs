@@ -1,7 +1,8 @@
 //! `receiver subscribe`: create the subscription that `receiver consume`
 //! then consumes, on the configured queue, for the event types asked for;
 //! with `--source nats`, the durable pull consumer of the queue's subject
-//! (and, when asked, its stream).
+//! (and, when asked, its stream), and the stream that records the messages
+//! that consumer gives up on.
 
 use std::time::Duration;
 
@@ -10,7 +11,9 @@ use clap::Args;
 use result_inbox::event::EventType;
 use result_inbox::ids::{QueueId, SubscriptionId};
 use result_inbox::inbox::StoreOptions;
-use result_inbox::nats::{ConsumerSpec, NatsError, NatsSettings, Provisioned};
+use result_inbox::nats::{
+    failures_stream_name, ConsumerSpec, NatsError, NatsSettings, Provisioned,
+};
 use result_inbox::orbit::{OrbitClient, OrbitError};
 
 use super::{orbit_client, NATS_CALL_TIMEOUT};
@@ -112,17 +115,19 @@ fn subscribe_nats(args: SubscribeArgs) -> Outcome {
             settings.stream, settings.subject
         );
     }
-    let created = if done.consumer_created {
-        "created"
-    } else {
-        "existing"
-    };
-    printed(format!(
-        "consumer={} stream={} {created} ack_wait_s={} max_deliver={}",
+    let created = |yes| if yes { "created" } else { "existing" };
+    println!(
+        "consumer={} stream={} {} ack_wait_s={} max_deliver={}",
         settings.consumer,
         settings.stream,
+        created(done.consumer_created),
         done.ack_wait.as_secs(),
         done.max_deliver
+    );
+    printed(format!(
+        "failures={} {}",
+        failures_stream_name(&settings.stream, &settings.consumer),
+        created(done.failures_stream_created)
     ))
 }
 
