@@ -13,8 +13,9 @@
 //! what to expect, and which deliveries would only fail again.
 
 use sqlx::mysql::MySqlConnection;
+use sqlx::Connection;
 
-use crate::db::DbError;
+use crate::db::{DbError, Dsn};
 use crate::digest::Digest;
 use crate::event::{readable_id, Event};
 use crate::ids::{EventId, TaskId};
@@ -75,6 +76,48 @@ pub struct Diagnosed {
     pub digest: Option<Digest>,
     /// What it would become.
     pub diagnosis: Diagnosis,
+}
+
+/// One connection to the receiver's database for a series of diagnoses in
+/// one scope: what `receiver failures` holds while it goes through a
+/// source's failed deliveries.
+pub struct Diagnoser {
+    conn: MySqlConnection,
+    scope: InboxScope,
+}
+
+impl std::fmt::Debug for Diagnoser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Diagnoser")
+            .field("scope", &self.scope)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Diagnoser {
+    /// Connects to the receiver's database (an account with `SELECT` on
+    /// its two tables is enough).
+    pub async fn connect(dsn: &Dsn, scope: InboxScope) -> Result<Self, DbError> {
+        Ok(Self {
+            conn: dsn.connect().await?,
+            scope,
+        })
+    }
+
+    /// The scope the deliveries are diagnosed in.
+    pub fn scope(&self) -> &InboxScope {
+        &self.scope
+    }
+
+    /// Diagnoses one delivery's event bytes (see [`diagnose`]).
+    pub async fn diagnose(&mut self, raw: &[u8]) -> Result<Diagnosed, DbError> {
+        diagnose(&mut self.conn, &self.scope, raw).await
+    }
+
+    /// Ends the connection.
+    pub async fn close(self) {
+        let _ = self.conn.close().await;
+    }
 }
 
 /// Diagnoses the event bytes `raw` of a delivery to `scope`, on `conn`

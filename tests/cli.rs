@@ -374,6 +374,51 @@ fn no_error_or_check_line_says_a_word_twice_in_a_row() {
 }
 
 #[test]
+fn receiver_help_lists_every_command_in_one_short_line_and_its_own_help_has_the_paragraph() {
+    let out = Command::new(receiver_bin()).arg("--help").output().unwrap();
+    assert!(out.status.success());
+    let help = text(&out.stdout);
+    let commands: Vec<&str> = help
+        .split("Commands:\n")
+        .nth(1)
+        .unwrap()
+        .lines()
+        .take_while(|l| l.starts_with("  "))
+        .collect();
+    let names: Vec<&str> = commands
+        .iter()
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    for name in [
+        "init",
+        "demo",
+        "consume",
+        "check",
+        "subscribe",
+        "failures",
+        "replay",
+        "verify",
+        "stats",
+        "prune",
+        "inspect",
+        "digest",
+    ] {
+        assert!(names.contains(&name), "{name} missing from:\n{help}");
+    }
+    for line in &commands {
+        assert!(line.len() <= 80, "longer than a terminal line: {line}");
+    }
+    let prune = text(
+        &Command::new(receiver_bin())
+            .args(["prune", "--help"])
+            .output()
+            .unwrap()
+            .stdout,
+    );
+    assert!(prune.contains("minimum retention"), "{prune}");
+}
+
+#[test]
 fn help_lists_every_variable() {
     let out = Command::new(receiver_bin())
         .args(["consume", "--help"])

@@ -16,6 +16,7 @@ mod commands;
 mod config;
 mod demo;
 mod exit;
+mod failed;
 mod health;
 mod logging;
 mod runtime;
@@ -28,7 +29,9 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use crate::args::{DatabaseArgs, Receiver};
 use crate::commands::check::CheckArgs;
 use crate::commands::consume::ConsumeArgs;
+use crate::commands::failures::FailuresArgs;
 use crate::commands::prune::PruneArgs;
+use crate::commands::replay::ReplayArgs;
 use crate::commands::stats::StatsArgs;
 use crate::commands::subscribe::SubscribeArgs;
 use crate::exit::{config, exit_code, Failed, Outcome};
@@ -50,9 +53,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Create the receiver's two tables (schema.sql: receiver_inbox and
-    /// receiver_task_views) in an empty database.
+    /// Create the receiver's two tables in an empty database
     ///
+    /// The tables of schema.sql: receiver_inbox and receiver_task_views.
     /// Runs only the initial DDL: if any receiver table exists it stops with
     /// an error and changes nothing. Needs the CREATE privilege. Creates
     /// receiver_pruned, the table `prune` counts in, only with --retention.
@@ -72,15 +75,18 @@ enum Command {
         #[arg(long)]
         retention: bool,
     },
-    /// Run the whole flow once: subscribe to task.cancelled, submit and cancel
+    /// Run the whole flow once against a dedicated queue
+    ///
+    /// Subscribes to task.cancelled, submits and cancels
     /// a task, apply its event twice (applied, then duplicate), ACK, check the
     /// view, pause the subscription. Needs a dedicated queue and a token with
     /// events:read, events:consume, events:manage, tasks:submit, tasks:cancel.
     /// Checks the database and the token first; finishes within 20 s; on
     /// failure everything it created is kept for inspection.
     Demo(Receiver),
-    /// Consume an existing subscription until SIGINT/SIGTERM (concurrency 4,
-    /// --prefetch more leased ahead, shutdown within 10 s). Needs only
+    /// Consume a subscription (or NATS consumer) until SIGINT/SIGTERM
+    ///
+    /// Concurrency 4, --prefetch more leased ahead, shutdown within 10 s. Needs only
     /// events:read and events:consume on the subscription's queue. Never
     /// pauses the subscription.
     ///
@@ -93,7 +99,9 @@ enum Command {
     /// instead (checked first: stream, consumer, filter subject); Orbit's
     /// URL, token and subscription are not needed then, only ORBIT_QUEUE_ID.
     Consume(ConsumeArgs),
-    /// Check the database (reachable, tables and columns, SELECT/INSERT/UPDATE)
+    /// Check everything consume needs, changing nothing
+    ///
+    /// Checks the database (reachable, tables and columns, SELECT/INSERT/UPDATE)
     /// and Orbit (reachable, token, scopes, subscription bound to the queue)
     /// without changing anything. One line per check; exit 0 only if all pass,
     /// 1 if one fails (a missing ORBIT_SUBSCRIPTION_ID fails the subscription
@@ -105,26 +113,63 @@ enum Command {
     /// (explicit acks, filter subject = the queue's subject), as consume
     /// does before fetching anything.
     Check(CheckArgs),
-    /// Create a subscription on the configured queue for the given event
-    /// types and print `subscription=<32 hex>`, the ORBIT_SUBSCRIPTION_ID of
+    /// Create the subscription (or NATS consumer) consume reads
+    ///
+    /// Creates a subscription on the configured queue for the given event
+    /// types and prints `subscription=<32 hex>`, the ORBIT_SUBSCRIPTION_ID of
     /// `consume`. Needs events:manage.
     ///
     /// With --source nats it makes sure NATS_CONSUMER exists on NATS_STREAM
     /// as `consume --source nats` needs it: a missing one is created (durable,
     /// pull, explicit acks, the queue's subject, --ack-wait, --max-deliver),
-    /// an existing one is only checked, never changed. Prints
-    /// `consumer=<name> stream=<stream> created|existing ack_wait_s=… max_deliver=…`.
+    /// an existing one is only checked, never changed; and the failures
+    /// stream that records what JetStream gives up on, for `receiver
+    /// failures`. Prints `consumer=<name> stream=<stream> created|existing
+    /// ack_wait_s=… max_deliver=…`, then `failures=<stream> created|existing`.
     Subscribe(SubscribeArgs),
-    /// Read both tables once and check that they agree: digests, canonical
+    /// List the deliveries the source gave up on, each diagnosed
+    ///
+    /// Orbit's EXPIRED deliveries of the subscription, or (--source nats)
+    /// the messages JetStream gave up on (MaxDeliver reached, or terminated
+    /// by the receiver), as recorded by the failures stream `subscribe
+    /// --source nats` creates. One line per delivery with what it would
+    /// become if it came again, decided now and read-only as the inbox
+    /// decides: apply, duplicate, stale, conflict (both digests, or the
+    /// version another event holds) or rejected (why); a summary line last
+    /// (`failures total=… apply=… …`). Never prints a body. Exit 0 when
+    /// there are none, 1 when there are. Needs events:read (or read access
+    /// to the streams) and SELECT.
+    Failures(FailuresArgs),
+    /// Bring chosen failed deliveries back through the inbox
+    ///
+    /// By delivery (--delivery, repeatable), by diagnosis (--diagnosis,
+    /// repeatable) or all (--all); --dry-run changes nothing. On Orbit each
+    /// gets --add more attempts through the admin call (ORBIT_ADMIN_TOKEN or
+    /// --admin-token-file; never printed), and `consume` then applies it
+    /// like any delivery; over NATS the stored message is published again
+    /// and its record marked replayed. Deliveries diagnosed conflict or
+    /// rejected are refused (exit 2) unless --force: they would only fail
+    /// again. Whatever is replayed twice is a duplicate the second time.
+    /// One line per delivery (`replay delivery=… diagnosis=…
+    /// result=replayed|skipped|refused`) and a summary. Writes nothing to
+    /// the database.
+    Replay(ReplayArgs),
+    /// Check that both tables agree, read-only
+    ///
+    /// Reads both tables once and checks digests, canonical
     /// texts, events, each view against its events. One line per problem
     /// (ids only), a summary line last; exit 0 when ok, 1 otherwise. Needs
     /// only SELECT; a consistent snapshot, no locks.
     Verify(DatabaseArgs),
-    /// Sizes and growth of both tables for capacity planning: rows, bytes,
+    /// Sizes and growth of both tables, for capacity planning
+    ///
+    /// Rows, bytes,
     /// oldest and newest receipt, events per day (30 days), applied vs
     /// stale, event sizes, growth per day. Needs only SELECT.
     Stats(StatsArgs),
-    /// Delete the inbox rows of this receiver and queue received longer ago
+    /// Delete inbox rows older than a retention window, in short batches
+    ///
+    /// Deletes the inbox rows of this receiver and queue received longer ago
     /// than --older-than, in batches by primary key (each one short
     /// transaction, then a pause of at least four times its own time),
     /// archived first with --archive.
@@ -135,17 +180,20 @@ enum Command {
     /// way (exit 0); safe to run again, and beside consumers and another
     /// prune. Prints what it did: rows, bytes, time.
     Prune(PruneArgs),
-    /// Show what is stored about one event or one task (ids, digest,
-    /// applied, version, state, times, result size; never a result unless
-    /// --show-canonical). Exit 1 when nothing is stored. Needs only SELECT.
+    /// Show what is stored about one event or one task
+    ///
+    /// Ids, digest, applied, version, state, times, result size; never a
+    /// result unless --show-canonical. Exit 1 when nothing is stored. Needs
+    /// only SELECT.
     Inspect {
         #[command(flatten)]
         database: DatabaseArgs,
         #[command(subcommand)]
         what: InspectWhat,
     },
-    /// Print the SHA-256 of a JSON document's canonical form, as the inbox
-    /// stores it (`sha256=<64 hex>`), to investigate conflicts.
+    /// Print the SHA-256 of a JSON document's canonical form
+    ///
+    /// As the inbox stores it (`sha256=<64 hex>`), to investigate conflicts.
     Digest {
         /// The document; `-` or nothing reads standard input.
         file: Option<PathBuf>,
@@ -196,6 +244,8 @@ fn run() -> Outcome {
         Command::Consume(args) => commands::consume::run_consume(args),
         Command::Check(args) => commands::check::run_check(args),
         Command::Subscribe(args) => commands::subscribe::run_subscribe(args),
+        Command::Failures(args) => commands::failures::run_failures(args),
+        Command::Replay(args) => commands::replay::run_replay(args),
         Command::Verify(database) => commands::verify::run_verify(database),
         Command::Stats(args) => commands::stats::run_stats(args),
         Command::Prune(args) => commands::prune::run_prune(args),

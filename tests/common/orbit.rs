@@ -162,6 +162,11 @@ impl OrbitDev {
         .unwrap()
     }
 
+    /// The admin token, for a command that needs it (`receiver replay`).
+    pub fn admin_token(&self) -> &str {
+        &self.admin_token
+    }
+
     /// An admin call.
     pub async fn admin(&self, method: &str, path: &str, body: String) -> (u16, String) {
         http(

@@ -16,8 +16,12 @@ mod db_outage;
 mod e2e;
 #[path = "../examples.rs"]
 mod examples;
+#[path = "../failures.rs"]
+mod failures;
 #[path = "../observability.rs"]
 mod observability;
+#[path = "../orbit_failures.rs"]
+mod orbit_failures;
 #[path = "../poison.rs"]
 mod poison;
 #[path = "../prefetch.rs"]

@@ -6,9 +6,11 @@ pub(crate) mod check;
 pub(crate) mod consume;
 pub(crate) mod demo;
 pub(crate) mod digest;
+pub(crate) mod failures;
 pub(crate) mod init;
 pub(crate) mod inspect;
 pub(crate) mod prune;
+pub(crate) mod replay;
 pub(crate) mod stats;
 pub(crate) mod subscribe;
 pub(crate) mod verify;
@@ -20,9 +22,9 @@ use result_inbox::orbit::OrbitClient;
 use crate::config::OrbitSettings;
 
 /// Timeout of every single call to Orbit.
-const ORBIT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const ORBIT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Timeout of every request to NATS, acknowledgements included.
-const NATS_CALL_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const NATS_CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long `consume` lets pending ACKs finish after the signal; the rest of
 /// [`SHUTDOWN_LIMIT`](crate::runtime::SHUTDOWN_LIMIT) is for closing
 /// connections and exiting.

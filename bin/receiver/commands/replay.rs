@@ -1,0 +1,214 @@
+//! `receiver replay`: bring chosen failed deliveries back through the inbox
+//! like any delivery. On Orbit each gets a limited new budget through the
+//! admin call; over NATS the stored message is published again. What would
+//! only fail again (a conflict, a rejected event) is refused unless forced.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+
+use result_inbox::diagnosis::Diagnosis;
+use result_inbox::nats;
+use result_inbox::orbit::{OrbitClient, Token};
+
+use super::failures::{listing_failure, FailedArgs};
+use super::{NATS_CALL_TIMEOUT, ORBIT_CALL_TIMEOUT};
+use crate::exit::Outcome;
+use crate::exit::{config, EXIT_CONFIG, EXIT_FAILED};
+use crate::failed::{list, FailedDelivery, Origin};
+use crate::runtime::runtime;
+
+/// What `replay` is given.
+#[derive(Args)]
+pub(crate) struct ReplayArgs {
+    #[command(flatten)]
+    failed: FailedArgs,
+    /// Replay this delivery (Orbit's delivery id, or the stream sequence
+    /// with --source nats); repeatable.
+    #[arg(long = "delivery", value_name = "ID")]
+    deliveries: Vec<String>,
+    /// Replay every failed delivery with this diagnosis: apply, duplicate,
+    /// stale, conflict or rejected; repeatable.
+    #[arg(long = "diagnosis", value_name = "DIAGNOSIS", value_parser = clap::builder::PossibleValuesParser::new(Diagnosis::NAMES), ignore_case = true)]
+    diagnoses: Vec<String>,
+    /// Replay every failed delivery.
+    #[arg(long, conflicts_with_all = ["deliveries", "diagnoses"])]
+    all: bool,
+    /// Print what each would become and change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Also replay deliveries diagnosed conflict or rejected, which can
+    /// only fail again.
+    #[arg(long)]
+    force: bool,
+    /// Orbit: the attempts each replayed delivery gets (1 to 100).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    add: u32,
+    /// Orbit: the admin token the budget call needs. Never printed; consume
+    /// never needs it.
+    #[arg(long, env = "ORBIT_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
+    /// Orbit: a file holding the admin token (instead of ORBIT_ADMIN_TOKEN).
+    #[arg(long, env = "ORBIT_ADMIN_TOKEN_FILE", conflicts_with = "admin_token")]
+    admin_token_file: Option<PathBuf>,
+}
+
+/// What became of one chosen delivery.
+enum Replay {
+    Replayed(Option<String>),
+    Skipped(String),
+    Refused,
+    DryRun,
+    Failed(String),
+}
+
+pub(crate) fn run_replay(args: ReplayArgs) -> Outcome {
+    if !args.all && args.deliveries.is_empty() && args.diagnoses.is_empty() {
+        return Err(config(
+            "replay: choose what to replay: --delivery ID (repeatable), --diagnosis apply (repeatable) or --all (see `receiver replay --help`)",
+        ));
+    }
+    let admin = match (&args.admin_token, &args.admin_token_file) {
+        (Some(token), _) => Some(token.trim().to_owned()),
+        (None, Some(path)) => Some(
+            std::fs::read_to_string(path)
+                .map_err(|e| config(format!("ORBIT_ADMIN_TOKEN_FILE: {}: {e}", path.display())))?
+                .trim()
+                .to_owned(),
+        ),
+        (None, None) => None,
+    };
+    let (origin, dsn, scope) = args.failed.resolve()?;
+    let admin = match (&origin, admin) {
+        (Origin::Orbit { client, .. }, Some(token)) if !args.dry_run => Some(
+            OrbitClient::new(client.url().clone(), Token::new(token), ORBIT_CALL_TIMEOUT)
+                .map_err(|e| config(format!("ORBIT_ADMIN_TOKEN: {e}")))?,
+        ),
+        (Origin::Orbit { .. }, None) if !args.dry_run => {
+            return Err(config(
+                "ORBIT_ADMIN_TOKEN is not set (or pass --admin-token-file): replay gives each delivery new budget through Orbit's admin call",
+            ))
+        }
+        _ => None,
+    };
+    let runtime = runtime();
+    let failed = runtime
+        .block_on(list(&origin, &dsn, &scope))
+        .map_err(listing_failure)?;
+    let key = origin.key();
+    let chosen: Vec<&FailedDelivery> = failed
+        .iter()
+        .filter(|f| {
+            args.all
+                || args.deliveries.contains(&f.id)
+                || args
+                    .diagnoses
+                    .iter()
+                    .any(|d| d.eq_ignore_ascii_case(f.word()))
+        })
+        .collect();
+    let mut lines = Vec::new();
+    let mut tally = [0usize; 4];
+    for id in args
+        .deliveries
+        .iter()
+        .filter(|id| !failed.iter().any(|f| &f.id == *id))
+    {
+        lines.push(format!(
+            "replay {key}={id} diagnosis=- result=skipped reason=\"not a failed delivery (acknowledged, replayed already, or unknown)\""
+        ));
+        tally[1] += 1;
+    }
+    for f in chosen {
+        let result = if f.fails_again() && !args.force {
+            Replay::Refused
+        } else if args.dry_run {
+            Replay::DryRun
+        } else {
+            runtime.block_on(replay_one(&origin, admin.as_ref(), f, args.add))
+        };
+        let (word, detail) = match result {
+            Replay::Replayed(detail) => {
+                tally[0] += 1;
+                ("replayed", detail)
+            }
+            Replay::Skipped(why) => {
+                tally[1] += 1;
+                ("skipped", Some(format!("reason={why:?}")))
+            }
+            Replay::Refused => {
+                tally[2] += 1;
+                (
+                    "refused",
+                    Some(
+                        "reason=\"it would only fail again; --force replays it anyway\"".to_owned(),
+                    ),
+                )
+            }
+            Replay::DryRun => ("dry-run", None),
+            Replay::Failed(why) => {
+                tally[3] += 1;
+                ("failed", Some(format!("reason={why:?}")))
+            }
+        };
+        let mut line = format!("replay {key}={} diagnosis={} result={word}", f.id, f.word());
+        if let Some(detail) = detail {
+            line.push(' ');
+            line.push_str(&detail);
+        }
+        lines.push(line);
+    }
+    for line in &lines {
+        println!("{line}");
+    }
+    let [replayed, skipped, refused, failures] = tally;
+    println!(
+        "replay total={} replayed={replayed} skipped={skipped} refused={refused} failed={failures}{}",
+        lines.len(),
+        if args.dry_run { " dry_run=true" } else { "" }
+    );
+    if failures > 0 {
+        Ok(ExitCode::from(EXIT_FAILED))
+    } else if refused > 0 {
+        Ok(ExitCode::from(EXIT_CONFIG))
+    } else {
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// Brings one delivery back: new budget on Orbit, the message published
+/// again on NATS.
+async fn replay_one(
+    origin: &Origin,
+    admin: Option<&OrbitClient>,
+    f: &FailedDelivery,
+    add: u32,
+) -> Replay {
+    match origin {
+        Origin::Orbit { .. } => {
+            let Some(admin) = admin else {
+                return Replay::Failed("no admin client".to_owned());
+            };
+            match admin.add_budget(&f.id, add).await {
+                Ok(delivery) => Replay::Replayed(Some(format!(
+                    "state={} budget={}",
+                    delivery.state, delivery.budget
+                ))),
+                Err(e) if e.is_code("delivery_already_acked") => {
+                    Replay::Skipped("acknowledged meanwhile".to_owned())
+                }
+                Err(e) => Replay::Failed(format!("Orbit: {e}")),
+            }
+        }
+        Origin::Nats(settings) => {
+            let Some(message) = &f.message else {
+                return Replay::Failed("no stored message".to_owned());
+            };
+            match nats::replay(settings, NATS_CALL_TIMEOUT, message).await {
+                Ok(sequence) => Replay::Replayed(Some(format!("new_sequence={sequence}"))),
+                Err(e) => Replay::Failed(format!("NATS: {e}")),
+            }
+        }
+    }
+}

@@ -1,0 +1,262 @@
+//! The deliveries a source gave up on, each with its diagnosis: what
+//! `receiver failures` lists and `receiver replay` chooses from.
+//!
+//! Orbit keeps them as the subscription's `EXPIRED` deliveries and hands
+//! out each one's event (`GET /v1/events/{id}`); JetStream's advisories,
+//! captured by the failures stream `subscribe --source nats` creates,
+//! record the messages it gave up on, which are read back from the queue's
+//! stream by sequence. Either way every event is diagnosed read-only, as
+//! the inbox would decide it now.
+
+use std::fmt::Write as _;
+
+use result_inbox::db::Dsn;
+use result_inbox::diagnosis::{Diagnosed, Diagnoser, Diagnosis};
+use result_inbox::ids::SubscriptionId;
+use result_inbox::inbox::Conflict;
+use result_inbox::nats::{self, FailedMessage, NatsSettings};
+use result_inbox::orbit::{EventBody, OrbitClient};
+use result_inbox::scope::InboxScope;
+
+use crate::commands::NATS_CALL_TIMEOUT;
+
+/// Where the failed deliveries are kept.
+pub(crate) enum Origin {
+    /// An Orbit subscription's `EXPIRED` deliveries.
+    Orbit {
+        client: OrbitClient,
+        subscription: SubscriptionId,
+    },
+    /// A JetStream durable consumer's failures stream.
+    Nats(NatsSettings),
+}
+
+impl Origin {
+    /// The key a delivery is named by in every line: Orbit's delivery id,
+    /// JetStream's stream sequence.
+    pub(crate) fn key(&self) -> &'static str {
+        match self {
+            Origin::Orbit { .. } => "delivery",
+            Origin::Nats(_) => "sequence",
+        }
+    }
+}
+
+/// One delivery the source gave up on.
+pub(crate) struct FailedDelivery {
+    /// Orbit's delivery id, or the JetStream stream sequence.
+    pub(crate) id: String,
+    /// How often it was delivered.
+    pub(crate) attempts: u64,
+    /// The task, as the source reports it (Orbit), when the event does not
+    /// say.
+    pub(crate) task: Option<String>,
+    /// The event id, as the source reports it (Orbit), when the event
+    /// cannot be read.
+    pub(crate) event: Option<String>,
+    /// What it would become; `Err` says why it cannot be said.
+    pub(crate) diagnosis: Result<Diagnosed, String>,
+    /// The JetStream record, which a replay publishes again.
+    pub(crate) message: Option<FailedMessage>,
+}
+
+impl FailedDelivery {
+    /// The diagnosis word, or `unknown`.
+    pub(crate) fn word(&self) -> &'static str {
+        match &self.diagnosis {
+            Ok(d) => d.diagnosis.as_str(),
+            Err(_) => "unknown",
+        }
+    }
+
+    /// Whether a replay could only fail again.
+    pub(crate) fn fails_again(&self) -> bool {
+        matches!(&self.diagnosis, Ok(d) if d.diagnosis.fails_again())
+    }
+
+    fn event_id(&self) -> String {
+        match &self.diagnosis {
+            Ok(Diagnosed {
+                event_id: Some(id), ..
+            }) => id.to_string(),
+            _ => self.event.clone().unwrap_or_else(|| "-".to_owned()),
+        }
+    }
+
+    fn task_id(&self) -> String {
+        match &self.diagnosis {
+            Ok(Diagnosed {
+                task_id: Some(id), ..
+            }) => id.to_string(),
+            _ => self.task.clone().unwrap_or_else(|| "-".to_owned()),
+        }
+    }
+
+    /// What the diagnosis adds: both digests of a content conflict, the
+    /// version another event holds, why an event is rejected, or why no
+    /// diagnosis could be made. Never a body.
+    fn detail(&self) -> Option<String> {
+        match &self.diagnosis {
+            Ok(d) => match &d.diagnosis {
+                Diagnosis::Conflict(Conflict::ContentMismatch {
+                    stored, incoming, ..
+                }) => Some(format!("stored=sha256={stored} incoming=sha256={incoming}")),
+                Diagnosis::Conflict(Conflict::VersionTaken { version, .. }) => Some(format!(
+                    "version={version} reason=\"another event holds this task version\""
+                )),
+                Diagnosis::Rejected(why) => Some(format!("reason={why:?}")),
+                _ => None,
+            },
+            Err(why) => Some(format!("reason={why:?}")),
+        }
+    }
+
+    /// One `key=value` line, under `key` (`delivery` or `sequence`).
+    pub(crate) fn line(&self, key: &str) -> String {
+        let mut line = format!(
+            "failure {key}={} event={} task={} attempts={} diagnosis={}",
+            self.id,
+            self.event_id(),
+            self.task_id(),
+            self.attempts,
+            self.word()
+        );
+        if let Some(detail) = self.detail() {
+            let _ = write!(line, " {detail}");
+        }
+        line
+    }
+
+    /// The same as one JSON object.
+    pub(crate) fn json(&self, key: &str) -> serde_json::Value {
+        let mut object = serde_json::json!({
+            key: self.id,
+            "event": self.event_id(),
+            "task": self.task_id(),
+            "attempts": self.attempts,
+            "diagnosis": self.word(),
+        });
+        match &self.diagnosis {
+            Ok(d) => match &d.diagnosis {
+                Diagnosis::Conflict(Conflict::ContentMismatch {
+                    stored, incoming, ..
+                }) => {
+                    object["stored"] = format!("sha256={stored}").into();
+                    object["incoming"] = format!("sha256={incoming}").into();
+                }
+                Diagnosis::Conflict(Conflict::VersionTaken { version, .. }) => {
+                    object["version"] = (*version).into();
+                }
+                Diagnosis::Rejected(why) => object["reason"] = why.clone().into(),
+                _ => {}
+            },
+            Err(why) => object["reason"] = why.clone().into(),
+        }
+        object
+    }
+}
+
+/// The counts of a listing by diagnosis, in the order a summary names them.
+pub(crate) fn counts(failed: &[FailedDelivery]) -> Vec<(&'static str, usize)> {
+    let mut counts: Vec<(&'static str, usize)> = Diagnosis::NAMES
+        .iter()
+        .map(|name| (*name, failed.iter().filter(|f| f.word() == *name).count()))
+        .collect();
+    let unknown = failed.iter().filter(|f| f.diagnosis.is_err()).count();
+    if unknown > 0 {
+        counts.push(("unknown", unknown));
+    }
+    counts
+}
+
+/// Every delivery `origin` gave up on, diagnosed in `scope` on `dsn`.
+pub(crate) async fn list(
+    origin: &Origin,
+    dsn: &Dsn,
+    scope: &InboxScope,
+) -> Result<Vec<FailedDelivery>, Listing> {
+    let mut diagnoser = Diagnoser::connect(dsn, scope.clone())
+        .await
+        .map_err(Listing::Database)?;
+    let listed = match origin {
+        Origin::Orbit {
+            client,
+            subscription,
+        } => from_orbit(client, subscription, &mut diagnoser).await,
+        Origin::Nats(settings) => from_nats(settings, &mut diagnoser).await,
+    };
+    diagnoser.close().await;
+    listed
+}
+
+/// Why a listing could not be made.
+pub(crate) enum Listing {
+    Database(result_inbox::db::DbError),
+    Orbit(result_inbox::orbit::OrbitError),
+    Nats(result_inbox::nats::NatsError),
+}
+
+async fn from_orbit(
+    client: &OrbitClient,
+    subscription: &SubscriptionId,
+    diagnoser: &mut Diagnoser,
+) -> Result<Vec<FailedDelivery>, Listing> {
+    let expired = client
+        .expired_deliveries(subscription)
+        .await
+        .map_err(Listing::Orbit)?;
+    let mut failed = Vec::with_capacity(expired.len());
+    for delivery in expired {
+        let diagnosis = match client
+            .event(&delivery.event_id)
+            .await
+            .map_err(Listing::Orbit)?
+        {
+            EventBody::Found(bytes) => Ok(diagnoser
+                .diagnose(&bytes)
+                .await
+                .map_err(Listing::Database)?),
+            EventBody::Missing => Err("Orbit no longer has its event".to_owned()),
+            EventBody::NotOffered => {
+                Err("this Orbit offers no GET /v1/events/{id}: listed, not diagnosed".to_owned())
+            }
+        };
+        failed.push(FailedDelivery {
+            id: delivery.id,
+            attempts: delivery.attempts.into(),
+            task: delivery.task_id,
+            event: Some(delivery.event_id),
+            diagnosis,
+            message: None,
+        });
+    }
+    Ok(failed)
+}
+
+async fn from_nats(
+    settings: &NatsSettings,
+    diagnoser: &mut Diagnoser,
+) -> Result<Vec<FailedDelivery>, Listing> {
+    let messages = nats::failed_messages(settings, NATS_CALL_TIMEOUT)
+        .await
+        .map_err(Listing::Nats)?;
+    let mut failed = Vec::with_capacity(messages.len());
+    for message in messages {
+        let diagnosis = match &message.body {
+            Some(body) => Ok(diagnoser.diagnose(body).await.map_err(Listing::Database)?),
+            None => Err(format!(
+                "the stream no longer holds the message ({})",
+                message.reason
+            )),
+        };
+        failed.push(FailedDelivery {
+            id: message.stream_sequence.to_string(),
+            attempts: message.deliveries,
+            task: None,
+            event: None,
+            diagnosis,
+            message: Some(message),
+        });
+    }
+    Ok(failed)
+}
