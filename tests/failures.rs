@@ -278,8 +278,33 @@ async fn failed_deliveries_are_listed_diagnosed_and_replayed_once_and_what_would
         "{out}"
     );
 
-    // A second replay of the same deliveries: skipped, no view changes.
-    let again = f.run(&["replay", "--delivery", &a, "--delivery", &b], true);
+    // Forced, they would be replayed: the dry run says so.
+    let forced = f.run(&["replay", "--all", "--force", "--dry-run"], false);
+    let out = text(&forced.stdout);
+    assert_eq!(forced.status.code(), Some(0), "{out}");
+    assert!(
+        out.contains(&format!(
+            "replay delivery={conflicting} diagnosis=conflict result=dry-run"
+        )),
+        "{out}"
+    );
+
+    // A second replay of the same deliveries (the admin token from a file
+    // this time): skipped, no view changes.
+    let token_file = f.orbit.dir.join("admin-token");
+    common::write_private(&token_file, f.orbit.admin_token().as_bytes());
+    let again = f.run(
+        &[
+            "replay",
+            "--delivery",
+            &a,
+            "--delivery",
+            &b,
+            "--admin-token-file",
+            token_file.to_str().unwrap(),
+        ],
+        false,
+    );
     let out = text(&again.stdout);
     assert_eq!(again.status.code(), Some(0), "{out}");
     assert!(
