@@ -14,6 +14,7 @@ use crate::error::ApiError;
 use crate::ids::{random_secret, Id};
 use crate::state::{json_response, App, RawBody, RawId};
 use crate::tasks::{Event, Outcome};
+use crate::trace::TraceContext;
 
 /// Most a single add-budget call may add.
 pub const MAX_BUDGET_ADD: u64 = 100;
@@ -211,7 +212,8 @@ struct InjectedView {
 }
 
 /// `POST /v1/admin/subscriptions/{id}/events`: the body, whatever it is (as
-/// long as it is UTF-8), becomes the `event` of one new delivery.
+/// long as it is UTF-8), becomes the `event` of one new delivery; the
+/// request's `traceparent` and `tracestate`, its trace context.
 pub(crate) async fn inject_event(
     Extract(app): Extract<App>,
     headers: HeaderMap,
@@ -223,6 +225,7 @@ pub(crate) async fn inject_event(
     let bytes = body.bytes()?;
     let raw = std::str::from_utf8(&bytes)
         .map_err(|_| ApiError::invalid_request("the event body must be UTF-8"))?;
+    let trace = TraceContext::from_headers(&headers);
     let mut state = app.lock();
     let subscription = state
         .subscriptions
@@ -236,6 +239,7 @@ pub(crate) async fn inject_event(
         queue_id: subscription.queue_id,
         task_id: None,
         raw: raw.into(),
+        trace,
     });
     let event_id = event.id;
     state.record_event(event.clone());

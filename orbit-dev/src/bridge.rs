@@ -4,6 +4,11 @@
 //! duplicate window drops what a restarted bridge publishes again. A
 //! delivery is acknowledged on Orbit only after JetStream confirmed the
 //! publish; until then it is redelivered, and published again.
+//!
+//! A delivery's trace context (protocol §10.3) becomes the message's
+//! `traceparent` and `tracestate` headers, as W3C propagation over a
+//! messaging system carries it: beside the event, whose bytes stay as they
+//! are.
 
 use std::time::Duration;
 
@@ -14,6 +19,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;
 
 use crate::client::{self, BaseUrl};
+use crate::trace::TraceContext;
 
 /// Deliveries held at once: what the stream may send before the bridge
 /// has published and acknowledged.
@@ -46,6 +52,19 @@ struct WireMessage<'a> {
     #[serde(borrow)]
     event: Option<&'a RawValue>,
     code: Option<&'a str>,
+    /// Any JSON, so that a misshapen context never keeps a delivery from
+    /// being published.
+    #[serde(borrow)]
+    trace_context: Option<&'a RawValue>,
+}
+
+/// The trace context of a delivery message's `trace_context`, when it has a
+/// `traceparent` of the right shape; anything else publishes no context.
+fn trace_context(raw: Option<&RawValue>) -> Option<TraceContext> {
+    let value: serde_json::Value = serde_json::from_str(raw?.get()).ok()?;
+    let traceparent = value.get("traceparent")?.as_str()?;
+    let tracestate = value.get("tracestate").and_then(serde_json::Value::as_str);
+    TraceContext::new(traceparent, tracestate)
 }
 
 #[derive(Deserialize)]
@@ -189,7 +208,8 @@ async fn session(
             message.event,
         ) {
             ("delivery", Some(delivery), Some(proof), Some(event)) => {
-                publish(bridge, jetstream, delivery, event.get()).await?;
+                let trace = trace_context(message.trace_context);
+                publish(bridge, jetstream, delivery, event.get(), trace).await?;
                 acknowledge(bridge, &authorization, delivery, proof).await?;
                 socket.send(credit(1)).await.map_err(|e| e.to_string())?;
             }
@@ -210,6 +230,7 @@ async fn publish(
     jetstream: &async_nats::jetstream::Context,
     delivery: &str,
     event: &str,
+    trace: Option<TraceContext>,
 ) -> Result<(), String> {
     // An event without a readable id still gets a stable message id.
     let id = serde_json::from_str::<EventId>(event)
@@ -217,6 +238,14 @@ async fn publish(
         .unwrap_or_else(|_| delivery.to_owned());
     let mut headers = async_nats::HeaderMap::new();
     headers.insert("Nats-Msg-Id", id.as_str());
+    // `TraceContext::new` let through printable ASCII only: no value can
+    // break the header block.
+    if let Some(trace) = trace {
+        headers.insert("traceparent", trace.traceparent);
+        if let Some(tracestate) = trace.tracestate {
+            headers.insert("tracestate", tracestate);
+        }
+    }
     let ack = jetstream
         .publish_with_headers(bridge.subject.clone(), headers, event.to_owned().into())
         .await
@@ -267,5 +296,48 @@ async fn acknowledge(
             "Orbit answered {status} {} to the ACK of delivery {delivery}",
             answer.error_code().unwrap_or_default()
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    fn read(message: &str) -> Option<TraceContext> {
+        let wire: WireMessage<'_> = serde_json::from_str(message).expect("readable");
+        trace_context(wire.trace_context)
+    }
+
+    #[test]
+    fn a_delivery_s_trace_context_is_taken_when_it_has_the_shape_of_one_and_never_stops_it() {
+        let message = |trace: &str| {
+            format!(
+                r#"{{"type":"delivery","delivery_id":"d","trace_context":{trace},"event":{{}}}}"#
+            )
+        };
+        assert_eq!(
+            read(&message(&format!(
+                r#"{{"traceparent":"{PARENT}","tracestate":"a=1"}}"#
+            ))),
+            TraceContext::new(PARENT, Some("a=1"))
+        );
+        assert_eq!(
+            read(&message(&format!(
+                r#"{{"traceparent":"{PARENT}","tracestate":7}}"#
+            ))),
+            TraceContext::new(PARENT, None)
+        );
+        for trace in [
+            "null",
+            "7",
+            "{}",
+            r#"{"traceparent":"00-junk"}"#,
+            r#"{"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\n"}"#,
+        ] {
+            assert_eq!(read(&message(trace)), None, "{trace}");
+        }
+        assert_eq!(read(r#"{"type":"delivery","event":{}}"#), None);
     }
 }

@@ -32,6 +32,7 @@ mod state;
 pub mod stream;
 pub mod subscriptions;
 pub mod tasks;
+pub mod trace;
 
 use error::ApiError;
 use state::{json_response, App};

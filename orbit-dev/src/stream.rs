@@ -264,18 +264,29 @@ fn parse_credit(text: &str) -> Result<u64, Closing> {
 
 /// The delivery message, with the event's bytes spliced in unchanged.
 fn delivery_message(leased: &Leased) -> String {
-    // Every interpolated value but the event is hex, digits or a timestamp:
-    // none needs JSON escaping.
+    // The trace context goes before the event: a consumer that must read
+    // the fields around an event that is not JSON can read those before it
+    // as JSON, but cannot tell one after it from the event's bytes.
+    let trace = leased
+        .event
+        .trace
+        .as_ref()
+        .and_then(|trace| serde_json::to_string(trace).ok())
+        .map(|json| format!(r#""trace_context":{json},"#))
+        .unwrap_or_default();
+    // Every other interpolated value but the event is hex, digits or a
+    // timestamp: none needs JSON escaping.
     format!(
         concat!(
             r#"{{"type":"delivery","delivery_id":"{}","subscription_id":"{}","attempt":{},"#,
-            r#""lease_proof":"{}","lease_expires_at":"{}","event":{}}}"#
+            r#""lease_proof":"{}","lease_expires_at":"{}",{}"event":{}}}"#
         ),
         leased.delivery_id,
         leased.subscription_id,
         leased.attempt,
         leased.lease_proof,
         leased.lease_expires_at,
+        trace,
         leased.event.raw,
     )
 }

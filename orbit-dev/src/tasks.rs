@@ -13,6 +13,7 @@ use crate::auth::{Scope, TokenGrant};
 use crate::error::ApiError;
 use crate::ids::{rfc3339, Id};
 use crate::state::{json_response, App, RawBody, RawId, State};
+use crate::trace::TraceContext;
 
 /// A task's state.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -128,6 +129,9 @@ pub(crate) struct Task {
     pub(crate) result: Option<Box<RawValue>>,
     pub(crate) created_at: SystemTime,
     pub(crate) updated_at: SystemTime,
+    /// The trace context of the request that submitted it, which every
+    /// event of the task carries beside it, whoever made the transition.
+    pub(crate) trace: Option<TraceContext>,
 }
 
 /// One event as delivered: its exact bytes, plus what inspection shows.
@@ -140,6 +144,8 @@ pub(crate) struct Event {
     /// `None` for events injected by an admin.
     pub(crate) task_id: Option<Id>,
     pub(crate) raw: Box<str>,
+    /// Sent beside `raw` in every delivery message of the event.
+    pub(crate) trace: Option<TraceContext>,
 }
 
 #[derive(Serialize)]
@@ -245,6 +251,7 @@ impl State {
             queue_id,
             task_id: Some(task_id),
             raw,
+            trace: task.trace.clone(),
         });
         self.record_event(event.clone());
         self.publish(queue_id, event_type, event);
@@ -293,7 +300,8 @@ struct SubmitRequest {
 #[serde(deny_unknown_fields)]
 struct CancelRequest {}
 
-/// `POST /v1/tasks`
+/// `POST /v1/tasks`: its `traceparent` and `tracestate` headers become the
+/// trace context of the task's events.
 pub(crate) async fn submit(
     Extract(app): Extract<App>,
     headers: HeaderMap,
@@ -302,6 +310,7 @@ pub(crate) async fn submit(
     let grant: TokenGrant = app.authenticate(&headers)?;
     grant.require(Scope::TasksSubmit)?;
     let request: SubmitRequest = body.json_or_empty()?;
+    let trace = TraceContext::from_headers(&headers);
     let mut state = app.lock();
     let now = SystemTime::now();
     let id = Id::random();
@@ -316,6 +325,7 @@ pub(crate) async fn submit(
             result: None,
             created_at: now,
             updated_at: now,
+            trace,
         },
     );
     state.emit_task_event(id);

@@ -12,7 +12,7 @@ use tokio::sync::watch;
 use tokio::time::{sleep_until, Instant};
 
 use super::{AckSubject, NatsError, IDLE_KEEPALIVE};
-use crate::delivery::{Delivery, DeliveryId};
+use crate::delivery::{Delivery, DeliveryId, TraceContext};
 use crate::source::{Incoming, LeaseStream};
 
 /// How long one pull request waits on the server for messages before it
@@ -108,9 +108,33 @@ impl PullStream {
                 "a message without an ack subject".into(),
             ));
         };
-        let delivery = Delivery::new(id, message.message.payload.clone()).with_attempt(attempt);
+        let delivery = Delivery::new(id, message.message.payload.clone())
+            .with_attempt(attempt)
+            .with_trace(trace_context(message.message.headers.as_ref()));
         Ok(Incoming::Delivery(delivery, AckSubject(reply)))
     }
+}
+
+/// The producer's trace context in a message's `traceparent` and
+/// `tracestate` headers, as W3C propagation over messaging puts it: none
+/// unless exactly one valid `traceparent` came; several `tracestate`s are
+/// one list. Header names are matched in any case, as HTTP's are, since a
+/// publisher may have copied them from HTTP with its own spelling.
+fn trace_context(headers: Option<&async_nats::HeaderMap>) -> Option<TraceContext> {
+    let headers = headers?;
+    let values = |name: &'static str| {
+        headers
+            .iter()
+            .filter(move |(key, _)| AsRef::<str>::as_ref(*key).eq_ignore_ascii_case(name))
+            .flat_map(|(_, values)| values.iter().map(|value| value.as_str()))
+    };
+    let mut parents = values("traceparent");
+    let (Some(traceparent), None) = (parents.next(), parents.next()) else {
+        return None;
+    };
+    let states: Vec<&str> = values("tracestate").collect();
+    let tracestate = (!states.is_empty()).then(|| states.join(","));
+    TraceContext::parse(traceparent, tracestate.as_deref())
 }
 
 /// The messages of one pull request, then how it ended. A request whose
@@ -255,5 +279,55 @@ impl LeaseStream for PullStream {
     async fn close(self) {
         // Dropping the subscriptions unsubscribes them; what the server
         // still sends to them comes again after AckWait.
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    fn headers(pairs: &[(&str, &str)]) -> async_nats::HeaderMap {
+        let mut headers = async_nats::HeaderMap::new();
+        for (name, value) in pairs {
+            headers.append(*name, *value);
+        }
+        headers
+    }
+
+    fn read(pairs: &[(&str, &str)]) -> Option<(String, Option<String>)> {
+        trace_context(Some(&headers(pairs))).map(|trace| {
+            (
+                trace.traceparent().to_owned(),
+                trace.tracestate().map(str::to_owned),
+            )
+        })
+    }
+
+    #[test]
+    fn the_trace_headers_of_a_message_are_its_delivery_s_trace_context() {
+        assert_eq!(
+            read(&[
+                ("Nats-Msg-Id", "e1"),
+                ("traceparent", PARENT),
+                ("tracestate", "a=1"),
+                ("tracestate", "b=2"),
+            ]),
+            Some((PARENT.into(), Some("a=1,b=2".into())))
+        );
+        assert_eq!(
+            read(&[("Traceparent", PARENT)]),
+            Some((PARENT.into(), None))
+        );
+        assert_eq!(trace_context(None), None);
+        assert_eq!(read(&[("Nats-Msg-Id", "e1")]), None);
+        assert_eq!(read(&[("tracestate", "a=1")]), None);
+        assert_eq!(read(&[("traceparent", "00-junk")]), None);
+        assert_eq!(
+            read(&[("traceparent", PARENT), ("traceparent", PARENT)]),
+            None,
+            "two traceparents are no context"
+        );
     }
 }

@@ -7,6 +7,11 @@
 //! delivery is handed on with the bytes between them, and the inbox refuses
 //! it as `rejected` like any other bad event, without the stream — and every
 //! delivery leased on it — going down with it.
+//!
+//! The producer's trace context comes, when it does, in a field of the
+//! message beside the event (`trace_context`), never in the event. It is
+//! read for the tracing of what the delivery causes and for nothing else: a
+//! malformed one is no context, and the delivery goes on as if none came.
 
 use bytes::Bytes;
 use serde::Deserialize;
@@ -14,7 +19,7 @@ use serde_json::value::RawValue;
 
 use super::LeaseProof;
 use super::OrbitError;
-use crate::delivery::{Delivery, DeliveryId};
+use crate::delivery::{Delivery, DeliveryId, TraceContext};
 
 /// What the server said on the stream.
 #[derive(Debug)]
@@ -43,6 +48,14 @@ impl StreamMessage {
     /// delivery id is never taken from inside the event's bytes. A message
     /// that names no delivery is [`OrbitError::UnreadableMessage`], which
     /// carries its length and nothing of its content.
+    ///
+    /// The optional `trace_context` becomes the delivery's
+    /// [`trace`](Delivery::trace) when it is an object with a valid
+    /// `traceparent` ([`TraceContext::parse`]); anything else there is
+    /// ignored and never makes the message unreadable. Around an event that
+    /// is not JSON it is read only when it comes before `event`, where it
+    /// is read as JSON like the fields there; after the event it cannot be
+    /// told from the event's bytes, and the delivery has no trace context.
     pub fn parse(text: &str) -> Result<Self, OrbitError> {
         let wire: WireMessage<'_> = match serde_json::from_str(text) {
             Ok(wire) => wire,
@@ -58,7 +71,8 @@ impl StreamMessage {
                 else {
                     return Err(OrbitError::Protocol("incomplete delivery message"));
                 };
-                Ok(delivery(id, attempt, proof, event.get()))
+                let trace = wire.trace_context.and_then(|raw| trace_context(raw.get()));
+                Ok(delivery(id, attempt, proof, event.get(), trace))
             }
             "error" => Ok(StreamMessage::Error {
                 code: wire.code.unwrap_or_else(|| "unknown".to_owned()),
@@ -78,15 +92,48 @@ struct WireMessage<'a> {
     #[serde(borrow)]
     event: Option<&'a RawValue>,
     code: Option<String>,
+    /// Any JSON at all, so that a misshapen context cannot make the message
+    /// unreadable; [`trace_context`] reads it.
+    #[serde(borrow)]
+    trace_context: Option<&'a RawValue>,
 }
 
-fn delivery(id: &str, attempt: u32, proof: String, event: &str) -> StreamMessage {
+/// `trace_context` as the protocol writes it (§10.3), each part any JSON
+/// until it is read.
+#[derive(Deserialize)]
+struct WireTrace<'a> {
+    #[serde(borrow)]
+    traceparent: Option<&'a RawValue>,
+    #[serde(borrow)]
+    tracestate: Option<&'a RawValue>,
+}
+
+/// The trace context in a message's `trace_context` value, if it is an
+/// object with a valid `traceparent`; a `tracestate` that is not a string
+/// is dropped alone.
+fn trace_context(raw: &str) -> Option<TraceContext> {
+    let wire: WireTrace<'_> = serde_json::from_str(raw).ok()?;
+    let traceparent: String = serde_json::from_str(wire.traceparent?.get()).ok()?;
+    let tracestate = wire
+        .tracestate
+        .and_then(|raw| serde_json::from_str::<String>(raw.get()).ok());
+    TraceContext::parse(&traceparent, tracestate.as_deref())
+}
+
+fn delivery(
+    id: &str,
+    attempt: u32,
+    proof: String,
+    event: &str,
+    trace: Option<TraceContext>,
+) -> StreamMessage {
     StreamMessage::Delivery(
         Delivery::new(
             DeliveryId::new(id),
             Bytes::copy_from_slice(event.as_bytes()),
         )
-        .with_attempt(attempt),
+        .with_attempt(attempt)
+        .with_trace(trace),
         LeaseProof::new(proof),
     )
 }
@@ -112,10 +159,13 @@ const JSON_WS: [char; 4] = [' ', '\t', '\n', '\r'];
 /// right, as strings or numbers, stopping at the first that is not one of
 /// [`FIELDS`] not yet seen (so the event's own bytes are never read as a
 /// field once the message's fields are all found); the event is what lies
-/// between. Other fields before the event are passed over. `None` if the
+/// between. Other fields before the event are passed over, but for
+/// `trace_context`, which the parser in front of the event reads as safely
+/// as the six (given twice, it is ambiguous and dropped). `None` if the
 /// message is not an object, has no `event`, or lacks one of the fields.
 fn around_the_event(text: &str) -> Option<StreamMessage> {
     let mut fields: Vec<(&str, &str)> = Vec::with_capacity(FIELDS.len());
+    let mut traces: Vec<&str> = Vec::new();
 
     let mut left = Cursor { text, at: 0 };
     left.skip_ws();
@@ -135,6 +185,8 @@ fn around_the_event(text: &str) -> Option<StreamMessage> {
                 return None;
             }
             fields.push((key, value));
+        } else if key == "trace_context" {
+            traces.push(value);
         }
         left.skip_ws();
         left.eat(b',')?;
@@ -168,7 +220,11 @@ fn around_the_event(text: &str) -> Option<StreamMessage> {
     let attempt: u32 = serde_json::from_str(field("attempt")?).ok()?;
     let proof: String = serde_json::from_str(field("lease_proof")?).ok()?;
     let event = text.get(event_start..end)?.trim_matches(JSON_WS);
-    Some(delivery(&id, attempt, proof, event))
+    let trace = match traces[..] {
+        [raw] => trace_context(raw),
+        _ => None,
+    };
+    Some(delivery(&id, attempt, proof, event, trace))
 }
 
 /// The field `,"key":value` that ends at `end` (before a `}` or the next
@@ -359,6 +415,113 @@ mod tests {
             StreamMessage::parse(r#"{"type":"delivery","delivery_id":"d"}"#),
             Err(OrbitError::Protocol(_))
         ));
+    }
+
+    const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    /// A delivery message with `trace` (a JSON value, or nothing) as its
+    /// `trace_context`, before the event.
+    fn traced(trace: &str, event: &str) -> String {
+        format!(
+            r#"{{"type":"delivery","delivery_id":"d1","subscription_id":"s","attempt":2,"lease_proof":"p","lease_expires_at":"x","trace_context":{trace},"event":{event}}}"#
+        )
+    }
+
+    /// The delivery's trace context as (traceparent, tracestate), after
+    /// checking that the rest of the delivery is as if none had come.
+    fn trace_of(text: &str, event: &str) -> Option<(String, Option<String>)> {
+        let Ok(StreamMessage::Delivery(d, proof)) = StreamMessage::parse(text) else {
+            panic!("not a delivery: {text}");
+        };
+        assert_eq!(
+            (d.id().as_str(), d.attempt(), proof.expose(), &d.body()[..]),
+            ("d1", Some(2), "p", event.as_bytes()),
+            "{text}"
+        );
+        d.trace().map(|t| {
+            (
+                t.traceparent().to_owned(),
+                t.tracestate().map(str::to_owned),
+            )
+        })
+    }
+
+    #[test]
+    fn a_trace_context_beside_the_event_becomes_the_delivery_s() {
+        let event = r#"{"id":"e"}"#;
+        let both = format!(r#"{{"traceparent":"{TRACEPARENT}","tracestate":"a=1,b=2"}}"#);
+        assert_eq!(
+            trace_of(&traced(&both, event), event),
+            Some((TRACEPARENT.into(), Some("a=1,b=2".into())))
+        );
+        let alone = format!(r#"{{"tracestate":null,"traceparent":"{TRACEPARENT}"}}"#);
+        assert_eq!(
+            trace_of(&traced(&alone, event), event),
+            Some((TRACEPARENT.into(), None))
+        );
+        // After the event, in a message that is JSON, it is just as good.
+        let after = message(event).replace(
+            "}}",
+            &format!(r#"}},"trace_context":{{"traceparent":"{TRACEPARENT}"}}}}"#),
+        );
+        assert_eq!(trace_of(&after, event), Some((TRACEPARENT.into(), None)));
+        assert_eq!(trace_of(&message(event), event), None);
+    }
+
+    #[test]
+    fn a_malformed_trace_context_is_no_context_and_the_delivery_goes_on() {
+        let event = r#"{"id":"e"}"#;
+        for trace in [
+            "null",
+            "1",
+            "[]",
+            &format!(r#""{TRACEPARENT}""#),
+            "{}",
+            r#"{"traceparent":"00-junk"}"#,
+            r#"{"traceparent":7,"tracestate":"a=1"}"#,
+            &format!(r#"{{"traceparent":"{}"}}"#, TRACEPARENT.to_uppercase()),
+            &format!(r#"{{"traceparent":"{TRACEPARENT}","traceparent":"{TRACEPARENT}"}}"#),
+        ] {
+            assert_eq!(trace_of(&traced(trace, event), event), None, "{trace}");
+        }
+        // A bad tracestate is dropped alone.
+        for state in ["7", r#""a=é""#, r#"{"a":1}"#] {
+            let trace = format!(r#"{{"traceparent":"{TRACEPARENT}","tracestate":{state}}}"#);
+            assert_eq!(
+                trace_of(&traced(&trace, event), event),
+                Some((TRACEPARENT.into(), None)),
+                "{trace}"
+            );
+        }
+    }
+
+    #[test]
+    fn around_an_unreadable_event_a_trace_context_before_it_is_read_and_one_after_it_is_not() {
+        let context = format!(r#"{{"traceparent":"{TRACEPARENT}","tracestate":"a=1"}}"#);
+        for event in ["garbage{", r#"{"a":1}trailing"#] {
+            assert_eq!(
+                trace_of(&traced(&context, event), event),
+                Some((TRACEPARENT.into(), Some("a=1".into()))),
+                "{event}"
+            );
+            assert_eq!(trace_of(&traced("[1]", event), event), None);
+            assert_eq!(
+                trace_of(&traced(r#"{"traceparent":1}"#, event), event),
+                None
+            );
+        }
+
+        // Given twice, neither is taken.
+        let twice = traced(&context, "garbage{").replace(
+            r#","event":"#,
+            &format!(r#","trace_context":{context},"event":"#),
+        );
+        assert_eq!(trace_of(&twice, "garbage{"), None);
+
+        // After the event, a context cannot be told from the event's bytes,
+        // which it is then taken for: the inbox refuses them either way.
+        let spoof = format!(r#"garbage,"trace_context":{context}"#);
+        assert_eq!(trace_of(&message(&spoof), &spoof), None);
     }
 
     #[test]

@@ -149,7 +149,18 @@ impl Server {
 
     /// Submits a task; returns its id.
     pub async fn submit(&self, token: &Token) -> String {
-        let response = self.post("/v1/tasks", &token.token, "{}").await;
+        self.submit_with_headers(token, &[]).await
+    }
+
+    /// Submits a task with more request headers (e.g. `traceparent`);
+    /// returns its id.
+    pub async fn submit_with_headers(&self, token: &Token, headers: &[(&str, &str)]) -> String {
+        let authorization = format!("Bearer {}", token.token);
+        let mut all = vec![("Authorization", authorization.as_str())];
+        all.extend_from_slice(headers);
+        let response = client::send(&self.base, "POST", "/v1/tasks", &all, Some(b"{}"))
+            .await
+            .unwrap();
         assert_eq!(response.status, 201, "{}", response.text());
         let body: Value = response.json().unwrap();
         body["id"].as_str().unwrap().to_string()
@@ -237,6 +248,8 @@ pub struct Delivery {
     pub lease_expires_at: String,
     /// The event's bytes as they appear in the message.
     pub event: String,
+    /// The message's `trace_context`, when it has one.
+    pub trace_context: Option<Value>,
     /// The whole message text.
     pub text: String,
 }
@@ -258,6 +271,8 @@ struct Wire<'a> {
     lease_expires_at: String,
     #[serde(borrow)]
     event: &'a RawValue,
+    #[serde(default)]
+    trace_context: Option<Value>,
 }
 
 pub struct Consumer {
@@ -324,6 +339,7 @@ pub fn parse_delivery(text: &str) -> Delivery {
         lease_proof: wire.lease_proof,
         lease_expires_at: wire.lease_expires_at,
         event: wire.event.get().to_string(),
+        trace_context: wire.trace_context,
         text: text.to_string(),
     }
 }
