@@ -97,6 +97,19 @@ pub trait Source: Send + Sync + 'static {
         None
     }
 
+    /// The messaging system, as a delivery's span names it
+    /// (`messaging.system`: `orbit`, `nats`). Default: `unknown`.
+    fn system(&self) -> &'static str {
+        "unknown"
+    }
+
+    /// Where the deliveries come from, as a delivery's span names it
+    /// (`messaging.destination.name`): the queue by default.
+    fn destination(&self) -> String {
+        self.queue()
+            .map_or_else(|| "unknown".to_owned(), |queue| queue.to_string())
+    }
+
     /// Opens a stream; it holds no credit yet.
     fn open(&self) -> impl Future<Output = Result<Self::Stream, Self::Error>> + Send;
 

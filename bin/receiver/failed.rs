@@ -24,7 +24,7 @@ use crate::commands::NATS_CALL_TIMEOUT;
 pub(crate) enum Origin {
     /// An Orbit subscription's `EXPIRED` deliveries.
     Orbit {
-        client: OrbitClient,
+        client: Box<OrbitClient>,
         subscription: SubscriptionId,
     },
     /// A JetStream durable consumer's failures stream.

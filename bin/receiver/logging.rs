@@ -40,17 +40,32 @@ pub(crate) fn init_logging(announces: bool) -> Result<(), String> {
     let cap = filter_fn(|meta| {
         !(meta.target().starts_with(NATS_CLIENT) && *meta.level() > tracing::Level::INFO)
     });
-    let filter = env_filter.and(cap);
+    // The log is one line per event: the library's spans (a delivery's
+    // processing, its transaction, each statement) are for a trace
+    // exporter, not a prefix on every line.
+    let filter = env_filter.and(cap).and(filter_fn(|meta| !meta.is_span()));
     let layer = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(false);
-    let registry = tracing_subscriber::registry();
-    match format()? {
-        Format::Text => registry.with(layer.with_filter(filter)).init(),
-        Format::Json => registry
-            .with(layer.json().flatten_event(true).with_filter(filter))
-            .init(),
+    let log = match format()? {
+        Format::Text => layer.with_filter(filter).boxed(),
+        Format::Json => layer.json().flatten_event(true).with_filter(filter).boxed(),
+    };
+    // A list of layers rather than an optional one: an absent `Option`
+    // layer reports "nothing enabled" as its level hint, which would cap
+    // the log's own levels.
+    let mut layers = vec![log];
+    // Traces, when an endpoint is configured: the receiver's own spans and
+    // the events in them, at info and above, whatever the log's filter.
+    if let Some(traces) = crate::otel::layer()? {
+        let own = filter_fn(|meta| {
+            *meta.level() <= tracing::Level::INFO
+                && (meta.target().starts_with("result_inbox")
+                    || meta.target().starts_with("receiver"))
+        });
+        layers.push(traces.with_filter(own).boxed());
     }
+    tracing_subscriber::registry().with(layers).init();
     Ok(())
 }
 

@@ -19,6 +19,7 @@ mod exit;
 mod failed;
 mod health;
 mod logging;
+mod otel;
 mod runtime;
 
 use std::path::PathBuf;
@@ -224,7 +225,11 @@ pub(crate) enum InspectWhat {
 }
 
 fn main() -> ExitCode {
-    exit_code(run())
+    let outcome = run();
+    // What the traces still hold goes out before the process ends, within
+    // a bound of its own.
+    otel::shutdown();
+    exit_code(outcome)
 }
 
 fn run() -> Outcome {

@@ -32,6 +32,7 @@ pub(super) async fn ack_until_answered<Src: Source>(
         match source.ack(&id, &proof).await {
             Ok(outcome) => {
                 telemetry::ack("confirmed");
+                tracing::Span::current().record("outcome", "confirmed");
                 return AckResult::Confirmed(id, outcome);
             }
             Err(e) if e.is_retryable() => {
@@ -41,6 +42,9 @@ pub(super) async fn ack_until_answered<Src: Source>(
             }
             Err(e) => {
                 telemetry::ack("refused");
+                let span = tracing::Span::current();
+                span.record("outcome", "refused");
+                span.record("otel.status_code", "ERROR");
                 return AckResult::Refused(id, Box::new(e));
             }
         }

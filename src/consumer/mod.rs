@@ -47,6 +47,7 @@ mod options;
 mod report;
 mod run;
 mod settle;
+mod span;
 
 pub use self::error::ConsumerError;
 pub use self::health::Health;
@@ -54,3 +55,4 @@ pub use self::options::ConsumerOptions;
 pub use self::report::ConsumerReport;
 pub use self::run::Consumer;
 pub use self::settle::{settle, Settlement};
+pub use self::span::TraceParent;

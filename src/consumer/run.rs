@@ -10,11 +10,12 @@ use bytes::Bytes;
 use tokio::task::JoinSet;
 use tokio::time::{sleep_until, timeout, timeout_at, Instant};
 use tower::{Service, ServiceExt};
-use tracing::{info, warn};
+use tracing::{info, warn, Instrument, Span};
 
 use super::ack::{ack_until_answered, record_ack, release, terminate, AckResult};
 use super::breaker::Breaker;
 use super::link::Link;
+use super::span::{self, Spans, TraceParent};
 use super::{settle, ConsumerError, ConsumerOptions, ConsumerReport, Health, Settlement};
 use crate::delivery::{Delivery, DeliveryId};
 use crate::failure;
@@ -60,6 +61,7 @@ pub struct Consumer<Src: Source> {
     options: ConsumerOptions,
     probe: Option<Arc<dyn Probe>>,
     health: Health,
+    trace_parent: Option<TraceParent>,
 }
 
 impl<Src: Source + std::fmt::Debug> std::fmt::Debug for Consumer<Src> {
@@ -74,6 +76,8 @@ impl<Src: Source + std::fmt::Debug> std::fmt::Debug for Consumer<Src> {
 
 struct Handled<P> {
     id: DeliveryId,
+    /// The attempt's span, which its acknowledgement goes under.
+    span: Span,
     /// What acknowledges this attempt; kept here, never given to a service.
     proof: P,
     settlement: Settlement,
@@ -93,7 +97,18 @@ impl<Src: Source> Consumer<Src> {
             options,
             probe: None,
             health: Health::new(),
+            trace_parent: None,
         }
+    }
+
+    /// Gives each delivery's span the producer's trace as its parent, when
+    /// the source handed one over with the delivery (a W3C `traceparent`):
+    /// `parent` is called with the new span and that trace context. The
+    /// `receiver` binary passes one that sets the OpenTelemetry parent;
+    /// without it the spans start traces of their own.
+    pub fn with_trace_parent(mut self, parent: TraceParent) -> Self {
+        self.trace_parent = Some(parent);
+        self
     }
 
     /// Gives the consumer a breaker on `probe` (see [`Probe`]), and the
@@ -152,6 +167,11 @@ impl<Src: Source> Consumer<Src> {
         let mut breaker = Breaker::new(self.probe.clone(), &self.options, self.health.clone());
         let idle = self.options.stream_idle_timeout;
         let mut fatal = None;
+        let spans = Spans {
+            system: self.source.system(),
+            destination: self.source.destination(),
+            parent: self.trace_parent.clone(),
+        };
         // Series that exist from the start read 0, not "absent", on a
         // dashboard.
         metrics::counter!(telemetry::STREAM_RECONNECTS).increment(0);
@@ -195,7 +215,14 @@ impl<Src: Source> Consumer<Src> {
                 let Some((delivery, proof)) = held.pop_front() else {
                     break;
                 };
-                handlers.spawn(handle(service.clone(), delivery, proof, self.probe.clone()));
+                let span = spans.process(&delivery);
+                handlers.spawn(handle(
+                    service.clone(),
+                    delivery,
+                    proof,
+                    self.probe.clone(),
+                    span,
+                ));
                 set_in_hand(handlers.len(), held.len());
             }
 
@@ -229,12 +256,14 @@ impl<Src: Source> Consumer<Src> {
                             report.succeeded += 1;
                             let source = self.source.clone();
                             let backoff = self.options.backoff();
-                            acks.spawn(ack_until_answered(source, done.id, done.proof, backoff));
+                            let settle = spans.settle(&done.span, "ack");
+                            acks.spawn(ack_until_answered(source, done.id, done.proof, backoff).instrument(settle));
                         }
                         Settlement::Leave => report.failed += 1,
                         Settlement::Terminate => {
                             report.failed += 1;
-                            acks.spawn(terminate(self.source.clone(), done.id, done.proof));
+                            let settle = spans.settle(&done.span, "terminate");
+                            acks.spawn(terminate(self.source.clone(), done.id, done.proof).instrument(settle));
                         }
                     }
                     if done.unavailable {
@@ -259,7 +288,8 @@ impl<Src: Source> Consumer<Src> {
                         // it opened): started now it would only spend an
                         // attempt on a database that is away.
                         if handlers.len() < concurrency as usize && held.is_empty() && !breaker.is_open() {
-                            handlers.spawn(handle(service.clone(), delivery, proof, self.probe.clone()));
+                            let span = spans.process(&delivery);
+                            handlers.spawn(handle(service.clone(), delivery, proof, self.probe.clone(), span));
                         } else {
                             held.push_back((delivery, proof));
                         }
@@ -336,6 +366,7 @@ async fn handle<S, P>(
     delivery: Delivery<Bytes>,
     proof: P,
     probe: Option<Arc<dyn Probe>>,
+    span: Span,
 ) -> Handled<P>
 where
     S: Service<Delivery<Bytes>>,
@@ -343,7 +374,7 @@ where
 {
     let id = delivery.id().clone();
     let attempt = delivery.attempt();
-    let answer = match service.oneshot(delivery).await {
+    let answer = match service.oneshot(delivery).instrument(span.clone()).await {
         Ok(_) => Ok(()),
         Err(e) => {
             let e: BoxError = e.into();
@@ -359,11 +390,13 @@ where
             if !failure.logged {
                 info!(class = failure.class.as_str(), delivery = %id, attempt, error = %e, "delivery");
             }
+            span::failed(&span, failure.class.as_str());
             Err(failure)
         }
     };
     Handled {
         id,
+        span,
         settlement: settle(&answer),
         unavailable: answer.as_ref().err().is_some_and(|f| f.unavailable),
         proof,

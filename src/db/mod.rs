@@ -11,6 +11,7 @@ mod error;
 pub mod row;
 pub mod schema;
 pub(crate) mod sql;
+pub(crate) mod trace;
 
 pub use self::dsn::{Dsn, DsnError, ACCEPTED_OPTIONS};
 pub use self::error::{DbError, DbErrorKind};

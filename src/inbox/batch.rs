@@ -24,6 +24,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::time::{timeout_at, Instant};
 use tower::{Service, ServiceExt};
+use tracing::{field, Instrument, Span};
 
 use super::batching::ApplySet;
 use super::store::mark_stale_all;
@@ -58,6 +59,10 @@ pub(super) struct Job<S> {
     pub(super) inner: S,
     pub(super) delivery: Delivery<Bytes>,
     pub(super) event: Arc<Event>,
+    /// The span the delivery is handled in (the consumer's, when there is
+    /// one): a batch's shared transaction and each of its deliveries are
+    /// linked both ways.
+    pub(super) span: Span,
 }
 
 /// A failure of the whole batch: every delivery gets it.
@@ -66,6 +71,18 @@ enum Whole {
     Database(DbError),
     Timeout,
     Unconfirmed,
+}
+
+impl Whole {
+    /// As a span's `error.type`.
+    fn kind(&self) -> &'static str {
+        match self {
+            Whole::Database(e) if e.is_rolled_back() => "rolled_back",
+            Whole::Database(_) => "database",
+            Whole::Timeout => "timeout",
+            Whole::Unconfirmed => "unconfirmed",
+        }
+    }
 }
 
 impl From<sqlx::Error> for Whole {
@@ -100,7 +117,19 @@ pub(super) async fn run<S: Inner>(
     set: Option<&dyn ApplySet>,
     jobs: &mut [Job<S>],
 ) -> Vec<Result<Receipt, InboxError>> {
-    let fates = settle(store, set, jobs).await;
+    // The batch's transaction belongs to no delivery's trace alone: a span
+    // of its own, linked to each delivery's and each linked to it.
+    let span = tracing::info_span!(
+        parent: None,
+        "inbox transaction",
+        deliveries = jobs.len(),
+        retries = field::Empty,
+    );
+    for job in jobs.iter() {
+        span.follows_from(&job.span);
+        job.span.follows_from(&span);
+    }
+    let fates = settle(store, set, jobs).instrument(span).await;
     jobs.iter()
         .zip(fates)
         .map(|(job, fate)| fate.map(|outcome| Receipt::new(&job.event, outcome)))
@@ -113,7 +142,8 @@ pub(super) async fn alone<S: Inner>(
     job: Job<S>,
 ) -> Result<Receipt, InboxError> {
     let mut jobs = [job];
-    let fate = settle(store, None, &mut jobs).await.pop();
+    let span = tracing::info_span!("inbox transaction", deliveries = 1, retries = field::Empty);
+    let fate = settle(store, None, &mut jobs).instrument(span).await.pop();
     let [job] = jobs;
     let fate = fate.expect("a batch has a fate per delivery");
     fate.map(|outcome| Receipt::new(&job.event, outcome))
@@ -127,13 +157,31 @@ async fn settle<S: Inner>(
     let deadline = Instant::now() + store.transaction_timeout();
     let mut retried_connection = false;
     let mut fresh = true;
+    let mut retries = 0u32;
     loop {
-        let attempt = attempt(store, set, jobs, fresh, deadline).await;
+        let span = tracing::info_span!(
+            "transaction attempt",
+            attempt = retries + 1,
+            cause = field::Empty,
+            error.type = field::Empty,
+            otel.status_code = field::Empty,
+        );
+        let attempt = attempt(store, set, jobs, fresh, deadline)
+            .instrument(span.clone())
+            .await;
         fresh = false;
         let whole = match attempt {
-            Ok(fates) => return fates,
+            Ok(fates) => {
+                Span::current().record("retries", retries);
+                return fates;
+            }
             Err(whole) => whole,
         };
+        span.record("error.type", whole.kind());
+        span.record("otel.status_code", "ERROR");
+        if let Whole::Database(e) = &whole {
+            span.record("cause", tracing::field::display(e));
+        }
         if let Whole::Database(e) = &whole {
             if e.is_rolled_back() {
                 if let Some(pause) = retry_pause(store, e, &mut retried_connection) {
@@ -143,11 +191,13 @@ async fn settle<S: Inner>(
                         .await
                         .is_ok()
                     {
+                        retries += 1;
                         continue;
                     }
                 }
             }
         }
+        Span::current().record("retries", retries);
         return jobs.iter().map(|_| Err(whole.clone().into())).collect();
     }
 }
@@ -341,11 +391,18 @@ async fn one<S: Inner>(
         scope: scope.clone(),
         tx: lent,
     };
+    // The inner service's work (the task view, the business), in a span of
+    // its own under the delivery's part of the transaction.
+    let service = tracing::info_span!("inner service", otel.status_code = field::Empty);
     let called = job
         .inner
         .call(job.delivery.clone().map_body(|_| applying))
+        .instrument(service.clone())
         .await
         .map_err(|e| InboxError::from_inner(e.into()));
+    if called.is_err() {
+        service.record("otel.status_code", "ERROR");
+    }
     match called {
         Ok(verdict) => {
             let Verdict { applying, advanced } = verdict;

@@ -160,6 +160,7 @@ impl<S: Inner> Gather<S> {
             inner,
             delivery,
             event,
+            span: tracing::Span::current(),
         };
         self.lock().push_back(Queued { job, reply });
         self.start();

@@ -391,12 +391,21 @@ async fn apply<S: Inner>(
             // operator which one it was.
             let id = crate::event::readable_id(delivery.body());
             let event = id.as_ref().map_or("-", |id| id.as_str());
+            tracing::Span::current().record("outcome", e.class());
             tracing::warn!(class = e.class(), delivery = %delivery_id, attempt, event = %event, error = %e, "delivery");
             telemetry::delivery(e.class(), started.elapsed());
             return Err(e);
         }
     };
     let event_id = event.id().clone();
+    // The delivery's span (the consumer's, when the inbox runs under one)
+    // learns what only the inbox knows: the event and the receiver.
+    let span = tracing::Span::current();
+    span.record("messaging.message.id", event_id.as_str());
+    span.record(
+        "messaging.consumer.group.name",
+        store.scope().receiver.as_str(),
+    );
     let answer = match event.check_queue(&store.scope().queue_id) {
         Err(e) => Err(e.into()),
         Ok(()) => match gather {
@@ -409,6 +418,7 @@ async fn apply<S: Inner>(
                         inner,
                         delivery,
                         event,
+                        span: tracing::Span::current(),
                     },
                 )
                 .await
@@ -427,10 +437,12 @@ async fn apply<S: Inner>(
     }
     match &answer {
         Ok(receipt) => {
+            span.record("outcome", receipt.outcome.class());
             tracing::info!(class = receipt.outcome.class(), delivery = %delivery_id, attempt, event = %event_id, "delivery");
             telemetry::delivery(receipt.outcome.class(), started.elapsed());
         }
         Err(e) => {
+            span.record("outcome", e.class());
             tracing::warn!(class = e.class(), delivery = %delivery_id, attempt, event = %event_id, error = %e, "delivery");
             telemetry::delivery(e.class(), started.elapsed());
         }

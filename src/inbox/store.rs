@@ -9,6 +9,7 @@ use sqlx::Executor;
 
 use super::shelf::Shelf;
 use super::tx::InboxTx;
+use crate::db::trace::{statement, traced};
 use crate::db::{sql, DbError, DbErrorKind, Dsn};
 use crate::event::Event;
 use crate::failure::Failure;
@@ -371,7 +372,8 @@ pub(crate) async fn mark_stale_all(
     for event in events {
         query = query.bind(event.id().as_str());
     }
-    query.execute(conn).await?;
+    let span = statement("UPDATE", Some("receiver_inbox"));
+    traced(span, query.execute(conn)).await?;
     Ok(())
 }
 

@@ -22,6 +22,7 @@ use tokio::sync::oneshot;
 
 use super::error::InboxError;
 use super::shelf::{Lent, Shelf};
+use crate::db::trace::{statement, traced};
 use crate::db::{errno, sql, DbError};
 use crate::digest::Digest;
 use crate::event::Event;
@@ -67,6 +68,9 @@ INSERT INTO receiver_inbox
 VALUES ";
 const ROW: &str = "(?, ?, ?, ?, ?, 1, UTC_TIMESTAMP(6))";
 
+/// The table the inbox's statements name, as their spans name it.
+const INBOX: &str = "receiver_inbox";
+
 /// Reads back the committed row behind a duplicate key.
 const COMMITTED_ROW_SQL: &str = "\
 SELECT event_digest, applied FROM receiver_inbox
@@ -79,12 +83,15 @@ pub(crate) async fn committed_row(
     scope: &InboxScope,
     event: &EventId,
 ) -> Result<Option<(Digest, bool)>, InboxError> {
-    let row: Option<(Vec<u8>, bool)> = sqlx::query_as(COMMITTED_ROW_SQL)
-        .bind(scope.receiver.as_str())
-        .bind(scope.queue_id.as_str())
-        .bind(event.as_str())
-        .fetch_optional(conn)
-        .await?;
+    let row: Option<(Vec<u8>, bool)> = traced(
+        statement("SELECT", Some(INBOX)),
+        sqlx::query_as(COMMITTED_ROW_SQL)
+            .bind(scope.receiver.as_str())
+            .bind(scope.queue_id.as_str())
+            .bind(event.as_str())
+            .fetch_optional(conn),
+    )
+    .await?;
     let Some((hex, applied)) = row else {
         return Ok(None);
     };
@@ -208,7 +215,12 @@ impl InboxTx {
                 .bind(canonical.digest().to_hex())
                 .bind(canonical.as_str());
         }
-        inserted(query.execute(self.connection()).await.map(drop))
+        let span = statement("INSERT", Some(INBOX));
+        inserted(
+            traced(span, query.execute(self.connection()))
+                .await
+                .map(drop),
+        )
     }
 
     /// The inbox row of one event that an inner service may be lent the
@@ -224,13 +236,25 @@ impl InboxTx {
             return self.insert_all(scope, &[event]).await;
         }
         let sql = format!("{INSERT_ALL_SQL}{}", literal_rows(scope, &[event]));
-        inserted(MySqlTransactionManager::begin(self.connection(), Some(sql.into())).await)
+        let span = statement("INSERT", Some(INBOX));
+        inserted(
+            traced(
+                span,
+                MySqlTransactionManager::begin(self.connection(), Some(sql.into())),
+            )
+            .await,
+        )
     }
 
     /// `BEGIN`, through sqlx, for a transaction whose first statement is
     /// not the inbox's (a [`Session`](super::Session)).
     pub(crate) async fn begin(&mut self) -> Result<(), sqlx::Error> {
-        MySqlTransactionManager::begin(self.connection(), None).await
+        let span = statement("BEGIN", None);
+        traced(
+            span,
+            MySqlTransactionManager::begin(self.connection(), None),
+        )
+        .await
     }
 
     /// Makes the open transaction sqlx's own before an inner service gets
@@ -265,16 +289,20 @@ impl InboxTx {
     /// Marks a savepoint: what follows can be undone alone.
     pub(crate) async fn savepoint(&mut self) -> Result<(), sqlx::Error> {
         self.close_nested().await?;
-        self.connection().execute("SAVEPOINT delivery").await?;
+        let span = statement("SAVEPOINT", None);
+        traced(span, self.connection().execute("SAVEPOINT delivery")).await?;
         Ok(())
     }
 
     /// Undoes everything since the last [`savepoint`](Self::savepoint).
     pub(crate) async fn rollback_to_savepoint(&mut self) -> Result<(), sqlx::Error> {
         self.close_nested().await?;
-        self.connection()
-            .execute("ROLLBACK TO SAVEPOINT delivery")
-            .await?;
+        let span = statement("ROLLBACK TO SAVEPOINT", None);
+        traced(
+            span,
+            self.connection().execute("ROLLBACK TO SAVEPOINT delivery"),
+        )
+        .await?;
         Ok(())
     }
 
@@ -289,12 +317,22 @@ impl InboxTx {
     async fn end(&mut self, end: End) -> Result<(), sqlx::Error> {
         self.close_nested().await?;
         let conn = self.connection();
-        match (MySqlTransactionManager::get_transaction_depth(conn), end) {
-            (0, End::Commit) => conn.execute("COMMIT").await.map(drop),
-            (0, End::Rollback) => conn.execute("ROLLBACK").await.map(drop),
-            (_, End::Commit) => MySqlTransactionManager::commit(conn).await,
-            (_, End::Rollback) => MySqlTransactionManager::rollback(conn).await,
-        }
+        let span = statement(
+            match end {
+                End::Commit => "COMMIT",
+                End::Rollback => "ROLLBACK",
+            },
+            None,
+        );
+        let ended = async {
+            match (MySqlTransactionManager::get_transaction_depth(conn), end) {
+                (0, End::Commit) => conn.execute("COMMIT").await.map(drop),
+                (0, End::Rollback) => conn.execute("ROLLBACK").await.map(drop),
+                (_, End::Commit) => MySqlTransactionManager::commit(conn).await,
+                (_, End::Rollback) => MySqlTransactionManager::rollback(conn).await,
+            }
+        };
+        traced(span, ended).await
     }
 
     /// The connection, as an executor for the statements of the transaction.

@@ -195,6 +195,15 @@ impl Source for JetStreamSource {
         format!("stream {} consumer {}", self.stream, self.consumer)
     }
 
+    fn system(&self) -> &'static str {
+        "nats"
+    }
+
+    /// The subject the queue's events are published on.
+    fn destination(&self) -> String {
+        self.subject.clone()
+    }
+
     async fn open(&self) -> Result<PullStream, NatsError> {
         // The consumer may have been deleted or changed since start-up.
         self.check().await?;

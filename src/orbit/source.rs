@@ -106,6 +106,10 @@ impl Source for OrbitSource {
         self.queue.as_ref()
     }
 
+    fn system(&self) -> &'static str {
+        "orbit"
+    }
+
     async fn open(&self) -> Result<DeliveryStream, OrbitError> {
         self.client.open_stream(&self.subscription).await
     }

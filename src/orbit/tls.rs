@@ -95,8 +95,9 @@ impl OrbitTls {
         self.private_cas
     }
 
-    /// The shared rustls configuration.
-    pub(super) fn config(&self) -> Arc<ClientConfig> {
+    /// The shared rustls configuration (ring, these roots), for another
+    /// HTTPS client that should trust what Orbit's client trusts.
+    pub fn config(&self) -> Arc<ClientConfig> {
         self.config.clone()
     }
 }

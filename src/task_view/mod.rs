@@ -27,6 +27,7 @@ use sqlx::mysql::MySqlConnection;
 use sqlx::Row;
 use tower::Service;
 
+use crate::db::trace::{statement, traced};
 use crate::db::DbError;
 use crate::delivery::Delivery;
 use crate::event::{result_size, Event};
@@ -68,6 +69,9 @@ pub fn decide(stored: Option<(u64, &str)>, version: u64, event_id: &str) -> Deci
         Some(_) => Decision::VersionTaken,
     }
 }
+
+/// The table of the view's statements, as their spans name it.
+const VIEWS: &str = "receiver_task_views";
 
 // The ODKU branch reports which case it met through LAST_INSERT_ID(expr),
 // whose value the server returns in the statement's OK packet. The insert
@@ -141,8 +145,8 @@ pub async fn advance(
         .bind(result)
         .bind(version)
         .bind(version)
-        .execute(conn)
-        .await?;
+        .execute(conn);
+    let done = traced(statement("INSERT", Some(VIEWS)), done).await?;
     match done.last_insert_id() {
         CASE_CREATED | CASE_ADVANCED => Ok(Advance::Applied),
         CASE_OLDER | CASE_SAME_EVENT => Ok(Advance::Stale),

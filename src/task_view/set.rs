@@ -19,6 +19,7 @@ use sqlx::query::Query;
 use sqlx::{Encode, Row, Type};
 
 use super::{decide, Decision, TaskView};
+use crate::db::trace::{statement, traced};
 use crate::db::{errno, row, sql};
 use crate::event::Event;
 use crate::inbox::{ApplySet, InboxError};
@@ -124,7 +125,11 @@ async fn lock_rows(
     for task in &tasks {
         query = query.bind(*task);
     }
-    let rows = query.fetch_all(&mut *conn).await?;
+    let rows = traced(
+        statement("SELECT", Some(super::VIEWS)),
+        query.fetch_all(&mut *conn),
+    )
+    .await?;
     rows.iter()
         .map(|r| {
             let version: u64 = r.try_get(1)?;
@@ -162,7 +167,7 @@ async fn insert_rows(
             .bind(task.result.as_deref())
             .bind(*advanced);
     }
-    match query.execute(conn).await {
+    match traced(statement("INSERT", Some(super::VIEWS)), query.execute(conn)).await {
         Ok(_) => Ok(true),
         Err(e) if errno::is_duplicate_key(&e) => Ok(false),
         Err(e) => Err(e.into()),
@@ -196,7 +201,7 @@ async fn update_rows(
     for (event, _) in rows {
         query = query.bind(event.task().id.as_str());
     }
-    let done = query.execute(conn).await?;
+    let done = traced(statement("UPDATE", Some(super::VIEWS)), query.execute(conn)).await?;
     Ok(done.rows_affected() == rows.len() as u64)
 }
 

@@ -15,6 +15,7 @@ pub mod mysqld;
 #[cfg(feature = "nats")]
 pub mod nats;
 pub mod orbit;
+pub mod otlp;
 pub mod tls;
 
 use std::sync::atomic::{AtomicU32, Ordering};

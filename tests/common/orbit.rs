@@ -210,6 +210,26 @@ impl OrbitDev {
         (spec.id, task)
     }
 
+    /// Submits a task with a queue token and more request headers (e.g. a
+    /// producer's `traceparent`); returns the task id.
+    pub async fn submit_with_headers(
+        &self,
+        creds: &QueueCredentials,
+        headers: &[(&str, &str)],
+    ) -> String {
+        let (status, answer) = http_with_headers(
+            "POST",
+            &format!("{}/v1/tasks", self.url),
+            &creds.token,
+            headers,
+            "{}".to_owned(),
+        )
+        .await;
+        assert_eq!(status, 201, "{answer}");
+        let v: serde_json::Value = serde_json::from_str(&answer).unwrap();
+        v["id"].as_str().unwrap().to_owned()
+    }
+
     /// Finishes a task (`succeeded`, `failed`, `needs_review`).
     pub async fn finish(&self, task: &str, outcome: &str, result: Option<&str>) {
         let body = match result {
@@ -292,6 +312,31 @@ pub async fn http(method: &str, url: &str, token: &str, body: String) -> (u16, S
         .header("content-type", "application/json")
         .body(Full::new(Bytes::from(body)))
         .unwrap();
+    let response = client.request(request).await.unwrap();
+    let status = response.status().as_u16();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// [`http`] with more request headers, each sent as given (a name given
+/// twice is sent twice).
+pub async fn http_with_headers(
+    method: &str,
+    url: &str,
+    token: &str,
+    headers: &[(&str, &str)],
+    body: String,
+) -> (u16, String) {
+    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    let mut request = http::Request::builder()
+        .method(method)
+        .uri(url)
+        .header("authorization", format!("Bearer {token}"))
+        .header("content-type", "application/json");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let request = request.body(Full::new(Bytes::from(body))).unwrap();
     let response = client.request(request).await.unwrap();
     let status = response.status().as_u16();
     let bytes = response.into_body().collect().await.unwrap().to_bytes();

@@ -40,3 +40,7 @@ mod self_check;
 mod shutdown;
 #[path = "../tools.rs"]
 mod tools;
+#[path = "../trace_context.rs"]
+mod trace_context;
+#[path = "../traces.rs"]
+mod traces;

@@ -49,13 +49,20 @@ pub(crate) struct CheckArgs {
 }
 
 pub(crate) fn run_check(args: CheckArgs) -> Outcome {
-    if args.prune {
-        return check_prune(args.prune_dsn);
+    let checked = if args.prune {
+        check_prune(args.prune_dsn)
+    } else {
+        match args.source {
+            SourceKind::Orbit => check_orbit(args.receiver, args.subscription_id, args.demo),
+            SourceKind::Nats => check_nats(args.receiver, args.nats),
+        }
+    };
+    // Where consume would send its traces, so that a missing or wrong
+    // endpoint is seen before the first delivery.
+    if let (Ok(_), Some(endpoint)) = (&checked, crate::otel::endpoint()) {
+        println!("traces=otlp endpoint={}", crate::otel::shown(&endpoint));
     }
-    match args.source {
-        SourceKind::Orbit => check_orbit(args.receiver, args.subscription_id, args.demo),
-        SourceKind::Nats => check_nats(args.receiver, args.nats),
-    }
+    checked
 }
 
 fn check_orbit(receiver: Receiver, subscription_id: Option<String>, demo: bool) -> Outcome {

@@ -122,7 +122,7 @@ fn consume_config(args: ConsumeArgs) -> Result<ConsumeConfig, String> {
             let subscription = required_subscription(args.subscription_id)?;
             let resolved = args.receiver.resolve()?;
             let source = SourceConfig::Orbit {
-                client: orbit_client(&resolved.orbit)?,
+                client: Box::new(orbit_client(&resolved.orbit)?),
                 subscription,
             };
             (source, resolved.dsn, resolved.scope)
@@ -163,7 +163,7 @@ enum SourceConfig {
     /// An Orbit subscription's WebSocket stream.
     Orbit {
         /// Orbit, with the token to use there.
-        client: OrbitClient,
+        client: Box<OrbitClient>,
         /// The subscription to consume.
         subscription: SubscriptionId,
     },
@@ -224,7 +224,7 @@ async fn run(
             let started = tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => return Ok(None),
-                started = orbit(client.clone(), &config.scope.queue_id, subscription, &config.consumer) => started?,
+                started = orbit((**client).clone(), &config.scope.queue_id, subscription, &config.consumer) => started?,
             };
             serve(started, store, health, &config, shutdown).await
         }
@@ -267,6 +267,7 @@ async fn serve<Src: Source>(
     let report = Consumer::new(source, config.consumer.clone())
         .with_probe(store)
         .with_health(health)
+        .with_trace_parent(crate::otel::trace_parent())
         .run(service, shutdown.cancelled_owned())
         .await
         .map_err(ConsumeError::Consumer)?;

@@ -36,7 +36,7 @@ impl FailedArgs {
             SourceKind::Orbit => {
                 let resolved = self.receiver.resolve().map_err(config)?;
                 let subscription = required_subscription(self.subscription_id).map_err(config)?;
-                let client = orbit_client(&resolved.orbit).map_err(config)?;
+                let client = Box::new(orbit_client(&resolved.orbit).map_err(config)?);
                 let origin = Origin::Orbit {
                     client,
                     subscription,

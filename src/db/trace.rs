@@ -1,0 +1,76 @@
+//! One span per statement the receiver sends, as the OpenTelemetry
+//! semantic conventions for databases name them: kind CLIENT, named
+//! `<operation> <table>`, with `db.system.name`, `db.operation.name`,
+//! `db.collection.name` and, when the server refused it, its error number
+//! as `db.response.status_code`. Never a statement's text or values: an
+//! event's canonical text and a result are values.
+//!
+//! Spans are recorded with `tracing` only; whoever embeds the library
+//! decides whether anything exports them (the `receiver` binary does, to
+//! OTLP, when an endpoint is configured).
+
+use std::future::Future;
+
+use tracing::{field, Instrument, Span};
+
+/// A CLIENT span for one statement: `operation` (`INSERT`, `SELECT`,
+/// `COMMIT`, …) on `table`, if the statement names one.
+pub(crate) fn statement(operation: &'static str, table: Option<&'static str>) -> Span {
+    let name = match table {
+        Some(table) => format!("{operation} {table}"),
+        None => operation.to_owned(),
+    };
+    tracing::info_span!(
+        "db",
+        otel.name = %name,
+        otel.kind = "client",
+        db.system.name = "mysql",
+        db.operation.name = operation,
+        db.collection.name = table,
+        db.response.status_code = field::Empty,
+        error.type = field::Empty,
+        otel.status_code = field::Empty,
+    )
+}
+
+/// Runs one statement's future in its span, and records the server's error
+/// number on the span when it fails.
+pub(crate) async fn traced<T>(
+    span: Span,
+    statement: impl Future<Output = Result<T, sqlx::Error>>,
+) -> Result<T, sqlx::Error> {
+    let result = statement.instrument(span.clone()).await;
+    if let Err(e) = &result {
+        failed(&span, e);
+    }
+    result
+}
+
+/// Marks `span` as failed by `e`: the server's error number when it sent
+/// one, otherwise the kind of failure (connection, timeout, …).
+pub(crate) fn failed(span: &Span, e: &sqlx::Error) {
+    let number = e
+        .as_database_error()
+        .and_then(|d| d.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>())
+        .map(|d| d.number());
+    match number {
+        Some(number) => {
+            span.record("db.response.status_code", number.to_string());
+            span.record("error.type", number.to_string());
+        }
+        None => {
+            span.record("error.type", error_type(e));
+        }
+    }
+    span.record("otel.status_code", "ERROR");
+}
+
+/// A failure the server did not number, as one word.
+fn error_type(e: &sqlx::Error) -> &'static str {
+    match e {
+        sqlx::Error::Io(_) | sqlx::Error::Tls(_) => "connection",
+        sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => "pool",
+        sqlx::Error::Protocol(_) => "protocol",
+        _ => "other",
+    }
+}

@@ -1,0 +1,216 @@
+//! An OTLP/HTTP receiver of traces for the tests: what a collector does
+//! with `POST /v1/traces` (protobuf), decoded with the protocol's own
+//! generated messages and kept for the test to read, so that the real
+//! exporter, its batching and its HTTP requests run.
+#![allow(dead_code)]
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
+use opentelemetry_proto::tonic::common::v1::KeyValue;
+use prost::Message;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+/// One span as the receiver got it, with its resource's attributes.
+#[derive(Debug, Clone)]
+pub struct ReceivedSpan {
+    pub name: String,
+    /// `SpanKind` as the protocol numbers it (2 server, 3 client, 5 consumer, 1 internal).
+    pub kind: i32,
+    pub trace_id: String,
+    pub span_id: String,
+    pub parent_span_id: String,
+    pub attributes: Vec<(String, String)>,
+    /// Links: (trace id, span id).
+    pub links: Vec<(String, String)>,
+    /// Events: name and attributes.
+    pub events: Vec<(String, Vec<(String, String)>)>,
+    /// `Status.code`: 0 unset, 1 ok, 2 error.
+    pub status: i32,
+    pub resource: Vec<(String, String)>,
+}
+
+impl ReceivedSpan {
+    pub fn attribute(&self, key: &str) -> Option<&str> {
+        self.attributes
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+pub const KIND_INTERNAL: i32 = 1;
+pub const KIND_CLIENT: i32 = 3;
+pub const KIND_CONSUMER: i32 = 5;
+
+/// A receiver on a free loopback port; stops when dropped.
+pub struct OtlpReceiver {
+    pub addr: SocketAddr,
+    spans: Arc<Mutex<Vec<ReceivedSpan>>>,
+    refusing: Arc<AtomicBool>,
+    accept: JoinHandle<()>,
+}
+
+impl OtlpReceiver {
+    pub async fn start() -> OtlpReceiver {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let spans = Arc::new(Mutex::new(Vec::new()));
+        let refusing = Arc::new(AtomicBool::new(false));
+        let accept = tokio::spawn({
+            let spans = spans.clone();
+            let refusing = refusing.clone();
+            async move {
+                loop {
+                    let Ok((stream, _)) = listener.accept().await else {
+                        return;
+                    };
+                    let spans = spans.clone();
+                    let refusing = refusing.clone();
+                    tokio::spawn(async move {
+                        let service = hyper::service::service_fn(move |request| {
+                            receive(request, spans.clone(), refusing.clone())
+                        });
+                        let _ = hyper::server::conn::http1::Builder::new()
+                            .serve_connection(TokioIo::new(stream), service)
+                            .await;
+                    });
+                }
+            }
+        });
+        OtlpReceiver {
+            addr,
+            spans,
+            refusing,
+            accept,
+        }
+    }
+
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` for this receiver.
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Answer every export with 503, as a collector that is overloaded.
+    pub fn refuse(&self, refusing: bool) {
+        self.refusing.store(refusing, Ordering::SeqCst);
+    }
+
+    pub fn spans(&self) -> Vec<ReceivedSpan> {
+        self.spans.lock().unwrap().clone()
+    }
+
+    /// Waits until `done` holds for the spans received, or panics.
+    pub async fn wait_for(
+        &self,
+        limit: Duration,
+        done: impl Fn(&[ReceivedSpan]) -> bool,
+    ) -> Vec<ReceivedSpan> {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let spans = self.spans();
+            if done(&spans) {
+                return spans;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "spans received: {:#?}",
+                spans.iter().map(|s| &s.name).collect::<Vec<_>>()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for OtlpReceiver {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+async fn receive(
+    request: Request<hyper::body::Incoming>,
+    spans: Arc<Mutex<Vec<ReceivedSpan>>>,
+    refusing: Arc<AtomicBool>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let path = request.uri().path().to_owned();
+    let body = request.into_body().collect().await.map(|b| b.to_bytes());
+    let answer = |status: u16, body: Vec<u8>| {
+        Ok(Response::builder()
+            .status(status)
+            .header("content-type", "application/x-protobuf")
+            .body(Full::new(Bytes::from(body)))
+            .unwrap())
+    };
+    if refusing.load(Ordering::SeqCst) {
+        return answer(503, Vec::new());
+    }
+    let (Ok(body), "/v1/traces") = (body, path.as_str()) else {
+        return answer(404, Vec::new());
+    };
+    let Ok(export) = ExportTraceServiceRequest::decode(body) else {
+        return answer(400, Vec::new());
+    };
+    let mut received = spans.lock().unwrap();
+    for resource_spans in export.resource_spans {
+        let resource = resource_spans
+            .resource
+            .map(|r| pairs(&r.attributes))
+            .unwrap_or_default();
+        for scope in resource_spans.scope_spans {
+            for span in scope.spans {
+                received.push(ReceivedSpan {
+                    name: span.name,
+                    kind: span.kind,
+                    trace_id: hex::encode(&span.trace_id),
+                    span_id: hex::encode(&span.span_id),
+                    parent_span_id: hex::encode(&span.parent_span_id),
+                    attributes: pairs(&span.attributes),
+                    links: span
+                        .links
+                        .iter()
+                        .map(|l| (hex::encode(&l.trace_id), hex::encode(&l.span_id)))
+                        .collect(),
+                    events: span
+                        .events
+                        .iter()
+                        .map(|e| (e.name.clone(), pairs(&e.attributes)))
+                        .collect(),
+                    status: span.status.map_or(0, |s| s.code),
+                    resource: resource.clone(),
+                });
+            }
+        }
+    }
+    answer(200, ExportTraceServiceResponse::default().encode_to_vec())
+}
+
+/// Attributes as text, whatever their type.
+fn pairs(attributes: &[KeyValue]) -> Vec<(String, String)> {
+    attributes
+        .iter()
+        .map(|kv| {
+            let value = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                Some(Value::StringValue(s)) => s.clone(),
+                Some(Value::IntValue(i)) => i.to_string(),
+                Some(Value::BoolValue(b)) => b.to_string(),
+                Some(Value::DoubleValue(d)) => d.to_string(),
+                Some(other) => format!("{other:?}"),
+                None => String::new(),
+            };
+            (kv.key.clone(), value)
+        })
+        .collect()
+}

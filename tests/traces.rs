@@ -1,0 +1,465 @@
+//! A delivery's trace, exported over OTLP/HTTP by a real `receiver
+//! consume` to a receiver that decodes it: the processing span of each
+//! attempt, the inbox's transaction, each statement, the inner service and
+//! the acknowledgement, with the OpenTelemetry conventions' names, kinds,
+//! parentage and attributes, and nothing secret in any of them.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::consume::Consume;
+use common::orbit::OrbitDev;
+use common::otlp::{OtlpReceiver, ReceivedSpan, KIND_CLIENT, KIND_CONSUMER};
+use common::{random_hex, EventSpec, TestDb};
+
+/// The result body no span may carry.
+const SECRET_RESULT: &str = r#"{"secret":"sentinel-result-in-a-span"}"#;
+
+fn children<'a>(spans: &'a [ReceivedSpan], parent: &ReceivedSpan) -> Vec<&'a ReceivedSpan> {
+    spans
+        .iter()
+        .filter(|s| s.parent_span_id == parent.span_id && s.trace_id == parent.trace_id)
+        .collect()
+}
+
+#[tokio::test]
+async fn each_delivery_is_one_trace_with_its_transaction_statements_and_acknowledgement() {
+    let otlp = OtlpReceiver::start().await;
+    let (orbit, creds, sub) = OrbitDev::subscribed(30_000, 5, "traces").await;
+    let db = TestDb::initialized().await;
+    let task = random_hex(16);
+    let mut event = EventSpec::submitted(&creds.queue_id, &task);
+    event.version = 2;
+    event.event_type = "task.succeeded";
+    event.state = "SUCCEEDED";
+    event.result = Some(SECRET_RESULT);
+    let event = event;
+    let delivery = orbit.inject(&sub, &event.json()).await;
+    let mut consume = Consume::on_test_db(
+        &orbit,
+        &creds,
+        &db,
+        &sub,
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.endpoint().as_str())],
+    );
+    orbit
+        .wait_for_counts(&creds, &sub, Duration::from_secs(20), |c| c["acked"] == 1)
+        .await;
+    // The flush at exit sends what the batch still holds.
+    assert!(consume.terminate().success(), "{}", consume.output());
+    let spans = otlp
+        .wait_for(Duration::from_secs(10), |spans| {
+            spans.iter().any(|s| s.name.starts_with("settle"))
+        })
+        .await;
+
+    let process = spans
+        .iter()
+        .find(|s| s.name == format!("process {}", creds.queue_id))
+        .unwrap_or_else(|| panic!("no process span: {spans:#?}"));
+    assert_eq!(process.kind, KIND_CONSUMER);
+    assert_eq!(
+        process.parent_span_id, "",
+        "a delivery without a producer's context starts a trace"
+    );
+    for (key, value) in [
+        ("messaging.system", "orbit"),
+        ("messaging.operation.type", "process"),
+        ("messaging.destination.name", creds.queue_id.as_str()),
+        ("messaging.consumer.group.name", "task-result-view"),
+        ("messaging.message.id", event.id.as_str()),
+        ("delivery.id", delivery.as_str()),
+        ("delivery.attempt", "1"),
+        ("outcome", "applied"),
+    ] {
+        assert_eq!(process.attribute(key), Some(value), "{key}: {process:#?}");
+    }
+    assert!(process
+        .resource
+        .iter()
+        .any(|(k, v)| k == "service.name" && v == "receiver"));
+
+    let under_process: Vec<&str> = children(&spans, process)
+        .iter()
+        .map(|s| s.name.as_str())
+        .collect();
+    assert!(
+        under_process.contains(&"inbox transaction"),
+        "{under_process:?}"
+    );
+    assert!(
+        under_process.contains(&format!("settle {}", creds.queue_id).as_str()),
+        "{under_process:?}"
+    );
+    let transaction = children(&spans, process)
+        .into_iter()
+        .find(|s| s.name == "inbox transaction")
+        .unwrap();
+    let attempt = children(&spans, transaction)
+        .into_iter()
+        .find(|s| s.name == "transaction attempt")
+        .unwrap_or_else(|| panic!("no attempt under the transaction: {spans:#?}"));
+    let statements: Vec<&ReceivedSpan> = spans
+        .iter()
+        .filter(|s| {
+            s.trace_id == process.trace_id
+                && s.kind == KIND_CLIENT
+                && s.attribute("db.system.name").is_some()
+        })
+        .collect();
+    let names: Vec<&str> = statements.iter().map(|s| s.name.as_str()).collect();
+    for name in [
+        "INSERT receiver_inbox",
+        "INSERT receiver_task_views",
+        "COMMIT",
+    ] {
+        assert!(names.contains(&name), "{name} missing from {names:?}");
+    }
+    let insert = statements
+        .iter()
+        .find(|s| s.name == "INSERT receiver_inbox")
+        .unwrap();
+    assert_eq!(insert.parent_span_id, attempt.span_id);
+    assert_eq!(insert.attribute("db.system.name"), Some("mysql"));
+    assert_eq!(insert.attribute("db.operation.name"), Some("INSERT"));
+    assert_eq!(
+        insert.attribute("db.collection.name"),
+        Some("receiver_inbox")
+    );
+    let service = children(&spans, attempt)
+        .into_iter()
+        .find(|s| s.name == "inner service")
+        .unwrap_or_else(|| panic!("no inner service span: {spans:#?}"));
+    assert!(children(&spans, service)
+        .iter()
+        .any(|s| s.name == "INSERT receiver_task_views"));
+
+    // Nothing secret in any span, event or resource.
+    let password = common::dsn_for(&db.name);
+    for span in &spans {
+        let texts = span
+            .attributes
+            .iter()
+            .chain(&span.resource)
+            .chain(span.events.iter().flat_map(|(_, a)| a))
+            .map(|(k, v)| format!("{k}={v}"))
+            .chain(std::iter::once(span.name.clone()));
+        for text in texts {
+            assert!(!text.contains("sentinel-result"), "{text}");
+            assert!(!text.contains(&creds.token), "{text}");
+            assert!(!text.contains("lease_proof"), "{text}");
+            assert!(!text.contains(&password), "{text}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn in_batching_mode_the_shared_transaction_and_each_delivery_are_linked_both_ways() {
+    let otlp = OtlpReceiver::start().await;
+    let (orbit, creds, sub) = OrbitDev::subscribed(30_000, 5, "traces-batch").await;
+    let db = TestDb::initialized().await;
+    for _ in 0..6 {
+        orbit.inject_new_task(&creds, &sub).await;
+    }
+    let mut consume = Consume::on_test_db(
+        &orbit,
+        &creds,
+        &db,
+        &sub,
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.endpoint().as_str()),
+            ("RECEIVER_BATCH_MAX", "4"),
+        ],
+    );
+    orbit
+        .wait_for_counts(&creds, &sub, Duration::from_secs(20), |c| c["acked"] == 6)
+        .await;
+    assert!(consume.terminate().success(), "{}", consume.output());
+    let spans = otlp
+        .wait_for(Duration::from_secs(10), |spans| {
+            spans
+                .iter()
+                .filter(|s| s.name.starts_with("process"))
+                .count()
+                == 6
+        })
+        .await;
+    let by_id = |trace: &str, span: &str| {
+        spans
+            .iter()
+            .find(|s| s.trace_id == trace && s.span_id == span)
+    };
+    for process in spans.iter().filter(|s| s.name.starts_with("process")) {
+        assert_eq!(process.attribute("outcome"), Some("applied"));
+        let transaction = process
+            .links
+            .iter()
+            .find_map(|(trace, span)| by_id(trace, span))
+            .unwrap_or_else(|| panic!("no linked transaction: {process:#?}"));
+        assert_eq!(transaction.name, "inbox transaction");
+        assert_eq!(
+            transaction.parent_span_id, "",
+            "a batch's transaction is a trace of its own"
+        );
+        assert!(
+            transaction
+                .links
+                .contains(&(process.trace_id.clone(), process.span_id.clone())),
+            "{transaction:#?}"
+        );
+        // The delivery's own trace holds its inner service's work.
+        assert!(spans
+            .iter()
+            .any(|s| s.trace_id == transaction.trace_id && s.name == "INSERT receiver_inbox"));
+    }
+}
+
+#[tokio::test]
+async fn a_collector_that_is_down_never_stops_a_delivery_and_the_lost_spans_are_counted() {
+    // A port that nothing listens on.
+    let down = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let (orbit, creds, sub) = OrbitDev::subscribed(30_000, 5, "traces-down").await;
+    let db = TestDb::initialized().await;
+    for _ in 0..20 {
+        orbit.inject_new_task(&creds, &sub).await;
+    }
+    let endpoint = format!("http://127.0.0.1:{down}");
+    let metrics = format!("127.0.0.1:{}", {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    });
+    let mut consume = Consume::on_test_db(
+        &orbit,
+        &creds,
+        &db,
+        &sub,
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+            ("RECEIVER_METRICS_ADDR", metrics.as_str()),
+        ],
+    );
+    orbit
+        .wait_for_counts(&creds, &sub, Duration::from_secs(20), |c| c["acked"] == 20)
+        .await;
+    // The batch goes out after its delay; its failure is counted.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, page) = common::orbit::http(
+            "GET",
+            &format!("http://{metrics}/metrics"),
+            "",
+            String::new(),
+        )
+        .await;
+        let failed = page
+            .lines()
+            .find(|l| l.starts_with("receiver_trace_spans_dropped_total{reason=\"export_failed\"}"))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|n| n.parse::<f64>().ok())
+            .unwrap_or(0.0);
+        if failed > 0.0 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{page}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let stopping = std::time::Instant::now();
+    assert!(consume.terminate().success(), "{}", consume.output());
+    // The flush at exit does not wait for a collector that is away beyond
+    // its own bound: the process ends within the 10 s shutdown limit.
+    assert!(
+        stopping.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        stopping.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn a_submitter_s_trace_context_makes_every_attempt_a_child_of_its_span_and_a_malformed_one_is_ignored(
+) {
+    let otlp = OtlpReceiver::start().await;
+    // Leases of 1 s and a table lock past them: the first attempt fails,
+    // the second applies; both must join the submitter's trace.
+    let (orbit, creds, sub) = OrbitDev::subscribed(1_000, 5, "traces-parent").await;
+    let db = TestDb::initialized().await;
+    let mut consume = Consume::on_test_db(
+        &orbit,
+        &creds,
+        &db,
+        &sub,
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.endpoint().as_str())],
+    );
+    // Its start-up checks read the tables: the lock comes after them.
+    consume
+        .wait_for_output(Duration::from_secs(20), |out| {
+            out.contains("delivery stream open")
+        })
+        .await;
+    let mut lock = sqlx::MySqlConnection::connect_with(&db.dsn.connect_options())
+        .await
+        .unwrap();
+    use sqlx::Connection;
+    sqlx::query("LOCK TABLES receiver_inbox WRITE")
+        .execute(&mut lock)
+        .await
+        .unwrap();
+    let producer_trace = random_hex(16);
+    let producer_span = random_hex(8);
+    let traceparent = format!("00-{producer_trace}-{producer_span}-01");
+    orbit
+        .submit_with_headers(
+            &creds,
+            &[
+                ("traceparent", traceparent.as_str()),
+                ("tracestate", "vendor=value"),
+            ],
+        )
+        .await;
+    orbit
+        .submit_with_headers(&creds, &[("traceparent", "00-not-a-trace-context-01")])
+        .await;
+    // Both deliveries were leased a second time: the first attempts are
+    // lost to the lock.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !orbit
+        .deliveries(&creds, &sub)
+        .await
+        .iter()
+        .all(|d| d["attempts"].as_u64().unwrap_or(0) >= 2)
+    {
+        assert!(tokio::time::Instant::now() < deadline, "no second attempt");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    sqlx::query("UNLOCK TABLES")
+        .execute(&mut lock)
+        .await
+        .unwrap();
+    orbit
+        .wait_for_counts(&creds, &sub, Duration::from_secs(30), |c| c["acked"] == 2)
+        .await;
+    assert!(consume.terminate().success(), "{}", consume.output());
+    let spans = otlp
+        .wait_for(Duration::from_secs(10), |spans| {
+            spans
+                .iter()
+                .any(|s| s.name.starts_with("process") && s.attribute("outcome") == Some("applied"))
+        })
+        .await;
+    let processes: Vec<&ReceivedSpan> = spans
+        .iter()
+        .filter(|s| s.name.starts_with("process"))
+        .collect();
+    let of_task: Vec<&&ReceivedSpan> = processes
+        .iter()
+        .filter(|s| s.trace_id == producer_trace)
+        .collect();
+    assert!(
+        of_task.len() >= 2,
+        "every attempt joins the producer's trace: {processes:#?}"
+    );
+    for span in &of_task {
+        assert_eq!(span.parent_span_id, producer_span);
+    }
+    assert!(of_task
+        .iter()
+        .any(|s| s.attribute("outcome") == Some("applied")));
+    // The other task's deliveries start traces of their own.
+    let others: Vec<&&ReceivedSpan> = processes
+        .iter()
+        .filter(|s| s.trace_id != producer_trace)
+        .collect();
+    assert!(!others.is_empty());
+    for span in others {
+        assert_eq!(span.parent_span_id, "", "{span:#?}");
+    }
+}
+
+/// The same over NATS JetStream: the producer's context in the message
+/// headers.
+#[cfg(feature = "nats")]
+mod over_nats {
+    use super::common;
+
+    use std::time::Duration;
+
+    use common::consume::Consume;
+    use common::nats::{JetStreamQueue, NatsServer};
+    use common::otlp::{OtlpReceiver, KIND_CONSUMER};
+    use common::{dsn_for, random_hex, EventSpec, TestDb};
+
+    #[tokio::test]
+    async fn a_message_s_traceparent_header_makes_its_delivery_a_child_of_the_producer_s_span() {
+        let otlp = OtlpReceiver::start().await;
+        let server = NatsServer::start();
+        let queue =
+            JetStreamQueue::create(&server, &random_hex(16), Duration::from_secs(30), 5).await;
+        let db = TestDb::initialized().await;
+        let producer_trace = random_hex(16);
+        let producer_span = random_hex(8);
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert(
+            "traceparent",
+            format!("00-{producer_trace}-{producer_span}-01").as_str(),
+        );
+        let (task_a, task_b) = (random_hex(16), random_hex(16));
+        let traced = EventSpec::submitted(&queue.queue, &task_a);
+        queue
+            .js
+            .publish_with_headers(queue.subject.clone(), headers, traced.json().into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        let plain = EventSpec::submitted(&queue.queue, &task_b);
+        queue.publish(plain.json()).await;
+        let mut env = queue.env(&server.url());
+        env.push(("ORBIT_RECEIVER_DSN".into(), dsn_for(&db.name)));
+        env.push(("OTEL_EXPORTER_OTLP_ENDPOINT".into(), otlp.endpoint()));
+        let mut consume = Consume::with_env(&server.dir, &env);
+        queue.wait_all_acked(Duration::from_secs(20)).await;
+        assert!(consume.terminate().success(), "{}", consume.output());
+        let spans = otlp
+            .wait_for(Duration::from_secs(10), |spans| {
+                spans
+                    .iter()
+                    .filter(|s| s.name.starts_with("process"))
+                    .count()
+                    == 2
+            })
+            .await;
+        let process = |event: &str| {
+            spans
+                .iter()
+                .find(|s| {
+                    s.name.starts_with("process")
+                        && s.attribute("messaging.message.id") == Some(event)
+                })
+                .unwrap_or_else(|| panic!("no span of {event}: {spans:#?}"))
+        };
+        let child = process(&traced.id);
+        assert_eq!(child.name, format!("process {}", queue.subject));
+        assert_eq!(child.kind, KIND_CONSUMER);
+        assert_eq!(child.attribute("messaging.system"), Some("nats"));
+        assert_eq!(
+            child.attribute("messaging.destination.name"),
+            Some(queue.subject.as_str())
+        );
+        assert_eq!(
+            (child.trace_id.as_str(), child.parent_span_id.as_str()),
+            (producer_trace.as_str(), producer_span.as_str())
+        );
+        let root = process(&plain.id);
+        assert_eq!(root.parent_span_id, "");
+        assert_ne!(root.trace_id, producer_trace);
+        assert!(
+            spans
+                .iter()
+                .any(|s| s.trace_id == producer_trace
+                    && s.name == format!("settle {}", queue.subject))
+        );
+    }
+}
