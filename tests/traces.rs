@@ -378,6 +378,76 @@ async fn a_submitter_s_trace_context_makes_every_attempt_a_child_of_its_span_and
     }
 }
 
+#[tokio::test]
+async fn a_transaction_rolled_back_by_a_lock_wait_shows_each_attempt_with_its_cause() {
+    let otlp = OtlpReceiver::start().await;
+    let (orbit, creds, sub) = OrbitDev::subscribed(30_000, 5, "traces-retry").await;
+    let db = TestDb::initialized().await;
+    let (event, _) = orbit.inject_new_task(&creds, &sub).await;
+    // An uncommitted row under the event's key, held past one lock wait
+    // (2 s) and released within the 5 s budget.
+    let blocker = db.hold_inbox_key(&creds.queue_id, &event).await;
+    let mut consume = Consume::on_test_db(
+        &orbit,
+        &creds,
+        &db,
+        &sub,
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.endpoint().as_str())],
+    );
+    orbit
+        .wait_for_counts(&creds, &sub, Duration::from_secs(20), |c| c["leased"] == 1)
+        .await;
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    blocker.rollback().await.unwrap();
+    orbit
+        .wait_for_counts(&creds, &sub, Duration::from_secs(20), |c| c["acked"] == 1)
+        .await;
+    assert!(consume.terminate().success(), "{}", consume.output());
+    let spans = otlp
+        .wait_for(Duration::from_secs(10), |spans| {
+            spans.iter().any(|s| s.name.starts_with("settle"))
+        })
+        .await;
+    let transaction = spans
+        .iter()
+        .find(|s| s.name == "inbox transaction")
+        .unwrap();
+    let attempts: Vec<&ReceivedSpan> = children(&spans, transaction)
+        .into_iter()
+        .filter(|s| s.name == "transaction attempt")
+        .collect();
+    assert!(attempts.len() >= 2, "{attempts:#?}");
+    assert_eq!(
+        transaction.attribute("retries"),
+        Some((attempts.len() - 1).to_string().as_str())
+    );
+    let first = attempts
+        .iter()
+        .find(|s| s.attribute("attempt") == Some("1"))
+        .unwrap();
+    assert_eq!(
+        first.attribute("error.type"),
+        Some("rolled_back"),
+        "{first:#?}"
+    );
+    assert!(
+        first.attribute("cause").is_some_and(|c| c.contains("1205")),
+        "{first:#?}"
+    );
+    assert_eq!(first.status, 2);
+    let waited = children(&spans, first)
+        .into_iter()
+        .find(|s| s.name == "INSERT receiver_inbox")
+        .unwrap();
+    assert_eq!(waited.attribute("db.response.status_code"), Some("1205"));
+    assert_eq!(waited.status, 2);
+    let process = spans
+        .iter()
+        .find(|s| s.name.starts_with("process"))
+        .unwrap();
+    assert_eq!(process.attribute("outcome"), Some("applied"));
+}
+
 /// The same over NATS JetStream: the producer's context in the message
 /// headers.
 #[cfg(feature = "nats")]
@@ -393,6 +463,15 @@ mod over_nats {
 
     #[tokio::test]
     async fn a_message_s_traceparent_header_makes_its_delivery_a_child_of_the_producer_s_span() {
+        joins_the_producer_s_trace(None).await;
+    }
+
+    #[tokio::test]
+    async fn in_batching_mode_too_a_message_s_delivery_joins_the_producer_s_trace() {
+        joins_the_producer_s_trace(Some("4")).await;
+    }
+
+    async fn joins_the_producer_s_trace(batch_max: Option<&str>) {
         let otlp = OtlpReceiver::start().await;
         let server = NatsServer::start();
         let queue =
@@ -419,6 +498,9 @@ mod over_nats {
         let mut env = queue.env(&server.url());
         env.push(("ORBIT_RECEIVER_DSN".into(), dsn_for(&db.name)));
         env.push(("OTEL_EXPORTER_OTLP_ENDPOINT".into(), otlp.endpoint()));
+        if let Some(batch_max) = batch_max {
+            env.push(("RECEIVER_BATCH_MAX".into(), batch_max.into()));
+        }
         let mut consume = Consume::with_env(&server.dir, &env);
         queue.wait_all_acked(Duration::from_secs(20)).await;
         assert!(consume.terminate().success(), "{}", consume.output());
