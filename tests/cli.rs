@@ -419,6 +419,46 @@ fn receiver_help_lists_every_command_in_one_short_line_and_its_own_help_has_the_
 }
 
 #[test]
+fn check_names_the_traces_endpoint_without_its_credentials() {
+    let out = Command::new(receiver_bin())
+        .arg("check")
+        .env("ORBIT_URL", "http://127.0.0.1:1")
+        .env("ORBIT_TOKEN", "t")
+        .env("ORBIT_QUEUE_ID", "0123456789abcdef0123456789abcdef")
+        .env("ORBIT_SUBSCRIPTION_ID", "fedcba9876543210fedcba9876543210")
+        .env("ORBIT_RECEIVER_DSN", "mysql://root@127.0.0.1:1/receiver")
+        .env_remove("ORBIT_CREDENTIALS_FILE")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .env(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "http://collector:sentinel-otlp-pw@127.0.0.1:4318",
+        )
+        .output()
+        .unwrap();
+    let printed = text(&out.stdout);
+    assert!(
+        printed.ends_with("traces=otlp endpoint=http://<redacted>@127.0.0.1:4318/v1/traces\n"),
+        "{printed}"
+    );
+    assert!(
+        !printed.contains("sentinel-otlp-pw") && !text(&out.stderr).contains("sentinel-otlp-pw")
+    );
+    let without = Command::new(receiver_bin())
+        .arg("check")
+        .env("ORBIT_URL", "http://127.0.0.1:1")
+        .env("ORBIT_TOKEN", "t")
+        .env("ORBIT_QUEUE_ID", "0123456789abcdef0123456789abcdef")
+        .env("ORBIT_SUBSCRIPTION_ID", "fedcba9876543210fedcba9876543210")
+        .env("ORBIT_RECEIVER_DSN", "mysql://root@127.0.0.1:1/receiver")
+        .env_remove("ORBIT_CREDENTIALS_FILE")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .output()
+        .unwrap();
+    assert!(!text(&without.stdout).contains("traces="));
+}
+
+#[test]
 fn help_lists_every_variable() {
     let out = Command::new(receiver_bin())
         .args(["consume", "--help"])
