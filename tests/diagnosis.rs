@@ -73,23 +73,6 @@ impl Applied {
         diagnosed.diagnosis
     }
 
-    /// Every row of both tables, to show that a diagnosis wrote nothing.
-    async fn tables(&self) -> (Vec<(Vec<u8>, bool)>, Vec<(Vec<u8>, u64)>) {
-        let pool = self.db.pool().await;
-        let inbox =
-            sqlx::query_as("SELECT event_id, applied FROM receiver_inbox ORDER BY event_id")
-                .fetch_all(&pool)
-                .await
-                .unwrap();
-        let views = sqlx::query_as(
-            "SELECT last_event_id, task_version FROM receiver_task_views ORDER BY task_id",
-        )
-        .fetch_all(&pool)
-        .await
-        .unwrap();
-        (inbox, views)
-    }
-
     /// What the inbox makes of `raw` when it comes again.
     async fn apply(&self, raw: &str) -> Result<Outcome, InboxError> {
         let store = self.db.store(self.scope.clone()).await;
@@ -105,7 +88,7 @@ async fn each_diagnosis_is_what_the_inbox_then_does_and_the_diagnosis_writes_not
     let same_version = s.event(2);
     let conflicting_copy = s.v2.replace(r#"{"n":1}"#, r#"{"n":2}"#);
     let other_queue = EventSpec::submitted(&random_hex(16), &s.task).json();
-    let before = s.tables().await;
+    let before = s.db.rows().await;
     // The one that advances the view comes last: the others were
     // diagnosed against the view before it.
     let diagnosed = [
@@ -120,7 +103,7 @@ async fn each_diagnosis_is_what_the_inbox_then_does_and_the_diagnosis_writes_not
         (other_queue.as_str(), s.diagnose(&other_queue).await),
         (v3.as_str(), s.diagnose(&v3).await),
     ];
-    assert_eq!(s.tables().await, before, "a diagnosis wrote something");
+    assert_eq!(s.db.rows().await, before, "a diagnosis wrote something");
     let words: Vec<&str> = diagnosed.iter().map(|(_, d)| d.as_str()).collect();
     assert_eq!(
         words,

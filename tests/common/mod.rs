@@ -167,12 +167,42 @@ impl TestDb {
         dsn_for(&self.name).replacen("root@", &format!("{user}:{password}@"), 1)
     }
 
+    /// Every row of both tables, in key order, as far as a test compares
+    /// them: each inbox row's event and `applied`, each view's task,
+    /// version, advances and last event. What must not change is compared
+    /// whole.
+    pub async fn rows(&self) -> Rows {
+        let pool = self.pool().await;
+        let inbox =
+            sqlx::query_as("SELECT event_id, applied FROM receiver_inbox ORDER BY event_id")
+                .fetch_all(&pool)
+                .await
+                .unwrap();
+        let views = sqlx::query_as(
+            "SELECT task_id, task_version, applied_events, last_event_id \
+             FROM receiver_task_views ORDER BY task_id",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        Rows { inbox, views }
+    }
+
     /// A plain pool on this database, for reading what was committed.
     pub async fn pool(&self) -> MySqlPool {
         MySqlPool::connect_with(self.dsn.connect_options())
             .await
             .expect("connect pool")
     }
+}
+
+/// What [`TestDb::rows`] reads.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Rows {
+    /// Event id, applied.
+    pub inbox: Vec<(Vec<u8>, bool)>,
+    /// Task id, version, applied events, last event id.
+    pub views: Vec<(Vec<u8>, u64, u64, Vec<u8>)>,
 }
 
 /// A scope with a new random queue and the given receiver name.
