@@ -134,9 +134,11 @@ pub(crate) fn shutdown() {
 }
 
 /// Makes a delivery's span the child of the producer's span its trace
-/// context names; a malformed one was never handed over.
-pub(crate) fn trace_parent() -> TraceParent {
-    Arc::new(|span, trace| {
+/// context names; a malformed one was never handed over. `None` when
+/// nothing is exported: no delivery then pays for reading its context.
+pub(crate) fn trace_parent() -> Option<TraceParent> {
+    PROVIDER.get()?;
+    Some(Arc::new(|span, trace| {
         use opentelemetry::propagation::TextMapPropagator;
         use tracing_opentelemetry::OpenTelemetrySpanExt;
         let mut carrier = std::collections::HashMap::new();
@@ -149,7 +151,7 @@ pub(crate) fn trace_parent() -> TraceParent {
         if parent.span().span_context().is_valid() {
             let _ = span.set_parent(parent);
         }
-    })
+    }))
 }
 
 /// The exporter's HTTP client: hyper with rustls (https:// and http://),

@@ -264,10 +264,13 @@ async fn serve<Src: Source>(
     }
     let service = ServiceBuilder::new().layer(inbox).service(TaskView::new());
     info!(receiver = %config.scope.receiver, queue = %config.scope.queue_id, batch_max = config.batch_max.unwrap_or(1), "consuming");
-    let report = Consumer::new(source, config.consumer.clone())
+    let mut consumer = Consumer::new(source, config.consumer.clone())
         .with_probe(store)
-        .with_health(health)
-        .with_trace_parent(crate::otel::trace_parent())
+        .with_health(health);
+    if let Some(parent) = crate::otel::trace_parent() {
+        consumer = consumer.with_trace_parent(parent);
+    }
+    let report = consumer
         .run(service, shutdown.cancelled_owned())
         .await
         .map_err(ConsumeError::Consumer)?;
