@@ -84,13 +84,15 @@ pub(crate) fn detail_of(number: Option<u16>) -> Option<&'static str> {
     }
 }
 
+/// The server's error number, when `e` is an error the server sent.
+pub(crate) fn number_of(e: &sqlx::Error) -> Option<u16> {
+    e.as_database_error()?
+        .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+        .map(|m| m.number())
+}
+
 /// Whether `e` is the server's duplicate-key error, the only error that leads
 /// to the inbox's duplicate path.
 pub(crate) fn is_duplicate_key(e: &sqlx::Error) -> bool {
-    match e {
-        sqlx::Error::Database(db) => db
-            .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
-            .is_some_and(|m| m.number() == DUPLICATE_KEY),
-        _ => false,
-    }
+    number_of(e) == Some(DUPLICATE_KEY)
 }

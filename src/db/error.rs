@@ -211,9 +211,7 @@ impl From<&sqlx::Error> for DbError {
     fn from(e: &sqlx::Error) -> Self {
         match e {
             sqlx::Error::Database(db) => {
-                let number = db
-                    .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
-                    .map(|m| m.number());
+                let number = errno::number_of(e);
                 let (kind, detail) = (errno::kind_of(number), errno::detail_of(number));
                 // 1146 names the table as 'database.table'; only the name of
                 // one of the receiver's own tables is taken from it.

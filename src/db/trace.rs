@@ -52,11 +52,7 @@ pub(crate) async fn traced<T>(
 /// Marks `span` as failed by `e`: the server's error number when it sent
 /// one, otherwise the kind of failure (connection, timeout, …).
 pub(crate) fn failed(span: &Span, e: &sqlx::Error) {
-    let number = e
-        .as_database_error()
-        .and_then(|d| d.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>())
-        .map(|d| d.number());
-    match number {
+    match super::errno::number_of(e) {
         Some(number) => {
             span.record("db.response.status_code", number.to_string());
             span.record("error.type", number.to_string());
