@@ -92,26 +92,33 @@ impl FailedDelivery {
         }
     }
 
-    /// What the diagnosis adds: both digests of a content conflict, the
-    /// version another event holds, why an event is rejected, or why no
-    /// diagnosis could be made. Never a body.
-    fn detail(&self) -> Option<String> {
+    /// What the diagnosis adds, as `key`, value: both digests of a content
+    /// conflict, the version another event holds, why an event is
+    /// rejected, or why no diagnosis could be made. Never a body.
+    fn details(&self) -> Vec<(&'static str, serde_json::Value)> {
+        let reason = |why: &str| vec![("reason", why.into())];
         match &self.diagnosis {
             Ok(d) => match &d.diagnosis {
                 Diagnosis::Conflict(Conflict::ContentMismatch {
                     stored, incoming, ..
-                }) => Some(format!("stored=sha256={stored} incoming=sha256={incoming}")),
-                Diagnosis::Conflict(Conflict::VersionTaken { version, .. }) => Some(format!(
-                    "version={version} reason=\"another event holds this task version\""
-                )),
-                Diagnosis::Rejected(why) => Some(format!("reason={why:?}")),
-                _ => None,
+                }) => vec![
+                    ("stored", format!("sha256={stored}").into()),
+                    ("incoming", format!("sha256={incoming}").into()),
+                ],
+                Diagnosis::Conflict(Conflict::VersionTaken { version, .. }) => {
+                    let mut details = vec![("version", (*version).into())];
+                    details.extend(reason("another event holds this task version"));
+                    details
+                }
+                Diagnosis::Rejected(why) => reason(why),
+                _ => Vec::new(),
             },
-            Err(why) => Some(format!("reason={why:?}")),
+            Err(why) => reason(why),
         }
     }
 
-    /// One `key=value` line, under `key` (`delivery` or `sequence`).
+    /// One `key=value` line, under `key` (`delivery` or `sequence`); a
+    /// reason in quotes.
     pub(crate) fn line(&self, key: &str) -> String {
         let mut line = format!(
             "failure {key}={} event={} task={} attempts={} diagnosis={}",
@@ -121,13 +128,19 @@ impl FailedDelivery {
             self.attempts,
             self.word()
         );
-        if let Some(detail) = self.detail() {
-            let _ = write!(line, " {detail}");
+        for (name, value) in self.details() {
+            let _ = match value {
+                serde_json::Value::String(text) if name == "reason" => {
+                    write!(line, " {name}={text:?}")
+                }
+                serde_json::Value::String(text) => write!(line, " {name}={text}"),
+                other => write!(line, " {name}={other}"),
+            };
         }
         line
     }
 
-    /// The same as one JSON object.
+    /// The same as one JSON object, under the same keys.
     pub(crate) fn json(&self, key: &str) -> serde_json::Value {
         let mut object = serde_json::json!({
             key: self.id,
@@ -136,21 +149,8 @@ impl FailedDelivery {
             "attempts": self.attempts,
             "diagnosis": self.word(),
         });
-        match &self.diagnosis {
-            Ok(d) => match &d.diagnosis {
-                Diagnosis::Conflict(Conflict::ContentMismatch {
-                    stored, incoming, ..
-                }) => {
-                    object["stored"] = format!("sha256={stored}").into();
-                    object["incoming"] = format!("sha256={incoming}").into();
-                }
-                Diagnosis::Conflict(Conflict::VersionTaken { version, .. }) => {
-                    object["version"] = (*version).into();
-                }
-                Diagnosis::Rejected(why) => object["reason"] = why.clone().into(),
-                _ => {}
-            },
-            Err(why) => object["reason"] = why.clone().into(),
+        for (name, value) in self.details() {
+            object[name] = value;
         }
         object
     }
