@@ -46,7 +46,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use common::consume::Consume;
 use common::orbit::{OrbitDev, QueueCredentials};
-use common::{cpu_seconds, dsn_for, mysqld_pid, random_hex, run_queue_seconds, EventSpec, TestDb};
+use common::{
+    cpu_seconds, dsn_for, mysqld_pid, random_hex, run_queue_seconds, small_event, EventSpec, TestDb,
+};
 use result_inbox::delivery::{Delivery, DeliveryId};
 use result_inbox::event::EventType;
 use result_inbox::ids::SubscriptionId;
@@ -64,19 +66,6 @@ const LARGE_EVENTS: usize = 40;
 /// --batch-max`), with the receiver's 4 transactions at once.
 const BATCH_MAX: usize = 16;
 const TRANSACTIONS: usize = 4;
-
-fn small_event(queue: &str) -> String {
-    EventSpec {
-        id: random_hex(16),
-        queue_id: queue,
-        task_id: &random_hex(16),
-        version: 2,
-        event_type: "task.succeeded",
-        state: "SUCCEEDED",
-        result: Some(r#"{"rows":1234,"total":123456789012345678901234567890,"message":"Verarbeitung abgeschlossen – 处理完成","ratio":1.10}"#),
-    }
-    .json()
-}
 
 fn large_event(queue: &str) -> String {
     // Just under the 512 KiB limit: a long text result.

@@ -52,7 +52,7 @@ use std::time::{Duration, Instant};
 use common::consume::Consume;
 use common::orbit::{OrbitDev, QueueCredentials};
 use common::otlp::OtlpReceiver;
-use common::{cpu_seconds, dsn_for, mysqld_pid, random_hex, run_queue_seconds, EventSpec, TestDb};
+use common::{cpu_seconds, dsn_for, mysqld_pid, run_queue_seconds, small_event, TestDb};
 use futures::StreamExt;
 use result_inbox::event::EventType;
 use result_inbox::ids::SubscriptionId;
@@ -110,19 +110,6 @@ struct Run {
     dropped_queue_full: f64,
     dropped_export_failed: f64,
     stop_ms: f64,
-}
-
-fn small_event(queue: &str) -> String {
-    EventSpec {
-        id: random_hex(16),
-        queue_id: queue,
-        task_id: &random_hex(16),
-        version: 2,
-        event_type: "task.succeeded",
-        state: "SUCCEEDED",
-        result: Some(r#"{"rows":1234,"total":123456789012345678901234567890,"message":"Verarbeitung abgeschlossen – 处理完成","ratio":1.10}"#),
-    }
-    .json()
 }
 
 fn setting(name: &str, default: usize) -> usize {

@@ -338,9 +338,11 @@ fn doubled_word(line: &str) -> Option<String> {
         .map(|pair| pair[0].clone())
 }
 
-#[test]
-fn no_error_or_check_line_says_a_word_twice_in_a_row() {
-    let unreachable = Command::new(receiver_bin())
+/// `receiver check` with every setting read and valid, Orbit and the
+/// database on a port nothing listens on, traces off unless set.
+fn check_against_nothing() -> Command {
+    let mut command = Command::new(receiver_bin());
+    command
         .arg("check")
         .env("ORBIT_URL", "http://127.0.0.1:1")
         .env("ORBIT_TOKEN", "t")
@@ -348,8 +350,14 @@ fn no_error_or_check_line_says_a_word_twice_in_a_row() {
         .env("ORBIT_SUBSCRIPTION_ID", "fedcba9876543210fedcba9876543210")
         .env("ORBIT_RECEIVER_DSN", "mysql://root@127.0.0.1:1/receiver")
         .env_remove("ORBIT_CREDENTIALS_FILE")
-        .output()
-        .unwrap();
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT");
+    command
+}
+
+#[test]
+fn no_error_or_check_line_says_a_word_twice_in_a_row() {
+    let unreachable = check_against_nothing().output().unwrap();
     let printed = text(&unreachable.stdout);
     assert!(
         printed.starts_with("check=database FAIL unreachable: "),
@@ -420,15 +428,7 @@ fn receiver_help_lists_every_command_in_one_short_line_and_its_own_help_has_the_
 
 #[test]
 fn check_names_the_traces_endpoint_without_its_credentials() {
-    let out = Command::new(receiver_bin())
-        .arg("check")
-        .env("ORBIT_URL", "http://127.0.0.1:1")
-        .env("ORBIT_TOKEN", "t")
-        .env("ORBIT_QUEUE_ID", "0123456789abcdef0123456789abcdef")
-        .env("ORBIT_SUBSCRIPTION_ID", "fedcba9876543210fedcba9876543210")
-        .env("ORBIT_RECEIVER_DSN", "mysql://root@127.0.0.1:1/receiver")
-        .env_remove("ORBIT_CREDENTIALS_FILE")
-        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    let out = check_against_nothing()
         .env(
             "OTEL_EXPORTER_OTLP_ENDPOINT",
             "http://collector:sentinel-otlp-pw@127.0.0.1:4318",
@@ -443,18 +443,7 @@ fn check_names_the_traces_endpoint_without_its_credentials() {
     assert!(
         !printed.contains("sentinel-otlp-pw") && !text(&out.stderr).contains("sentinel-otlp-pw")
     );
-    let without = Command::new(receiver_bin())
-        .arg("check")
-        .env("ORBIT_URL", "http://127.0.0.1:1")
-        .env("ORBIT_TOKEN", "t")
-        .env("ORBIT_QUEUE_ID", "0123456789abcdef0123456789abcdef")
-        .env("ORBIT_SUBSCRIPTION_ID", "fedcba9876543210fedcba9876543210")
-        .env("ORBIT_RECEIVER_DSN", "mysql://root@127.0.0.1:1/receiver")
-        .env_remove("ORBIT_CREDENTIALS_FILE")
-        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-        .output()
-        .unwrap();
+    let without = check_against_nothing().output().unwrap();
     assert!(!text(&without.stdout).contains("traces="));
 }
 

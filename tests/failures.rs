@@ -13,7 +13,6 @@ use common::consume::Consume;
 use common::orbit::{receiver, OrbitDev, QueueCredentials};
 use common::{dsn_for, random_hex, EventSpec, TestDb};
 use result_inbox::ids::SubscriptionId;
-use sqlx::Connection;
 
 /// An orbit-dev whose leases last 1 s and whose deliveries get 2 attempts,
 /// a subscription, a receiver database, and an account on it that may
@@ -30,8 +29,7 @@ impl Failing {
     async fn new() -> Failing {
         let (orbit, creds, sub) = OrbitDev::subscribed(1_000, 2, "failures").await;
         let db = TestDb::initialized().await;
-        let (user, password) = db.user_with(&["SELECT ON `{db}`.*"]).await;
-        let reader = db.dsn_of(&user, &password);
+        let reader = db.reader_dsn().await;
         Failing {
             orbit,
             creds,
@@ -121,13 +119,7 @@ async fn failed_deliveries_are_listed_diagnosed_and_replayed_once_and_what_would
     .await;
 
     // The fault: a table lock held past the inbox's 5 s budget.
-    let mut lock = sqlx::MySqlConnection::connect_with(&f.db.dsn.connect_options())
-        .await
-        .unwrap();
-    sqlx::query("LOCK TABLES receiver_inbox WRITE")
-        .execute(&mut lock)
-        .await
-        .unwrap();
+    let lock = f.db.lock_inbox().await;
     let task_a = random_hex(16);
     let task_b = random_hex(16);
     let a = f.orbit.inject(&f.sub, &f.event(&task_a).json()).await;
@@ -144,10 +136,7 @@ async fn failed_deliveries_are_listed_diagnosed_and_replayed_once_and_what_would
     // The attempts under way end with the consumer, before the lock goes:
     // none of them can commit late.
     assert!(consume.terminate().success(), "{}", consume.output());
-    sqlx::query("UNLOCK TABLES")
-        .execute(&mut lock)
-        .await
-        .unwrap();
+    lock.release().await;
 
     let listed = f.run(&["failures"], false);
     let out = text(&listed.stdout);
@@ -338,7 +327,6 @@ mod over_nats {
     use common::nats::{JetStreamQueue, NatsServer};
     use common::orbit::receiver;
     use common::{dsn_for, random_hex, EventSpec, TestDb};
-    use sqlx::Connection;
 
     struct Failing {
         server: NatsServer,
@@ -353,8 +341,7 @@ mod over_nats {
             let queue =
                 JetStreamQueue::create(&server, &random_hex(16), Duration::from_secs(1), 2).await;
             let db = TestDb::initialized().await;
-            let (user, password) = db.user_with(&["SELECT ON `{db}`.*"]).await;
-            let reader = db.dsn_of(&user, &password);
+            let reader = db.reader_dsn().await;
             Failing {
                 server,
                 queue,
@@ -413,13 +400,7 @@ mod over_nats {
         let mut consume = f.consume();
         f.queue.wait_all_acked(Duration::from_secs(20)).await;
 
-        let mut lock = sqlx::MySqlConnection::connect_with(&f.db.dsn.connect_options())
-            .await
-            .unwrap();
-        sqlx::query("LOCK TABLES receiver_inbox WRITE")
-            .execute(&mut lock)
-            .await
-            .unwrap();
+        let lock = f.db.lock_inbox().await;
         let a = f.queue.publish(f.event(&random_hex(16))).await;
         let b = f.queue.publish(f.event(&random_hex(16))).await;
         let copy = first.replace("16:02:44.5", "16:02:45.5");
@@ -435,10 +416,7 @@ mod over_nats {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         assert!(consume.terminate().success(), "{}", consume.output());
-        sqlx::query("UNLOCK TABLES")
-            .execute(&mut lock)
-            .await
-            .unwrap();
+        lock.release().await;
 
         let listed = f.run(&["failures"]);
         let out = text(&listed.stdout);

@@ -299,14 +299,7 @@ async fn a_submitter_s_trace_context_makes_every_attempt_a_child_of_its_span_and
             out.contains("delivery stream open")
         })
         .await;
-    let mut lock = sqlx::MySqlConnection::connect_with(&db.dsn.connect_options())
-        .await
-        .unwrap();
-    use sqlx::Connection;
-    sqlx::query("LOCK TABLES receiver_inbox WRITE")
-        .execute(&mut lock)
-        .await
-        .unwrap();
+    let lock = db.lock_inbox().await;
     let producer_trace = random_hex(16);
     let producer_span = random_hex(8);
     let traceparent = format!("00-{producer_trace}-{producer_span}-01");
@@ -334,10 +327,7 @@ async fn a_submitter_s_trace_context_makes_every_attempt_a_child_of_its_span_and
         assert!(tokio::time::Instant::now() < deadline, "no second attempt");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    sqlx::query("UNLOCK TABLES")
-        .execute(&mut lock)
-        .await
-        .unwrap();
+    lock.release().await;
     orbit
         .wait_for_counts(&creds, &sub, Duration::from_secs(30), |c| c["acked"] == 2)
         .await;

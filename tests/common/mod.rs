@@ -188,11 +188,44 @@ impl TestDb {
         Rows { inbox, views }
     }
 
+    /// `LOCK TABLES receiver_inbox WRITE` on a connection of its own: a
+    /// fault an operator can fix, which every apply waits on (and the
+    /// receiver's start-up checks too) until [`TableLock::release`].
+    pub async fn lock_inbox(&self) -> TableLock {
+        use sqlx::Connection;
+        let mut conn = sqlx::MySqlConnection::connect_with(&self.dsn.connect_options())
+            .await
+            .unwrap();
+        sqlx::query("LOCK TABLES receiver_inbox WRITE")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        TableLock(conn)
+    }
+
+    /// The DSN of a new account that may only `SELECT` in this database.
+    pub async fn reader_dsn(&self) -> String {
+        let (user, password) = self.user_with(&["SELECT ON `{db}`.*"]).await;
+        self.dsn_of(&user, &password)
+    }
+
     /// A plain pool on this database, for reading what was committed.
     pub async fn pool(&self) -> MySqlPool {
         MySqlPool::connect_with(self.dsn.connect_options())
             .await
             .expect("connect pool")
+    }
+}
+
+/// A table lock held by [`TestDb::lock_inbox`].
+pub struct TableLock(sqlx::MySqlConnection);
+
+impl TableLock {
+    pub async fn release(mut self) {
+        sqlx::query("UNLOCK TABLES")
+            .execute(&mut self.0)
+            .await
+            .unwrap();
     }
 }
 
@@ -329,6 +362,21 @@ impl<'a> EventSpec<'a> {
             self.id, self.event_type, self.queue_id, self.task_id, self.version, self.state, result
         )
     }
+}
+
+/// A small `task.succeeded` event of a new task on `queue`, with a result
+/// of mixed scripts and a long number: what the benchmarks deliver.
+pub fn small_event(queue: &str) -> String {
+    EventSpec {
+        id: random_hex(16),
+        queue_id: queue,
+        task_id: &random_hex(16),
+        version: 2,
+        event_type: "task.succeeded",
+        state: "SUCCEEDED",
+        result: Some(r#"{"rows":1234,"total":123456789012345678901234567890,"message":"Verarbeitung abgeschlossen – 处理完成","ratio":1.10}"#),
+    }
+    .json()
 }
 
 /// Sends SIGTERM, as a service manager would.
