@@ -10,7 +10,8 @@
 //!
 //! - `off`: no endpoint set (no OpenTelemetry layer at all);
 //! - `exported`: the endpoint of an OTLP/HTTP receiver in this process
-//!   (`tests/common/otlp.rs`, which decodes every export), the default
+//!   (`tests/common/otlp.rs`, which keeps every export and decodes it
+//!   after the timed phase, as a collector elsewhere would), the default
 //!   sampler (parent-based, always on: every delivery is sampled);
 //! - `off_again`: no endpoint, once more, to show the noise (A/A);
 //! - `collector_down`: the endpoint of a loopback port that nothing
