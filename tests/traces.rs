@@ -96,10 +96,12 @@ async fn each_delivery_is_one_trace_with_its_transaction_statements_and_acknowle
         .into_iter()
         .find(|s| s.name == "inbox transaction")
         .unwrap();
-    let attempt = children(&spans, transaction)
-        .into_iter()
-        .find(|s| s.name == "transaction attempt")
-        .unwrap_or_else(|| panic!("no attempt under the transaction: {spans:#?}"));
+    assert!(
+        children(&spans, transaction)
+            .iter()
+            .all(|s| s.name != "transaction retry"),
+        "a transaction that was not rolled back has no retry: {spans:#?}"
+    );
     let statements: Vec<&ReceivedSpan> = spans
         .iter()
         .filter(|s| {
@@ -120,14 +122,14 @@ async fn each_delivery_is_one_trace_with_its_transaction_statements_and_acknowle
         .iter()
         .find(|s| s.name == "INSERT receiver_inbox")
         .unwrap();
-    assert_eq!(insert.parent_span_id, attempt.span_id);
+    assert_eq!(insert.parent_span_id, transaction.span_id);
     assert_eq!(insert.attribute("db.system.name"), Some("mysql"));
     assert_eq!(insert.attribute("db.operation.name"), Some("INSERT"));
     assert_eq!(
         insert.attribute("db.collection.name"),
         Some("receiver_inbox")
     );
-    let service = children(&spans, attempt)
+    let service = children(&spans, transaction)
         .into_iter()
         .find(|s| s.name == "inner service")
         .unwrap_or_else(|| panic!("no inner service span: {spans:#?}"));
@@ -369,7 +371,7 @@ async fn a_submitter_s_trace_context_makes_every_attempt_a_child_of_its_span_and
 }
 
 #[tokio::test]
-async fn a_transaction_rolled_back_by_a_lock_wait_shows_each_attempt_with_its_cause() {
+async fn a_transaction_rolled_back_by_a_lock_wait_shows_each_retry_with_its_cause() {
     let otlp = OtlpReceiver::start().await;
     let (orbit, creds, sub) = OrbitDev::subscribed(30_000, 5, "traces-retry").await;
     let db = TestDb::initialized().await;
@@ -402,35 +404,49 @@ async fn a_transaction_rolled_back_by_a_lock_wait_shows_each_attempt_with_its_ca
         .iter()
         .find(|s| s.name == "inbox transaction")
         .unwrap();
-    let attempts: Vec<&ReceivedSpan> = children(&spans, transaction)
+    let retries: Vec<&ReceivedSpan> = children(&spans, transaction)
         .into_iter()
-        .filter(|s| s.name == "transaction attempt")
+        .filter(|s| s.name == "transaction retry")
         .collect();
-    assert!(attempts.len() >= 2, "{attempts:#?}");
+    assert!(!retries.is_empty(), "{spans:#?}");
     assert_eq!(
         transaction.attribute("retries"),
-        Some((attempts.len() - 1).to_string().as_str())
+        Some(retries.len().to_string().as_str())
     );
-    let first = attempts
-        .iter()
-        .find(|s| s.attribute("attempt") == Some("1"))
-        .unwrap();
     assert_eq!(
-        first.attribute("error.type"),
-        Some("rolled_back"),
-        "{first:#?}"
+        transaction.attribute("error.type"),
+        None,
+        "{transaction:#?}"
     );
-    assert!(
-        first.attribute("cause").is_some_and(|c| c.contains("1205")),
-        "{first:#?}"
-    );
-    assert_eq!(first.status, 2);
-    let waited = children(&spans, first)
+    assert_ne!(transaction.status, 2);
+    // The first run waited in its INSERT and was rolled back ...
+    let waited = children(&spans, transaction)
         .into_iter()
         .find(|s| s.name == "INSERT receiver_inbox")
         .unwrap();
     assert_eq!(waited.attribute("db.response.status_code"), Some("1205"));
     assert_eq!(waited.status, 2);
+    // ... which the first retry names as its cause.
+    let first = retries
+        .iter()
+        .find(|s| s.attribute("retry") == Some("1"))
+        .unwrap();
+    assert!(
+        first.attribute("cause").is_some_and(|c| c.contains("1205")),
+        "{first:#?}"
+    );
+    // The last retry applied the delivery: its own statements succeeded.
+    let last = retries
+        .iter()
+        .find(|s| s.attribute("retry") == Some(retries.len().to_string().as_str()))
+        .unwrap();
+    assert_eq!(last.attribute("error.type"), None, "{last:#?}");
+    let inserted = children(&spans, last)
+        .into_iter()
+        .find(|s| s.name == "INSERT receiver_inbox")
+        .unwrap();
+    assert_eq!(inserted.attribute("db.response.status_code"), None);
+    assert!(children(&spans, last).iter().any(|s| s.name == "COMMIT"));
     let process = spans
         .iter()
         .find(|s| s.name.starts_with("process"))

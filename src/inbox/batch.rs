@@ -124,6 +124,9 @@ pub(super) async fn run<S: Inner>(
         "inbox transaction",
         deliveries = jobs.len(),
         retries = field::Empty,
+        cause = field::Empty,
+        error.type = field::Empty,
+        otel.status_code = field::Empty,
     );
     for job in jobs.iter() {
         span.follows_from(&job.span);
@@ -142,7 +145,14 @@ pub(super) async fn alone<S: Inner>(
     job: Job<S>,
 ) -> Result<Receipt, InboxError> {
     let mut jobs = [job];
-    let span = tracing::info_span!("inbox transaction", deliveries = 1, retries = field::Empty);
+    let span = tracing::info_span!(
+        "inbox transaction",
+        deliveries = 1,
+        retries = field::Empty,
+        cause = field::Empty,
+        error.type = field::Empty,
+        otel.status_code = field::Empty,
+    );
     let fate = settle(store, None, &mut jobs).instrument(span).await.pop();
     let [job] = jobs;
     let fate = fate.expect("a batch has a fate per delivery");
@@ -158,17 +168,15 @@ async fn settle<S: Inner>(
     let mut retried_connection = false;
     let mut fresh = true;
     let mut retries = 0u32;
+    // The first attempt runs in the transaction's span; each retry has a
+    // span of its own that names the rollback it answers.
+    let mut retry: Option<Span> = None;
     loop {
-        let span = tracing::info_span!(
-            "transaction attempt",
-            attempt = retries + 1,
-            cause = field::Empty,
-            error.type = field::Empty,
-            otel.status_code = field::Empty,
-        );
-        let attempt = attempt(store, set, jobs, fresh, deadline)
-            .instrument(span.clone())
-            .await;
+        let attempt = attempt(store, set, jobs, fresh, deadline);
+        let attempt = match &retry {
+            Some(span) => attempt.instrument(span.clone()).await,
+            None => attempt.await,
+        };
         fresh = false;
         let whole = match attempt {
             Ok(fates) => {
@@ -177,10 +185,8 @@ async fn settle<S: Inner>(
             }
             Err(whole) => whole,
         };
-        span.record("error.type", whole.kind());
-        span.record("otel.status_code", "ERROR");
-        if let Whole::Database(e) = &whole {
-            span.record("cause", tracing::field::display(e));
+        if let Some(span) = &retry {
+            failed(span, &whole);
         }
         if let Whole::Database(e) = &whole {
             if e.is_rolled_back() {
@@ -192,14 +198,32 @@ async fn settle<S: Inner>(
                         .is_ok()
                     {
                         retries += 1;
+                        retry = Some(tracing::info_span!(
+                            "transaction retry",
+                            retry = retries,
+                            cause = %e,
+                            error.type = field::Empty,
+                            otel.status_code = field::Empty,
+                        ));
                         continue;
                     }
                 }
             }
         }
-        Span::current().record("retries", retries);
+        let transaction = Span::current();
+        transaction.record("retries", retries);
+        failed(&transaction, &whole);
+        if let Whole::Database(e) = &whole {
+            transaction.record("cause", field::display(e));
+        }
         return jobs.iter().map(|_| Err(whole.clone().into())).collect();
     }
+}
+
+/// Marks the span of a transaction, or of one of its retries, as failed.
+fn failed(span: &Span, whole: &Whole) {
+    span.record("error.type", whole.kind());
+    span.record("otel.status_code", "ERROR");
 }
 
 /// One run of the batch's transaction, up to the end of its COMMIT.
