@@ -55,11 +55,18 @@ pub(crate) fn init_logging(announces: bool) -> Result<(), String> {
     // layer reports "nothing enabled" as its level hint, which would cap
     // the log's own levels.
     let mut layers = vec![log];
-    // Traces, when an endpoint is configured: the receiver's own spans and
-    // the events in them, at info and above, whatever the log's filter.
+    // Traces, when an endpoint is configured: the receiver's own spans at
+    // info and above, and the warnings and errors in them, whatever the
+    // log's filter. A delivery's info lines stay in the log: what they
+    // say is its span's attributes already.
     if let Some(traces) = crate::otel::layer()? {
         let own = filter_fn(|meta| {
-            *meta.level() <= tracing::Level::INFO
+            let level = if meta.is_span() {
+                tracing::Level::INFO
+            } else {
+                tracing::Level::WARN
+            };
+            *meta.level() <= level
                 && (meta.target().starts_with("result_inbox")
                     || meta.target().starts_with("receiver"))
         });

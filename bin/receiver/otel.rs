@@ -104,13 +104,15 @@ where
     let tracer = provider.tracer("receiver");
     let _ = PROVIDER.set(provider);
     Ok(Some(
-        // Only what a trace needs: no source locations, thread names or
-        // busy/idle times on every span, and no OpenTelemetry context made
-        // current on each enter (nothing here reads it).
+        // Only what a trace needs: no source locations, module paths,
+        // thread names or busy/idle times on every span, and no
+        // OpenTelemetry context made current on each enter (nothing here
+        // reads it).
         tracing_opentelemetry::layer()
             .with_tracer(tracer)
             .with_tracked_inactivity(false)
             .with_location(false)
+            .with_target(false)
             .with_threads(false)
             .with_context_activation(false),
     ))
