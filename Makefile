@@ -3,6 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 WITH_MYSQL := scripts/with-mysql.sh
 WITH_GALERA := scripts/with-galera.sh
+WITH_POSTGRES := scripts/with-postgres.sh
 # The `receiver` binary needs the `cli` feature; a library user's default
 # features leave it (and its dependencies) out. `testing` is the library's
 # helpers for testing an inner service (an example and its test use them).
@@ -24,11 +25,11 @@ NEXTEST := $(CARGO) nextest run --workspace --locked $(CLI)
 # as receiver consume does).
 BATCHING_TESTS := binary(crash) | test(/^(commit_loss|db_outage|cluster|cluster_node_loss)::/)
 
-## test: formatting, lints, docs, then every test (against a throwaway database server, a throwaway three-node Galera cluster and throwaway nats-servers): the doctests, the batching-mode pass, then every test binary; the last lines are the count of passed and failed tests
+## test: formatting, lints, docs, then every test (against a throwaway MariaDB server, a throwaway PostgreSQL server, a throwaway three-node Galera cluster and throwaway nats-servers): the doctests, the batching-mode pass, then every test binary; the last lines are the count of passed and failed tests
 # One server and one cluster for both passes; the cluster starts while the
 # tests compile.
 test: check nats-server nextest doctest
-	$(WITH_MYSQL) $(WITH_GALERA) bash -c "RECEIVER_BATCH_MAX=16 $(NEXTEST) -E '$(BATCHING_TESTS)' && $(NEXTEST)"
+	$(WITH_POSTGRES) $(WITH_MYSQL) $(WITH_GALERA) bash -c "RECEIVER_BATCH_MAX=16 $(NEXTEST) -E '$(BATCHING_TESTS)' && $(NEXTEST)"
 
 ## doctest: the examples in the documentation (cargo-nextest does not run them)
 doctest:
@@ -90,7 +91,7 @@ unit: nextest
 
 ## integration: only the integration tests, against a throwaway server
 integration: nats-server nextest
-	$(WITH_MYSQL) $(WITH_GALERA) $(NEXTEST) -E 'kind(test)'
+	$(WITH_POSTGRES) $(WITH_MYSQL) $(WITH_GALERA) $(NEXTEST) -E 'kind(test)'
 
 ## cluster-test: only the tests on a throwaway three-node MariaDB Galera cluster (the cluster binary)
 cluster-test: nextest
