@@ -19,6 +19,15 @@ use super::{errno, DbError, Dsn};
 /// The DDL of both tables, exactly as shipped in `schema.sql`.
 pub const SCHEMA_SQL: &str = include_str!("../../schema.sql");
 
+/// The same two tables for PostgreSQL, exactly as shipped in
+/// `schema.postgres.sql`: the columns, keys and comments of [`SCHEMA_SQL`]
+/// in PostgreSQL's types, each comment a `COMMENT ON` statement of its own.
+pub const POSTGRES_SCHEMA_SQL: &str = include_str!("../../schema.postgres.sql");
+
+/// `receiver prune`'s tally for PostgreSQL, exactly as shipped in
+/// `retention.postgres.sql`.
+pub const POSTGRES_RETENTION_SQL: &str = include_str!("../../retention.postgres.sql");
+
 /// The inbox table: one row per event received.
 pub const INBOX_TABLE: &str = "receiver_inbox";
 /// The task view table: one row per task.

@@ -16,6 +16,7 @@ pub mod mysqld;
 pub mod nats;
 pub mod orbit;
 pub mod otlp;
+pub mod postgres;
 pub mod tls;
 
 use std::sync::atomic::{AtomicU32, Ordering};

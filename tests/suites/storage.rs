@@ -24,6 +24,8 @@ mod embedding;
 mod fuzz_regressions;
 #[path = "../inbox.rs"]
 mod inbox;
+#[path = "../postgres.rs"]
+mod postgres;
 #[path = "../privileges.rs"]
 mod privileges;
 #[path = "../schema.rs"]
