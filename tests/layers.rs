@@ -1,8 +1,9 @@
 //! The architecture invariants of `ARCHITECTURE.md` ("Layers"), held by
 //! reading every `crate::…` path in `src/`: no module imports a layer
 //! above it or beside it, the modules form no circle, and only `lib.rs`
-//! gates modules by the `mysql` feature; and no file of the binary needs a
-//! scroll bar of 400 lines. No server needed.
+//! gates modules by the `mysql` feature; the inbox and the task view send
+//! no statement of their own (the engine's are in `db`); and no file of the
+//! binary needs a scroll bar of 400 lines. No server needed.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -265,6 +266,65 @@ fn only_lib_rs_gates_a_module_by_the_database_feature() {
                 relative.display()
             );
         }
+    }
+}
+
+/// What in a line of code sends a statement of its own: sqlx's query
+/// functions and transaction manager, or a string that starts as SQL does.
+fn sends_a_statement(line: &str) -> Option<&'static str> {
+    [
+        "sqlx::query",
+        "sqlx::raw_sql",
+        "query_as(",
+        "query_scalar(",
+        ".execute(",
+        "TransactionManager",
+        "\"SELECT ",
+        "\"INSERT ",
+        "\"UPDATE ",
+        "\"DELETE ",
+        "\"SET ",
+        "\"BEGIN",
+        "\"COMMIT",
+        "\"ROLLBACK",
+        "\"SAVEPOINT",
+    ]
+    .into_iter()
+    .find(|sign| line.contains(sign))
+}
+
+#[test]
+fn the_inbox_and_the_task_view_send_no_statement_of_their_own() {
+    for (relative, text) in source_files() {
+        if !matches!(module_of(&relative).as_deref(), Some("inbox" | "task_view")) {
+            continue;
+        }
+        for line in code_lines(&text) {
+            if let Some(sign) = sends_a_statement(line) {
+                panic!(
+                    "src/{} sends a statement ({sign}): the engine's statements live in db/mysql: {}",
+                    relative.display(),
+                    line.trim()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn the_statement_check_sees_a_query_and_lets_the_rest_pass() {
+    for line in [
+        "let n: i64 = sqlx::query_scalar(\"SELECT 1\").fetch_one(conn).await?;",
+        "conn.execute(\"ROLLBACK TO SAVEPOINT delivery\")",
+        "MySqlTransactionManager::begin(conn, None)",
+    ] {
+        assert!(sends_a_statement(line).is_some(), "{line}");
+    }
+    for line in [
+        "inbox::insert_all(self.connection(), scope, events).await",
+        "let stats = store.stats();",
+    ] {
+        assert_eq!(sends_a_statement(line), None, "{line}");
     }
 }
 

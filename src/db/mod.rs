@@ -8,6 +8,7 @@
 mod dsn;
 pub mod errno;
 mod error;
+pub(crate) mod mysql;
 pub mod row;
 pub mod schema;
 pub(crate) mod sql;

@@ -5,12 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::mysql::{MySqlConnection, MySqlPool, MySqlPoolOptions};
-use sqlx::Executor;
 
 use super::shelf::Shelf;
 use super::tx::InboxTx;
-use crate::db::trace::{statement, traced};
-use crate::db::{sql, DbError, DbErrorKind, Dsn};
+use crate::db::mysql::{inbox, session};
+use crate::db::{DbError, DbErrorKind, Dsn};
 use crate::event::Event;
 use crate::failure::Failure;
 use crate::ids::QueueId;
@@ -169,9 +168,7 @@ impl InboxStore {
         loop {
             tries -= 1;
             let mut tx = InboxTx::acquire(&self.shelf).await?;
-            let answered = sqlx::query_scalar::<_, i32>("SELECT 1")
-                .fetch_one(tx.connection())
-                .await;
+            let answered = session::ping(tx.connection()).await;
             match answered {
                 Ok(_) => return Ok(tx.rollback().await?),
                 Err(e) => {
@@ -254,61 +251,19 @@ impl InboxStore {
     /// reports them: for checking a deployment (and this crate's tests).
     pub async fn session_settings(&self) -> Result<SessionSettings, DbError> {
         let mut tx = InboxTx::acquire(&self.shelf).await?;
-        let conn = tx.connection();
-        // MySQL 8 names the variable transaction_isolation; MariaDB 10 only
-        // knows tx_isolation.
-        let isolation: String =
-            match sqlx::query_scalar("SELECT CAST(@@SESSION.transaction_isolation AS CHAR)")
-                .fetch_one(&mut *conn)
-                .await
-            {
-                Ok(v) => v,
-                Err(_) => {
-                    sqlx::query_scalar("SELECT CAST(@@SESSION.tx_isolation AS CHAR)")
-                        .fetch_one(&mut *conn)
-                        .await?
-                }
-            };
-        let (lock_wait, autocommit): (u64, i64) =
-            sqlx::query_as("SELECT @@SESSION.innodb_lock_wait_timeout, @@SESSION.autocommit")
-                .fetch_one(&mut *conn)
-                .await?;
+        let (isolation, lock_wait_timeout, autocommit) = session::settings(tx.connection()).await?;
         tx.rollback().await?;
         Ok(SessionSettings {
             isolation,
-            lock_wait_timeout: Duration::from_secs(lock_wait),
-            autocommit: autocommit != 0,
+            lock_wait_timeout,
+            autocommit,
         })
     }
 }
 
 /// The pool every store runs on: see [`InboxStore::connect`].
 fn pool_options(options: &StoreOptions) -> MySqlPoolOptions {
-    // innodb_lock_wait_timeout takes whole seconds, at least 1.
-    let lock_wait = (options.transaction_timeout.as_secs() / 2).max(1);
-    MySqlPoolOptions::new()
-        .max_connections(options.max_connections)
-        // No PING before each use: it is one more round trip on every
-        // apply. A connection the server dropped (restart, failover) fails
-        // its first statement instead; that apply is a retryable error,
-        // never ACKed, and Orbit delivers the event again. Idle connections
-        // are closed by the pool (10 min) long before MySQL's own
-        // wait_timeout.
-        .test_before_acquire(false)
-        .acquire_timeout(options.transaction_timeout)
-        .after_connect(move |conn, _meta| {
-            Box::pin(async move {
-                // With autocommit off, the inbox INSERT opens each
-                // transaction itself (see `tx.rs`).
-                let settings = format!(
-                    "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED; \
-                     SET SESSION innodb_lock_wait_timeout = {lock_wait}; \
-                     SET SESSION autocommit = 0"
-                );
-                conn.execute(sqlx::raw_sql(&settings)).await?;
-                Ok(())
-            })
-        })
+    session::pool_options(options.max_connections, options.transaction_timeout)
 }
 
 /// One of the store's connections lent to the application, in a
@@ -361,20 +316,7 @@ pub(crate) async fn mark_stale_all(
     scope: &InboxScope,
     events: &[&Event],
 ) -> Result<(), sqlx::Error> {
-    let sql = format!(
-        "UPDATE receiver_inbox SET applied = 0 \
-         WHERE consumer_name = ? AND queue_id = ? AND event_id IN ({})",
-        sql::list("?", events.len())
-    );
-    let mut query = sqlx::query(&sql)
-        .bind(scope.receiver.as_str())
-        .bind(scope.queue_id.as_str());
-    for event in events {
-        query = query.bind(event.id().as_str());
-    }
-    let span = statement("UPDATE", Some("receiver_inbox"));
-    traced(span, query.execute(conn)).await?;
-    Ok(())
+    inbox::mark_stale(conn, scope, events).await
 }
 
 /// A consumer's breaker probes the store's database, and knows the inbox's

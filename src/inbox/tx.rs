@@ -15,15 +15,14 @@
 use std::fmt;
 use std::sync::Arc;
 
-use sqlx::mysql::{MySql, MySqlConnection, MySqlTransactionManager};
+use sqlx::mysql::{MySql, MySqlConnection};
 use sqlx::pool::PoolConnection;
-use sqlx::{Executor, TransactionManager};
 use tokio::sync::oneshot;
 
 use super::error::InboxError;
 use super::shelf::{Lent, Shelf};
-use crate::db::trace::{statement, traced};
-use crate::db::{errno, sql, DbError};
+use crate::db::mysql::{inbox, transaction};
+use crate::db::DbError;
 use crate::digest::Digest;
 use crate::event::Event;
 use crate::ids::EventId;
@@ -53,29 +52,6 @@ pub(crate) enum Row {
     Duplicate { digest: Digest, applied: bool },
 }
 
-/// The statement that records the first receipts of events, one [`ROW`]
-/// per event. A duplicate key here is the signal that an event was
-/// committed before.
-///
-/// The rows are written with `applied = 1`, the common outcome, so that an
-/// advancing event needs no second statement on the inbox; a stale one is
-/// corrected by [`mark_stale_all`](super::store::mark_stale_all) before COMMIT.
-/// Nobody sees the provisional value: a row is invisible to others until
-/// it commits, and a racing copy of the event waits on its key lock.
-const INSERT_ALL_SQL: &str = "\
-INSERT INTO receiver_inbox
-  (consumer_name, queue_id, event_id, event_digest, event_canonical, applied, received_at)
-VALUES ";
-const ROW: &str = "(?, ?, ?, ?, ?, 1, UTC_TIMESTAMP(6))";
-
-/// The table the inbox's statements name, as their spans name it.
-const INBOX: &str = "receiver_inbox";
-
-/// Reads back the committed row behind a duplicate key.
-const COMMITTED_ROW_SQL: &str = "\
-SELECT event_digest, applied FROM receiver_inbox
-WHERE consumer_name = ? AND queue_id = ? AND event_id = ?";
-
 /// The stored digest and `applied` flag of an event's inbox row in
 /// `scope`, if it has one: what decides between a duplicate and a conflict.
 pub(crate) async fn committed_row(
@@ -83,56 +59,9 @@ pub(crate) async fn committed_row(
     scope: &InboxScope,
     event: &EventId,
 ) -> Result<Option<(Digest, bool)>, InboxError> {
-    let row: Option<(Vec<u8>, bool)> = traced(
-        statement("SELECT", Some(INBOX)),
-        sqlx::query_as(COMMITTED_ROW_SQL)
-            .bind(scope.receiver.as_str())
-            .bind(scope.queue_id.as_str())
-            .bind(event.as_str())
-            .fetch_optional(conn),
-    )
-    .await?;
-    let Some((hex, applied)) = row else {
-        return Ok(None);
-    };
-    // The digest column holds 64 hex digits.
-    let digest = std::str::from_utf8(&hex)
-        .ok()
-        .and_then(Digest::from_hex)
-        .ok_or_else(inconsistent)?;
-    Ok(Some((digest, applied)))
-}
-
-/// The rows of [`INSERT_ALL_SQL`] with their values written in: each text
-/// as a `utf8mb4` hex literal (`_utf8mb4 X'…'`), which no value can break
-/// out of, whatever it holds.
-fn literal_rows(scope: &InboxScope, events: &[&Event]) -> String {
-    let text = |value: &str| format!("_utf8mb4 X'{}'", hex::encode(value));
-    events
-        .iter()
-        .map(|event| {
-            let canonical = event.canonical();
-            format!(
-                "({}, {}, {}, {}, {}, 1, UTC_TIMESTAMP(6))",
-                text(scope.receiver.as_str()),
-                text(scope.queue_id.as_str()),
-                text(event.id().as_str()),
-                text(&canonical.digest().to_hex()),
-                text(canonical.as_str()),
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// Whether the rows were written: `false` when one of them exists (MySQL
-/// 1062), and the statement wrote nothing.
-fn inserted(result: Result<(), sqlx::Error>) -> Result<bool, sqlx::Error> {
-    match result {
-        Ok(()) => Ok(true),
-        Err(e) if errno::is_duplicate_key(&e) => Ok(false),
-        Err(e) => Err(e),
-    }
+    inbox::committed_row(conn, scope, event)
+        .await
+        .map_err(InboxError::Database)
 }
 
 fn inconsistent() -> InboxError {
@@ -204,57 +133,21 @@ impl InboxTx {
         scope: &InboxScope,
         events: &[&Event],
     ) -> Result<bool, sqlx::Error> {
-        let sql = format!("{INSERT_ALL_SQL}{}", sql::list(ROW, events.len()));
-        let mut query = sqlx::query(&sql);
-        for event in events {
-            let canonical = event.canonical();
-            query = query
-                .bind(scope.receiver.as_str())
-                .bind(scope.queue_id.as_str())
-                .bind(event.id().as_str())
-                .bind(canonical.digest().to_hex())
-                .bind(canonical.as_str());
-        }
-        let span = statement("INSERT", Some(INBOX));
-        inserted(
-            traced(span, query.execute(self.connection()))
-                .await
-                .map(drop),
-        )
+        inbox::insert_all(self.connection(), scope, events).await
     }
 
     /// The inbox row of one event that an inner service may be lent the
-    /// transaction for. When it opens the transaction, it goes through
-    /// sqlx's own `begin`, so that sqlx knows the transaction from its
-    /// first statement (see [`open_for_lending`](Self::open_for_lending))
-    /// without a `BEGIN` or `DO` round trip; `begin` takes no bound values,
-    /// so they are written as hex literals, which hold nothing but hex
-    /// digits. (The set path's multi-row insert lends nothing and stays a
-    /// prepared statement.)
+    /// transaction for: when it opens the transaction, sqlx knows the
+    /// transaction from this first statement (see
+    /// [`open_for_lending`](Self::open_for_lending)).
     async fn insert_one(&mut self, scope: &InboxScope, event: &Event) -> Result<bool, sqlx::Error> {
-        if MySqlTransactionManager::get_transaction_depth(self.connection()) > 0 {
-            return self.insert_all(scope, &[event]).await;
-        }
-        let sql = format!("{INSERT_ALL_SQL}{}", literal_rows(scope, &[event]));
-        let span = statement("INSERT", Some(INBOX));
-        inserted(
-            traced(
-                span,
-                MySqlTransactionManager::begin(self.connection(), Some(sql.into())),
-            )
-            .await,
-        )
+        inbox::insert_one(self.connection(), scope, event).await
     }
 
     /// `BEGIN`, through sqlx, for a transaction whose first statement is
     /// not the inbox's (a [`Session`](super::Session)).
     pub(crate) async fn begin(&mut self) -> Result<(), sqlx::Error> {
-        let span = statement("BEGIN", None);
-        traced(
-            span,
-            MySqlTransactionManager::begin(self.connection(), None),
-        )
-        .await
+        transaction::begin(self.connection()).await
     }
 
     /// Makes the open transaction sqlx's own before an inner service gets
@@ -262,16 +155,11 @@ impl InboxTx {
     /// it: `begin()` on the lent connection sends `SAVEPOINT` (a `BEGIN`
     /// would make MySQL commit the inbox row), the nested transaction's
     /// `commit()` releases that savepoint and dropping it rolls back to
-    /// it. The single-row INSERT that opens a transaction already goes
-    /// through sqlx's `begin` ([`insert_one`](Self::insert_one)), so this
-    /// sends nothing on the inbox's paths; should another statement have
-    /// opened it, one that changes nothing (`DO 0`) tells sqlx.
+    /// it. The single-row INSERT that opens a transaction already made it
+    /// sqlx's ([`insert_one`](Self::insert_one)), so this sends nothing on
+    /// the inbox's paths.
     pub(crate) async fn open_for_lending(&mut self) -> Result<(), sqlx::Error> {
-        let conn = self.connection();
-        if MySqlTransactionManager::get_transaction_depth(conn) == 0 {
-            MySqlTransactionManager::begin(conn, Some("DO 0".into())).await?;
-        }
-        Ok(())
+        transaction::adopt(self.connection()).await
     }
 
     /// Rolls back the nested transactions an inner service left open
@@ -279,31 +167,19 @@ impl InboxTx {
     /// itself), so that the inbox's next statement runs in its own
     /// transaction, not in a savepoint that a later rollback would undo.
     pub(crate) async fn close_nested(&mut self) -> Result<(), sqlx::Error> {
-        let conn = self.connection();
-        while MySqlTransactionManager::get_transaction_depth(conn) > 1 {
-            MySqlTransactionManager::rollback(conn).await?;
-        }
-        Ok(())
+        transaction::close_nested(self.connection()).await
     }
 
     /// Marks a savepoint: what follows can be undone alone.
     pub(crate) async fn savepoint(&mut self) -> Result<(), sqlx::Error> {
         self.close_nested().await?;
-        let span = statement("SAVEPOINT", None);
-        traced(span, self.connection().execute("SAVEPOINT delivery")).await?;
-        Ok(())
+        transaction::savepoint(self.connection()).await
     }
 
     /// Undoes everything since the last [`savepoint`](Self::savepoint).
     pub(crate) async fn rollback_to_savepoint(&mut self) -> Result<(), sqlx::Error> {
         self.close_nested().await?;
-        let span = statement("ROLLBACK TO SAVEPOINT", None);
-        traced(
-            span,
-            self.connection().execute("ROLLBACK TO SAVEPOINT delivery"),
-        )
-        .await?;
-        Ok(())
+        transaction::rollback_to_savepoint(self.connection()).await
     }
 
     /// `ROLLBACK`, keeping the connection for the next transaction, which
@@ -312,27 +188,10 @@ impl InboxTx {
         self.end(End::Rollback).await
     }
 
-    /// `COMMIT` or `ROLLBACK` of the whole transaction, through sqlx when
-    /// it knows the transaction (its depth goes back to 0 with it).
+    /// `COMMIT` or `ROLLBACK` of the whole transaction, nested ones first.
     async fn end(&mut self, end: End) -> Result<(), sqlx::Error> {
         self.close_nested().await?;
-        let conn = self.connection();
-        let span = statement(
-            match end {
-                End::Commit => "COMMIT",
-                End::Rollback => "ROLLBACK",
-            },
-            None,
-        );
-        let ended = async {
-            match (MySqlTransactionManager::get_transaction_depth(conn), end) {
-                (0, End::Commit) => conn.execute("COMMIT").await.map(drop),
-                (0, End::Rollback) => conn.execute("ROLLBACK").await.map(drop),
-                (_, End::Commit) => MySqlTransactionManager::commit(conn).await,
-                (_, End::Rollback) => MySqlTransactionManager::rollback(conn).await,
-            }
-        };
-        traced(span, ended).await
+        transaction::end(self.connection(), matches!(end, End::Commit)).await
     }
 
     /// The connection, as an executor for the statements of the transaction.

@@ -24,10 +24,9 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use sqlx::mysql::MySqlConnection;
-use sqlx::Row;
 use tower::Service;
 
-use crate::db::trace::{statement, traced};
+use crate::db::mysql::task_view::{self as statements, Met};
 use crate::db::DbError;
 use crate::delivery::Delivery;
 use crate::event::{result_size, Event};
@@ -70,41 +69,6 @@ pub fn decide(stored: Option<(u64, &str)>, version: u64, event_id: &str) -> Deci
     }
 }
 
-/// The table of the view's statements, as their spans name it.
-const VIEWS: &str = "receiver_task_views";
-
-// The ODKU branch reports which case it met through LAST_INSERT_ID(expr),
-// whose value the server returns in the statement's OK packet. The insert
-// branch never calls it and reports 0. This lets one round trip create or
-// lock the row, compare versions and write, without a read-back.
-const CASE_CREATED: u64 = 0;
-const CASE_ADVANCED: u64 = 1;
-const CASE_OLDER: u64 = 2;
-const CASE_SAME_EVENT: u64 = 3;
-const CASE_OTHER_EVENT_SAME_VERSION: u64 = 4;
-
-/// One statement decides and writes. Assignments run left to right and see
-/// the values assigned before them, so the case is computed first and
-/// `task_version` is assigned last: every condition compares against the
-/// stored version. The `?` placeholders repeat the event's values instead of
-/// using `VALUES()`, which MySQL 8 deprecates.
-const ADVANCE_SQL: &str = "\
-INSERT INTO receiver_task_views
-  (consumer_name, queue_id, task_id, task_version, last_event_id, last_state, last_result,
-   applied_events, created_at, updated_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, 1, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))
-ON DUPLICATE KEY UPDATE
-  applied_events = applied_events + IF(LAST_INSERT_ID(CASE
-      WHEN task_version < ? THEN 1
-      WHEN task_version > ? THEN 2
-      WHEN last_event_id = ? THEN 3
-      ELSE 4 END) = 1, 1, 0),
-  last_event_id = IF(task_version < ?, ?, last_event_id),
-  last_state = IF(task_version < ?, ?, last_state),
-  last_result = IF(task_version < ?, ?, last_result),
-  updated_at = IF(task_version < ?, UTC_TIMESTAMP(6), updated_at),
-  task_version = GREATEST(task_version, ?)";
-
 /// Applies `event` to its task's view row, inside the caller's transaction.
 ///
 /// The `INSERT … ON DUPLICATE KEY UPDATE` takes the row's exclusive lock
@@ -120,41 +84,14 @@ pub async fn advance(
     event: &Event,
 ) -> Result<Advance, InboxError> {
     let task = event.task();
-    let version = task.version;
-    let event_id = event.id().as_str();
-    let state = task.state.as_str();
-    let result = task.result.as_deref();
-    let done = sqlx::query(ADVANCE_SQL)
-        .bind(scope.receiver.as_str())
-        .bind(scope.queue_id.as_str())
-        .bind(task.id.as_str())
-        .bind(version)
-        .bind(event_id)
-        .bind(state)
-        .bind(result)
-        // The CASE.
-        .bind(version)
-        .bind(version)
-        .bind(event_id)
-        // The conditional assignments.
-        .bind(version)
-        .bind(event_id)
-        .bind(version)
-        .bind(state)
-        .bind(version)
-        .bind(result)
-        .bind(version)
-        .bind(version)
-        .execute(conn);
-    let done = traced(statement("INSERT", Some(VIEWS)), done).await?;
-    match done.last_insert_id() {
-        CASE_CREATED | CASE_ADVANCED => Ok(Advance::Applied),
-        CASE_OLDER | CASE_SAME_EVENT => Ok(Advance::Stale),
-        CASE_OTHER_EVENT_SAME_VERSION => Err(InboxError::Conflict(Conflict::VersionTaken {
+    match statements::advance(conn, scope, event).await? {
+        Some(Met::NoRow | Met::Lower) => Ok(Advance::Applied),
+        Some(Met::Higher | Met::SameEvent) => Ok(Advance::Stale),
+        Some(Met::OtherEvent) => Err(InboxError::Conflict(Conflict::VersionTaken {
             task_id: task.id.clone(),
-            version,
+            version: task.version,
         })),
-        _ => Err(InboxError::Database(DbError::inconsistent())),
+        None => Err(InboxError::Database(DbError::inconsistent())),
     }
 }
 
@@ -241,31 +178,14 @@ pub async fn load<'e, E>(
 where
     E: sqlx::Executor<'e, Database = sqlx::MySql>,
 {
-    let row = sqlx::query(
-        "SELECT task_version, last_event_id, last_state, last_result, applied_events \
-         FROM receiver_task_views WHERE consumer_name = ? AND queue_id = ? AND task_id = ?",
-    )
-    .bind(scope.receiver.as_str())
-    .bind(scope.queue_id.as_str())
-    .bind(task_id.as_str())
-    .fetch_optional(executor)
-    .await?;
-    let Some(row) = row else {
-        return Ok(None);
-    };
-    // The columns use a binary collation, which sqlx hands out as bytes.
-    let text = |column: &str| -> Result<Option<String>, DbError> {
-        let bytes: Option<Vec<u8>> = row.try_get(column)?;
-        bytes
-            .map(|b| String::from_utf8(b).map_err(|_| DbError::inconsistent()))
-            .transpose()
-    };
-    let required = |column: &str| text(column)?.ok_or_else(DbError::inconsistent);
-    Ok(Some(TaskViewRow {
-        task_version: row.try_get("task_version")?,
-        last_event_id: required("last_event_id")?,
-        last_state: required("last_state")?,
-        last_result: text("last_result")?,
-        applied_events: row.try_get("applied_events")?,
-    }))
+    let row = statements::select(executor, scope, task_id).await?;
+    Ok(row.map(
+        |(task_version, last_event_id, last_state, last_result, applied_events)| TaskViewRow {
+            task_version,
+            last_event_id,
+            last_state,
+            last_result,
+            applied_events,
+        },
+    ))
 }

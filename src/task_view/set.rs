@@ -14,13 +14,10 @@
 use std::collections::HashMap;
 
 use futures::future::BoxFuture;
-use sqlx::mysql::{MySql, MySqlArguments, MySqlConnection};
-use sqlx::query::Query;
-use sqlx::{Encode, Row, Type};
+use sqlx::mysql::MySqlConnection;
 
 use super::{decide, Decision, TaskView};
-use crate::db::trace::{statement, traced};
-use crate::db::{errno, row, sql};
+use crate::db::mysql::task_view::{insert_rows, lock_rows, update_rows};
 use crate::event::Event;
 use crate::inbox::{ApplySet, InboxError};
 use crate::scope::InboxScope;
@@ -55,7 +52,9 @@ async fn apply_set(
     scope: &InboxScope,
     events: &[&Event],
 ) -> Result<Option<Vec<bool>>, InboxError> {
-    let locked = lock_rows(conn, scope, events).await?;
+    let locked = lock_rows(conn, scope, events)
+        .await
+        .map_err(InboxError::Database)?;
     let mut views: HashMap<&str, View<'_>> = HashMap::new();
     for (task, version, event) in &locked {
         let view = View {
@@ -102,123 +101,4 @@ async fn apply_set(
         return Ok(None);
     }
     Ok(Some(advanced))
-}
-
-/// Locks the existing view rows of the events' tasks: task id, version,
-/// last event id.
-async fn lock_rows(
-    conn: &mut MySqlConnection,
-    scope: &InboxScope,
-    events: &[&Event],
-) -> Result<Vec<(String, u64, String)>, InboxError> {
-    let mut tasks: Vec<&str> = events.iter().map(|e| e.task().id.as_str()).collect();
-    tasks.sort_unstable();
-    tasks.dedup();
-    let sql = format!(
-        "SELECT task_id, task_version, last_event_id FROM receiver_task_views \
-         WHERE consumer_name = ? AND queue_id = ? AND task_id IN ({}) FOR UPDATE",
-        sql::list("?", tasks.len())
-    );
-    let mut query = sqlx::query(&sql)
-        .bind(scope.receiver.as_str())
-        .bind(scope.queue_id.as_str());
-    for task in &tasks {
-        query = query.bind(*task);
-    }
-    let rows = traced(
-        statement("SELECT", Some(super::VIEWS)),
-        query.fetch_all(&mut *conn),
-    )
-    .await?;
-    rows.iter()
-        .map(|r| {
-            let version: u64 = r.try_get(1)?;
-            let text = |i| row::text(r, i).map_err(InboxError::Database);
-            Ok((text(0)?, version, text(2)?))
-        })
-        .collect()
-}
-
-/// Creates the rows of tasks that had none; `false` if one exists by now.
-async fn insert_rows(
-    conn: &mut MySqlConnection,
-    scope: &InboxScope,
-    rows: &[(&Event, u64)],
-) -> Result<bool, InboxError> {
-    let sql = format!(
-        "INSERT INTO receiver_task_views \
-         (consumer_name, queue_id, task_id, task_version, last_event_id, last_state, last_result, \
-          applied_events, created_at, updated_at) VALUES {}",
-        sql::list(
-            "(?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
-            rows.len()
-        )
-    );
-    let mut query = sqlx::query(&sql);
-    for (event, advanced) in rows {
-        let task = event.task();
-        query = query
-            .bind(scope.receiver.as_str())
-            .bind(scope.queue_id.as_str())
-            .bind(task.id.as_str())
-            .bind(task.version)
-            .bind(event.id().as_str())
-            .bind(task.state.as_str())
-            .bind(task.result.as_deref())
-            .bind(*advanced);
-    }
-    match traced(statement("INSERT", Some(super::VIEWS)), query.execute(conn)).await {
-        Ok(_) => Ok(true),
-        Err(e) if errno::is_duplicate_key(&e) => Ok(false),
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// Advances the locked rows to their final event; `false` if the server
-/// did not change exactly those rows.
-async fn update_rows(
-    conn: &mut MySqlConnection,
-    scope: &InboxScope,
-    rows: &[(&Event, u64)],
-) -> Result<bool, InboxError> {
-    let case = format!("CASE task_id{} END", " WHEN ? THEN ?".repeat(rows.len()));
-    let sql = format!(
-        "UPDATE receiver_task_views SET \
-         last_event_id = {c}, last_state = {c}, last_result = {c}, \
-         applied_events = applied_events + {c}, task_version = {c}, \
-         updated_at = UTC_TIMESTAMP(6) \
-         WHERE consumer_name = ? AND queue_id = ? AND task_id IN ({})",
-        sql::list("?", rows.len()),
-        c = case,
-    );
-    let query = when_then(sqlx::query(&sql), rows, |e, _| e.id().as_str());
-    let query = when_then(query, rows, |e, _| e.task().state.as_str());
-    let query = when_then(query, rows, |e, _| e.task().result.as_deref());
-    let query = when_then(query, rows, |_, advanced| advanced);
-    let mut query = when_then(query, rows, |e, _| e.task().version)
-        .bind(scope.receiver.as_str())
-        .bind(scope.queue_id.as_str());
-    for (event, _) in rows {
-        query = query.bind(event.task().id.as_str());
-    }
-    let done = traced(statement("UPDATE", Some(super::VIEWS)), query.execute(conn)).await?;
-    Ok(done.rows_affected() == rows.len() as u64)
-}
-
-/// Binds one `CASE task_id WHEN ? THEN ? … END`: each row's task id and
-/// `value` of its event and count.
-fn when_then<'q, T>(
-    mut query: Query<'q, MySql, MySqlArguments>,
-    rows: &[(&'q Event, u64)],
-    value: impl Fn(&'q Event, u64) -> T,
-) -> Query<'q, MySql, MySqlArguments>
-where
-    T: 'q + Encode<'q, MySql> + Type<MySql>,
-{
-    for &(event, advanced) in rows {
-        query = query
-            .bind(event.task().id.as_str())
-            .bind(value(event, advanced));
-    }
-    query
 }
