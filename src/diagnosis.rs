@@ -141,7 +141,7 @@ pub async fn diagnose(
             })
         }
     };
-    let diagnosis = match committed_row(&mut *conn, scope, event.id())
+    let diagnosis = match committed_row::<sqlx::MySql>(&mut *conn, scope, event.id())
         .await
         .map_err(database)?
     {

@@ -6,6 +6,7 @@
 //! task view, `verify`, `stats` and `inspect` all build on it.
 
 mod dsn;
+pub mod engine;
 pub mod errno;
 mod error;
 pub(crate) mod mysql;
@@ -15,4 +16,5 @@ pub(crate) mod sql;
 pub(crate) mod trace;
 
 pub use self::dsn::{Dsn, DsnError, ACCEPTED_OPTIONS};
+pub use self::engine::Engine;
 pub use self::error::{DbError, DbErrorKind};

@@ -32,23 +32,23 @@ use super::tx::{InboxTx, Row};
 use super::{
     error, found, retry_pause, Applying, InboxError, InboxStore, Outcome, Receipt, Verdict,
 };
-use crate::db::DbError;
+use crate::db::{DbError, Engine};
 use crate::delivery::Delivery;
 use crate::event::Event;
 use crate::BoxError;
 
 /// An inner service a batch calls: a per-delivery service whose errors
 /// the inbox can read, runnable on a spawned transaction.
-pub(super) trait Inner:
-    Service<Delivery<Applying>, Response = Verdict, Error: Into<BoxError>, Future: Send>
+pub(super) trait Inner<E: Engine>:
+    Service<Delivery<Applying<E>>, Response = Verdict<E>, Error: Into<BoxError>, Future: Send>
     + Send
     + 'static
 {
 }
 
-impl<S> Inner for S
+impl<S, E: Engine> Inner<E> for S
 where
-    S: Service<Delivery<Applying>, Response = Verdict> + Send + 'static,
+    S: Service<Delivery<Applying<E>>, Response = Verdict<E>> + Send + 'static,
     S::Error: Into<BoxError>,
     S::Future: Send,
 {
@@ -112,9 +112,9 @@ const SET_BYTES: usize = 4 << 20;
 /// Runs the batch's transaction, again while its budget lasts if it was
 /// rolled back, and answers every delivery in order. A batch of one is the
 /// default mode's transaction.
-pub(super) async fn run<S: Inner>(
-    store: &InboxStore,
-    set: Option<&dyn ApplySet>,
+pub(super) async fn run<S: Inner<E>, E: Engine>(
+    store: &InboxStore<E>,
+    set: Option<&dyn ApplySet<E>>,
     jobs: &mut [Job<S>],
 ) -> Vec<Result<Receipt, InboxError>> {
     // The batch's transaction belongs to no delivery's trace alone: a span
@@ -140,8 +140,8 @@ pub(super) async fn run<S: Inner>(
 }
 
 /// The default mode's transaction: a batch of one, without the set path.
-pub(super) async fn alone<S: Inner>(
-    store: &InboxStore,
+pub(super) async fn alone<S: Inner<E>, E: Engine>(
+    store: &InboxStore<E>,
     job: Job<S>,
 ) -> Result<Receipt, InboxError> {
     let mut jobs = [job];
@@ -159,9 +159,9 @@ pub(super) async fn alone<S: Inner>(
     fate.map(|outcome| Receipt::new(&job.event, outcome))
 }
 
-async fn settle<S: Inner>(
-    store: &InboxStore,
-    set: Option<&dyn ApplySet>,
+async fn settle<S: Inner<E>, E: Engine>(
+    store: &InboxStore<E>,
+    set: Option<&dyn ApplySet<E>>,
     jobs: &mut [Job<S>],
 ) -> Fates {
     let deadline = Instant::now() + store.transaction_timeout();
@@ -227,9 +227,9 @@ fn failed(span: &Span, whole: &Whole) {
 }
 
 /// One run of the batch's transaction, up to the end of its COMMIT.
-async fn attempt<S: Inner>(
-    store: &InboxStore,
-    set: Option<&dyn ApplySet>,
+async fn attempt<S: Inner<E>, E: Engine>(
+    store: &InboxStore<E>,
+    set: Option<&dyn ApplySet<E>>,
     jobs: &mut [Job<S>],
     fresh: bool,
     deadline: Instant,
@@ -286,10 +286,10 @@ fn suits_set<S>(jobs: &[Job<S>]) -> bool {
 
 /// The batch in a few statements, or `None` (rolled back) where it has to
 /// go one delivery at a time.
-async fn as_set(
-    store: &InboxStore,
-    set: &dyn ApplySet,
-    tx: &mut InboxTx,
+async fn as_set<E: Engine>(
+    store: &InboxStore<E>,
+    set: &dyn ApplySet<E>,
+    tx: &mut InboxTx<E>,
     events: &[&Event],
 ) -> Result<Option<Fates>, Whole> {
     let scope = store.scope();
@@ -310,7 +310,7 @@ async fn as_set(
         .map(|(event, _)| *event)
         .collect();
     if !stale.is_empty() {
-        mark_stale_all(tx.connection(), scope, &stale).await?;
+        mark_stale_all::<E>(tx.connection(), scope, &stale).await?;
     }
     Ok(Some(
         advanced
@@ -323,7 +323,10 @@ async fn as_set(
 /// An error of the set path's statements: the whole batch again if it was
 /// rolled back, otherwise the batch one delivery at a time, which finds
 /// whose error it is.
-async fn rolled_back_or_declined(tx: &mut InboxTx, e: DbError) -> Result<Option<Fates>, Whole> {
+async fn rolled_back_or_declined<E: Engine>(
+    tx: &mut InboxTx<E>,
+    e: DbError,
+) -> Result<Option<Fates>, Whole> {
     if e.is_rolled_back() {
         return Err(Whole::Database(e));
     }
@@ -332,19 +335,19 @@ async fn rolled_back_or_declined(tx: &mut InboxTx, e: DbError) -> Result<Option<
 
 /// Undoes what the set path wrote, for the batch to go one delivery at a
 /// time.
-async fn decline(tx: &mut InboxTx) -> Result<Option<Fates>, Whole> {
+async fn decline<E: Engine>(tx: &mut InboxTx<E>) -> Result<Option<Fates>, Whole> {
     tx.rollback_all().await?;
     Ok(None)
 }
 
 /// Each delivery behind its own savepoint. Returns the transaction, the
 /// fates, and whether anything was written that the COMMIT must keep.
-async fn one_by_one<S: Inner>(
-    store: &InboxStore,
-    mut tx: InboxTx,
+async fn one_by_one<S: Inner<E>, E: Engine>(
+    store: &InboxStore<E>,
+    mut tx: InboxTx<E>,
     jobs: &mut [Job<S>],
     fresh: bool,
-) -> Result<(InboxTx, Fates, bool), Whole> {
+) -> Result<(InboxTx<E>, Fates, bool), Whole> {
     let mut fates = Vec::with_capacity(jobs.len());
     let mut wrote = false;
     for job in jobs.iter_mut() {
@@ -386,12 +389,12 @@ enum Step {
 
 /// One delivery inside the batch's transaction. An error that rolled the
 /// transaction back is the whole batch's.
-async fn one<S: Inner>(
-    store: &InboxStore,
-    mut tx: InboxTx,
+async fn one<S: Inner<E>, E: Engine>(
+    store: &InboxStore<E>,
+    mut tx: InboxTx<E>,
     job: &mut Job<S>,
     fresh: bool,
-) -> Result<(InboxTx, Step), Whole> {
+) -> Result<(InboxTx<E>, Step), Whole> {
     let scope = store.scope();
     match tx.insert_row(scope, &job.event).await {
         Ok(Row::Inserted) => {}
@@ -435,7 +438,7 @@ async fn one<S: Inner>(
                 return own_or_whole(tx, e.into());
             }
             if !advanced {
-                if let Err(e) = mark_stale_all(tx.connection(), scope, &[&job.event]).await {
+                if let Err(e) = mark_stale_all::<E>(tx.connection(), scope, &[&job.event]).await {
                     return own_or_whole(tx, e.into());
                 }
             }
@@ -458,7 +461,7 @@ async fn one<S: Inner>(
 }
 
 /// A delivery's error is its own unless it rolled the transaction back.
-fn own_or_whole(tx: InboxTx, e: InboxError) -> Result<(InboxTx, Step), Whole> {
+fn own_or_whole<E: Engine>(tx: InboxTx<E>, e: InboxError) -> Result<(InboxTx<E>, Step), Whole> {
     match e {
         InboxError::Database(e) if e.is_rolled_back() => Err(Whole::Database(e)),
         e => Ok((tx, Step::Failed(e))),

@@ -15,11 +15,12 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
-use sqlx::mysql::MySqlConnection;
+use sqlx::mysql::MySql;
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 
 use super::batch::{self, Inner, Job};
 use super::{InboxError, InboxStore, Receipt};
+use crate::db::Engine;
 use crate::delivery::Delivery;
 use crate::event::Event;
 use crate::scope::InboxScope;
@@ -33,14 +34,23 @@ use crate::telemetry;
 /// let batching = Batching::new(16).transactions(4);
 /// assert_eq!((batching.max_batch(), batching.max_transactions()), (16, 4));
 /// ```
-#[derive(Clone)]
-pub struct Batching {
+pub struct Batching<E: Engine = MySql> {
     max_batch: usize,
     transactions: usize,
-    set: Option<Arc<dyn ApplySet>>,
+    set: Option<Arc<dyn ApplySet<E>>>,
 }
 
-impl Batching {
+impl<E: Engine> Clone for Batching<E> {
+    fn clone(&self) -> Self {
+        Self {
+            max_batch: self.max_batch,
+            transactions: self.transactions,
+            set: self.set.clone(),
+        }
+    }
+}
+
+impl Batching<MySql> {
     /// Up to `max_batch` deliveries per transaction (at least 1), in up to
     /// 4 transactions at once.
     pub fn new(max_batch: usize) -> Self {
@@ -50,7 +60,9 @@ impl Batching {
             set: None,
         }
     }
+}
 
+impl<E: Engine> Batching<E> {
     /// Up to `n` transactions at once (at least 1). With batching, this is
     /// the inbox's concurrency: give the caller room for `n × max_batch`
     /// deliveries in flight, or the batches stay small.
@@ -62,7 +74,7 @@ impl Batching {
     /// Applies a batch of first receipts with `set` instead of calling the
     /// inner service once per delivery, wherever `set` can (see
     /// [`ApplySet`]). It must have exactly the effects of the inner service.
-    pub fn set_path(mut self, set: impl ApplySet) -> Self {
+    pub fn set_path(mut self, set: impl ApplySet<E>) -> Self {
         self.set = Some(Arc::new(set));
         self
     }
@@ -78,7 +90,7 @@ impl Batching {
     }
 }
 
-impl fmt::Debug for Batching {
+impl<E: Engine> fmt::Debug for Batching<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Batching")
             .field("max_batch", &self.max_batch)
@@ -102,11 +114,11 @@ impl fmt::Debug for Batching {
 /// duplicates. An error that rolled the transaction back is retried as the
 /// whole batch; any other error also sends the batch one delivery at a
 /// time, which finds whose it is.
-pub trait ApplySet: Send + Sync + 'static {
+pub trait ApplySet<E: Engine = MySql>: Send + Sync + 'static {
     /// Applies `events` in the transaction of `conn`; see the trait docs.
     fn apply_set<'a>(
         &'a self,
-        conn: &'a mut MySqlConnection,
+        conn: &'a mut E::Connection,
         scope: &'a InboxScope,
         events: &'a [&'a Event],
     ) -> BoxFuture<'a, Result<Option<Vec<bool>>, InboxError>>;
@@ -120,14 +132,14 @@ struct Queued<S> {
 
 /// The queue of an inbox in batching mode, shared by all its clones, and
 /// the places of its running transactions.
-pub(super) struct Gather<S> {
-    store: InboxStore,
-    batching: Batching,
+pub(super) struct Gather<S, E: Engine> {
+    store: InboxStore<E>,
+    batching: Batching<E>,
     queue: Mutex<VecDeque<Queued<S>>>,
     places: Arc<Semaphore>,
 }
 
-impl<S> fmt::Debug for Gather<S> {
+impl<S, E: Engine> fmt::Debug for Gather<S, E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Gather")
             .field("batching", &self.batching)
@@ -136,8 +148,8 @@ impl<S> fmt::Debug for Gather<S> {
     }
 }
 
-impl<S: Inner> Gather<S> {
-    pub(super) fn new(store: InboxStore, batching: Batching) -> Self {
+impl<S: Inner<E>, E: Engine> Gather<S, E> {
+    pub(super) fn new(store: InboxStore<E>, batching: Batching<E>) -> Self {
         let places = Arc::new(Semaphore::new(batching.transactions));
         Self {
             store,
@@ -215,7 +227,7 @@ impl<S: Inner> Gather<S> {
     }
 }
 
-impl<S> Gather<S> {
+impl<S, E: Engine> Gather<S, E> {
     fn lock(&self) -> MutexGuard<'_, VecDeque<Queued<S>>> {
         // Nothing panics while holding it; a poisoned queue is still a queue.
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
@@ -224,12 +236,12 @@ impl<S> Gather<S> {
 
 /// A running transaction's place. Given up when dropped, also by a panic,
 /// and then whatever was queued meanwhile is started.
-struct Place<S: Inner> {
-    gather: Arc<Gather<S>>,
+struct Place<S: Inner<E>, E: Engine> {
+    gather: Arc<Gather<S, E>>,
     permit: Option<OwnedSemaphorePermit>,
 }
 
-impl<S: Inner> Place<S> {
+impl<S: Inner<E>, E: Engine> Place<S, E> {
     async fn work(self, mut batch: Vec<Queued<S>>) {
         let set = self.gather.batching.set.as_deref();
         while !batch.is_empty() {
@@ -247,7 +259,7 @@ impl<S: Inner> Place<S> {
     }
 }
 
-impl<S: Inner> Drop for Place<S> {
+impl<S: Inner<E>, E: Engine> Drop for Place<S, E> {
     fn drop(&mut self) {
         drop(self.permit.take());
         self.gather.start();

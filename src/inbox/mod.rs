@@ -96,7 +96,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use sqlx::mysql::MySqlConnection;
+use sqlx::mysql::MySql;
 use tower::Service;
 
 use self::batch::{Inner, Job};
@@ -108,7 +108,7 @@ pub use self::layer::InboxLayer;
 pub use self::store::{InboxStats, InboxStore, Session, SessionSettings, StoreOptions};
 pub(crate) use self::tx::committed_row;
 use self::tx::InboxTx;
-use crate::db::DbError;
+use crate::db::{DbError, Engine};
 use crate::delivery::Delivery;
 use crate::digest::Digest;
 use crate::event::Event;
@@ -204,14 +204,14 @@ impl Receipt {
 /// inbox row before the business writes are known to hold; a later
 /// failure can no longer undo it, and the redelivery is taken for a
 /// duplicate: the event is lost.
-pub struct Applying {
+pub struct Applying<E: Engine = MySql> {
     // Shared with the inbox, which keeps it for a retry after a deadlock.
     event: Arc<Event>,
     scope: InboxScope,
-    tx: InboxTx,
+    tx: InboxTx<E>,
 }
 
-impl std::fmt::Debug for Applying {
+impl<E: Engine> std::fmt::Debug for Applying<E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Applying")
             .field("event", &self.event)
@@ -220,7 +220,7 @@ impl std::fmt::Debug for Applying {
     }
 }
 
-impl Applying {
+impl<E: Engine> Applying<E> {
     /// The validated event.
     pub fn event(&self) -> &Event {
         &self.event
@@ -234,18 +234,18 @@ impl Applying {
     /// The connection of the open transaction, to use as an executor.
     /// `begin()` on it is a savepoint of this transaction; see
     /// [what it cannot guard](Applying#what-the-transaction-survives-and-what-it-cannot).
-    pub fn connection(&mut self) -> &mut MySqlConnection {
+    pub fn connection(&mut self) -> &mut E::Connection {
         self.tx.connection()
     }
 
     /// The connection, the scope and the event at once, for business code
     /// that writes (needs the connection) what the event says.
-    pub fn split(&mut self) -> (&mut MySqlConnection, &InboxScope, &Event) {
+    pub fn split(&mut self) -> (&mut E::Connection, &InboxScope, &Event) {
         (self.tx.connection(), &self.scope, &self.event)
     }
 
     /// The event advanced the business state.
-    pub fn applied(self) -> Verdict {
+    pub fn applied(self) -> Verdict<E> {
         Verdict {
             applying: self,
             advanced: true,
@@ -253,7 +253,7 @@ impl Applying {
     }
 
     /// The event is older than what is stored and changed nothing.
-    pub fn stale(self) -> Verdict {
+    pub fn stale(self) -> Verdict<E> {
         Verdict {
             applying: self,
             advanced: false,
@@ -265,12 +265,12 @@ impl Applying {
 /// state, together with the transaction, which goes back to the inbox to be
 /// committed.
 #[derive(Debug)]
-pub struct Verdict {
-    applying: Applying,
+pub struct Verdict<E: Engine = MySql> {
+    applying: Applying<E>,
     advanced: bool,
 }
 
-impl Verdict {
+impl<E: Engine> Verdict<E> {
     /// Whether the event advanced the business state.
     pub fn is_applied(&self) -> bool {
         self.advanced
@@ -279,14 +279,14 @@ impl Verdict {
 
 /// The service made by [`InboxLayer`]. See the [module docs](self).
 #[derive(Debug)]
-pub struct Inbox<S> {
+pub struct Inbox<S, E: Engine = MySql> {
     inner: S,
-    store: InboxStore,
+    store: InboxStore<E>,
     /// In batching mode, the queue every clone shares.
-    gather: Option<Arc<Gather<S>>>,
+    gather: Option<Arc<Gather<S, E>>>,
 }
 
-impl<S: Clone> Clone for Inbox<S> {
+impl<S: Clone, E: Engine> Clone for Inbox<S, E> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
@@ -296,9 +296,9 @@ impl<S: Clone> Clone for Inbox<S> {
     }
 }
 
-impl<S> Inbox<S> {
+impl<S, E: Engine> Inbox<S, E> {
     /// Wraps `inner`; each delivery is one transaction on `store`.
-    pub fn new(inner: S, store: InboxStore) -> Self {
+    pub fn new(inner: S, store: InboxStore<E>) -> Self {
         Self {
             inner,
             store,
@@ -322,20 +322,20 @@ impl<S> Inbox<S> {
     }
 
     /// The store the transactions run on.
-    pub fn store(&self) -> &InboxStore {
+    pub fn store(&self) -> &InboxStore<E> {
         &self.store
     }
 }
 
-impl<S> Inbox<S>
+impl<S, E: Engine> Inbox<S, E>
 where
-    S: Service<Delivery<Applying>, Response = Verdict> + Send + 'static,
+    S: Service<Delivery<Applying<E>>, Response = Verdict<E>> + Send + 'static,
     S::Error: Into<BoxError>,
     S::Future: Send,
 {
     /// Wraps `inner` in batching mode: deliveries that are waiting share a
     /// transaction on `store` (see [`Batching`]).
-    pub fn batched(inner: S, store: InboxStore, batching: Batching) -> Self {
+    pub fn batched(inner: S, store: InboxStore<E>, batching: Batching<E>) -> Self {
         let gather = Arc::new(Gather::new(store.clone(), batching));
         Self {
             inner,
@@ -345,9 +345,9 @@ where
     }
 }
 
-impl<S> Service<Delivery<Bytes>> for Inbox<S>
+impl<S, E: Engine> Service<Delivery<Bytes>> for Inbox<S, E>
 where
-    S: Service<Delivery<Applying>, Response = Verdict> + Clone + Send + 'static,
+    S: Service<Delivery<Applying<E>>, Response = Verdict<E>> + Clone + Send + 'static,
     S::Error: Into<BoxError>,
     S::Future: Send + 'static,
 {
@@ -374,9 +374,9 @@ where
 /// stable class (`applied`, `duplicate`, `stale`, `conflict`, `rejected`,
 /// `unconfirmed`, `error`) and the event id when the event could be read,
 /// and the same class in the metrics (see [`crate::telemetry`]).
-async fn apply<S: Inner>(
-    store: InboxStore,
-    gather: Option<Arc<Gather<S>>>,
+async fn apply<S: Inner<E>, E: Engine>(
+    store: InboxStore<E>,
+    gather: Option<Arc<Gather<S, E>>>,
     inner: S,
     delivery: Delivery<Bytes>,
 ) -> Result<Receipt, InboxError> {
@@ -459,8 +459,8 @@ async fn apply<S: Inner>(
 /// database counts as unreachable: the delivery fails now, unacknowledged,
 /// and the consumer's breaker and its probe take over, instead of every
 /// delivery retrying until its budget is gone.
-fn retry_pause(
-    store: &InboxStore,
+fn retry_pause<E: Engine>(
+    store: &InboxStore<E>,
     e: &DbError,
     retried_connection: &mut bool,
 ) -> Option<std::time::Duration> {

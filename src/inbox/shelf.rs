@@ -20,8 +20,8 @@
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use sqlx::mysql::{MySql, MySqlPool};
 use sqlx::pool::PoolConnection;
+use sqlx::Pool;
 use tokio::sync::Notify;
 
 /// Longest a connection waits on the shelf before it goes back to the pool.
@@ -30,11 +30,13 @@ const REST: Duration = Duration::from_secs(2);
 /// passing through the pool.
 const ROUND: Duration = Duration::from_secs(60);
 
+use crate::db::Engine;
+
 /// The pool, and the connections ready for the next transaction.
 #[derive(Debug)]
-pub(crate) struct Shelf {
-    pool: MySqlPool,
-    ready: Mutex<Vec<Ready>>,
+pub(crate) struct Shelf<E: Engine> {
+    pool: Pool<E>,
+    ready: Mutex<Vec<Ready<E>>>,
     /// Wakes a transaction waiting for the pool when a connection is
     /// shelved instead: with every connection lent out, the pool would not
     /// see it.
@@ -42,8 +44,8 @@ pub(crate) struct Shelf {
 }
 
 #[derive(Debug)]
-struct Ready {
-    conn: PoolConnection<MySql>,
+struct Ready<E: Engine> {
+    conn: PoolConnection<E>,
     since: Instant,
     lent: Lent,
 }
@@ -52,8 +54,8 @@ struct Ready {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Lent(Instant);
 
-impl Shelf {
-    pub(crate) fn new(pool: MySqlPool) -> Self {
+impl<E: Engine> Shelf<E> {
+    pub(crate) fn new(pool: Pool<E>) -> Self {
         Self {
             pool,
             ready: Mutex::new(Vec::new()),
@@ -61,13 +63,13 @@ impl Shelf {
         }
     }
 
-    pub(crate) fn pool(&self) -> &MySqlPool {
+    pub(crate) fn pool(&self) -> &Pool<E> {
         &self.pool
     }
 
     /// The connection shelved last, or one from the pool, whichever comes
     /// first.
-    pub(crate) async fn acquire(&self) -> Result<(PoolConnection<MySql>, Lent), sqlx::Error> {
+    pub(crate) async fn acquire(&self) -> Result<(PoolConnection<E>, Lent), sqlx::Error> {
         loop {
             // Listening before looking: a connection shelved in between
             // still wakes this transaction.
@@ -86,7 +88,7 @@ impl Shelf {
 
     /// Keeps `conn`, whose last transaction the server confirmed ended, for
     /// the next transaction.
-    pub(crate) fn put(&self, conn: PoolConnection<MySql>, lent: Lent) {
+    pub(crate) fn put(&self, conn: PoolConnection<E>, lent: Lent) {
         self.lock().push(Ready {
             conn,
             since: Instant::now(),
@@ -102,10 +104,10 @@ impl Shelf {
         drop(all);
     }
 
-    fn take(&self) -> Option<Ready> {
+    fn take(&self) -> Option<Ready<E>> {
         let now = Instant::now();
         let mut ready = self.lock();
-        let due = |r: &Ready| {
+        let due = |r: &Ready<E>| {
             now.saturating_duration_since(r.since) > REST
                 || now.saturating_duration_since(r.lent.0) > ROUND
         };
@@ -118,13 +120,13 @@ impl Shelf {
         next
     }
 
-    fn lock(&self) -> MutexGuard<'_, Vec<Ready>> {
+    fn lock(&self) -> MutexGuard<'_, Vec<Ready<E>>> {
         // Nothing panics while holding it; a poisoned list is still a list.
         self.ready.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
-impl Drop for Shelf {
+impl<E: Engine> Drop for Shelf<E> {
     fn drop(&mut self) {
         // A pooled connection dropped normally is returned by a task on the
         // runtime; without one, close the socket here instead.

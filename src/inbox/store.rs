@@ -4,12 +4,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::mysql::{MySqlConnection, MySqlPool, MySqlPoolOptions};
+use sqlx::mysql::MySql;
+use sqlx::Pool;
 
 use super::shelf::Shelf;
 use super::tx::InboxTx;
-use crate::db::mysql::{inbox, session};
-use crate::db::{DbError, DbErrorKind, Dsn};
+use crate::db::{DbError, DbErrorKind, Dsn, Engine};
 use crate::event::Event;
 use crate::failure::Failure;
 use crate::ids::QueueId;
@@ -59,12 +59,23 @@ impl Default for StoreOptions {
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Debug, Clone)]
-pub struct InboxStore {
-    shelf: Arc<Shelf>,
+#[derive(Debug)]
+pub struct InboxStore<E: Engine = MySql> {
+    shelf: Arc<Shelf<E>>,
     scope: InboxScope,
     transaction_timeout: Duration,
     stats: Arc<Counters>,
+}
+
+impl<E: Engine> Clone for InboxStore<E> {
+    fn clone(&self) -> Self {
+        Self {
+            shelf: self.shelf.clone(),
+            scope: self.scope.clone(),
+            transaction_timeout: self.transaction_timeout,
+            stats: self.stats.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -90,7 +101,7 @@ pub struct InboxStats {
     pub connection_retries: u64,
 }
 
-impl InboxStore {
+impl InboxStore<MySql> {
     /// Opens a pool on `dsn` for `scope`.
     ///
     /// Isolation, lock-wait time and autocommit are set once per connection
@@ -100,7 +111,7 @@ impl InboxStore {
         scope: InboxScope,
         options: StoreOptions,
     ) -> Result<Self, DbError> {
-        let pool = pool_options(&options)
+        let pool = pool_options::<MySql>(&options)
             .connect_with(dsn.connect_options())
             .await?;
         Ok(Self::with_pool(pool, scope, &options))
@@ -113,11 +124,13 @@ impl InboxStore {
     /// server answers, applies go through. For a consumer that may start
     /// before its database.
     pub fn connect_lazy(dsn: &Dsn, scope: InboxScope, options: StoreOptions) -> Self {
-        let pool = pool_options(&options).connect_lazy_with(dsn.connect_options());
+        let pool = pool_options::<MySql>(&options).connect_lazy_with(dsn.connect_options());
         Self::with_pool(pool, scope, &options)
     }
+}
 
-    fn with_pool(pool: MySqlPool, scope: InboxScope, options: &StoreOptions) -> Self {
+impl<E: Engine> InboxStore<E> {
+    fn with_pool(pool: Pool<E>, scope: InboxScope, options: &StoreOptions) -> Self {
         Self {
             shelf: Arc::new(Shelf::new(pool)),
             scope,
@@ -168,7 +181,7 @@ impl InboxStore {
         loop {
             tries -= 1;
             let mut tx = InboxTx::acquire(&self.shelf).await?;
-            let answered = session::ping(tx.connection()).await;
+            let answered = E::ping(tx.connection()).await;
             match answered {
                 Ok(_) => return Ok(tx.rollback().await?),
                 Err(e) => {
@@ -202,12 +215,12 @@ impl InboxStore {
     /// autocommit off: whatever runs on one of its connections must go
     /// through [`InboxTx`], which ends the transaction or closes the
     /// connection.
-    pub(crate) fn pool(&self) -> &MySqlPool {
+    pub(crate) fn pool(&self) -> &Pool<E> {
         self.shelf.pool()
     }
 
     /// Where the inbox's transactions take their connections.
-    pub(crate) fn shelf(&self) -> &Arc<Shelf> {
+    pub(crate) fn shelf(&self) -> &Arc<Shelf<E>> {
         &self.shelf
     }
 
@@ -241,7 +254,7 @@ impl InboxStore {
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn session(&self) -> Result<Session, DbError> {
+    pub async fn session(&self) -> Result<Session<E>, DbError> {
         let mut tx = InboxTx::acquire(&self.shelf).await?;
         tx.begin().await?;
         Ok(Session { tx })
@@ -251,7 +264,7 @@ impl InboxStore {
     /// reports them: for checking a deployment (and this crate's tests).
     pub async fn session_settings(&self) -> Result<SessionSettings, DbError> {
         let mut tx = InboxTx::acquire(&self.shelf).await?;
-        let (isolation, lock_wait_timeout, autocommit) = session::settings(tx.connection()).await?;
+        let (isolation, lock_wait_timeout, autocommit) = E::settings(tx.connection()).await?;
         tx.rollback().await?;
         Ok(SessionSettings {
             isolation,
@@ -262,24 +275,24 @@ impl InboxStore {
 }
 
 /// The pool every store runs on: see [`InboxStore::connect`].
-fn pool_options(options: &StoreOptions) -> MySqlPoolOptions {
-    session::pool_options(options.max_connections, options.transaction_timeout)
+fn pool_options<E: Engine>(options: &StoreOptions) -> sqlx::pool::PoolOptions<E> {
+    E::pool_options(options.max_connections, options.transaction_timeout)
 }
 
 /// One of the store's connections lent to the application, in a
 /// transaction that is always ended (see [`InboxStore::session`]).
 #[derive(Debug)]
-pub struct Session {
-    tx: InboxTx,
+pub struct Session<E: Engine = MySql> {
+    tx: InboxTx<E>,
 }
 
-impl Session {
+impl<E: Engine> Session<E> {
     /// The connection, as an executor for the session's statements. sqlx
     /// knows the session's transaction: `begin()` on it is a savepoint
     /// inside the session, never a second transaction (see
     /// [`Applying::connection`](super::Applying::connection) for what
     /// nothing can guard).
-    pub fn connection(&mut self) -> &mut MySqlConnection {
+    pub fn connection(&mut self) -> &mut E::Connection {
         self.tx.connection()
     }
 
@@ -311,17 +324,17 @@ pub struct SessionSettings {
 
 /// Marks the inbox rows of `events` (inserted as applied, in this
 /// transaction) as recorded without advancing the view: one statement.
-pub(crate) async fn mark_stale_all(
-    conn: &mut MySqlConnection,
+pub(crate) async fn mark_stale_all<E: Engine>(
+    conn: &mut E::Connection,
     scope: &InboxScope,
     events: &[&Event],
 ) -> Result<(), sqlx::Error> {
-    inbox::mark_stale(conn, scope, events).await
+    E::mark_stale(conn, scope, events).await
 }
 
 /// A consumer's breaker probes the store's database, and knows the inbox's
 /// errors when a delivery fails with one (see [`Probe`]).
-impl Probe for InboxStore {
+impl<E: Engine> Probe for InboxStore<E> {
     fn probe(&self) -> futures::future::BoxFuture<'static, Result<(), crate::BoxError>> {
         let store = self.clone();
         Box::pin(async move {

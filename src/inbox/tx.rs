@@ -15,31 +15,29 @@
 use std::fmt;
 use std::sync::Arc;
 
-use sqlx::mysql::{MySql, MySqlConnection};
 use sqlx::pool::PoolConnection;
 use tokio::sync::oneshot;
 
 use super::error::InboxError;
 use super::shelf::{Lent, Shelf};
-use crate::db::mysql::{inbox, transaction};
-use crate::db::DbError;
+use crate::db::{DbError, Engine};
 use crate::digest::Digest;
 use crate::event::Event;
 use crate::ids::EventId;
 use crate::scope::InboxScope;
 
 /// An open transaction on a pooled connection.
-pub(crate) struct InboxTx {
+pub(crate) struct InboxTx<E: Engine> {
     /// Always there until the transaction is dropped.
-    conn: Option<PoolConnection<MySql>>,
+    conn: Option<PoolConnection<E>>,
     lent: Lent,
-    shelf: Arc<Shelf>,
+    shelf: Arc<Shelf<E>>,
     /// Whether the transaction may still be open on the server.
     open: bool,
     /// Where the transaction goes when dropped while lent to an inner
     /// service of a batch: back to the batch, which still has its siblings
     /// to commit (see [`lend`](Self::lend)).
-    home: Option<oneshot::Sender<InboxTx>>,
+    home: Option<oneshot::Sender<InboxTx<E>>>,
 }
 
 /// What the statement that inserts an inbox row found, the transaction
@@ -54,12 +52,12 @@ pub(crate) enum Row {
 
 /// The stored digest and `applied` flag of an event's inbox row in
 /// `scope`, if it has one: what decides between a duplicate and a conflict.
-pub(crate) async fn committed_row(
-    conn: &mut MySqlConnection,
+pub(crate) async fn committed_row<E: Engine>(
+    conn: &mut E::Connection,
     scope: &InboxScope,
     event: &EventId,
 ) -> Result<Option<(Digest, bool)>, InboxError> {
-    inbox::committed_row(conn, scope, event)
+    E::committed_row(conn, scope, event)
         .await
         .map_err(InboxError::Database)
 }
@@ -68,12 +66,12 @@ fn inconsistent() -> InboxError {
     InboxError::Database(DbError::inconsistent())
 }
 
-impl InboxTx {
+impl<E: Engine> InboxTx<E> {
     /// A connection from `shelf` whose next statement starts a transaction.
     /// Whatever runs on it must end with [`commit`](Self::commit) or
     /// [`rollback`](Self::rollback), or the connection is closed; after
     /// either, it goes back on the shelf.
-    pub(crate) async fn acquire(shelf: &Arc<Shelf>) -> Result<InboxTx, sqlx::Error> {
+    pub(crate) async fn acquire(shelf: &Arc<Shelf<E>>) -> Result<InboxTx<E>, sqlx::Error> {
         let (conn, lent) = shelf.acquire().await?;
         Ok(InboxTx {
             conn: Some(conn),
@@ -89,14 +87,14 @@ impl InboxTx {
     /// the service drops it (by failing) instead of handing it back in its
     /// verdict: a batch goes on with its other deliveries after a failed
     /// one.
-    pub(crate) fn lend(mut self) -> (InboxTx, oneshot::Receiver<InboxTx>) {
+    pub(crate) fn lend(mut self) -> (InboxTx<E>, oneshot::Receiver<InboxTx<E>>) {
         let (home, back) = oneshot::channel();
         self.home = Some(home);
         (self, back)
     }
 
     /// A lent transaction that came back in a verdict: no longer lent.
-    pub(crate) fn keep(mut self) -> InboxTx {
+    pub(crate) fn keep(mut self) -> InboxTx<E> {
         self.home = None;
         self
     }
@@ -116,7 +114,7 @@ impl InboxTx {
         match self.insert_one(scope, event).await {
             Ok(true) => Ok(Row::Inserted),
             Ok(false) => {
-                let (digest, applied) = committed_row(self.connection(), scope, event.id())
+                let (digest, applied) = committed_row::<E>(self.connection(), scope, event.id())
                     .await?
                     .ok_or_else(inconsistent)?;
                 Ok(Row::Duplicate { digest, applied })
@@ -133,7 +131,7 @@ impl InboxTx {
         scope: &InboxScope,
         events: &[&Event],
     ) -> Result<bool, sqlx::Error> {
-        inbox::insert_all(self.connection(), scope, events).await
+        E::insert_all(self.connection(), scope, events).await
     }
 
     /// The inbox row of one event that an inner service may be lent the
@@ -141,13 +139,13 @@ impl InboxTx {
     /// transaction from this first statement (see
     /// [`open_for_lending`](Self::open_for_lending)).
     async fn insert_one(&mut self, scope: &InboxScope, event: &Event) -> Result<bool, sqlx::Error> {
-        inbox::insert_one(self.connection(), scope, event).await
+        E::insert_one(self.connection(), scope, event).await
     }
 
     /// `BEGIN`, through sqlx, for a transaction whose first statement is
     /// not the inbox's (a [`Session`](super::Session)).
     pub(crate) async fn begin(&mut self) -> Result<(), sqlx::Error> {
-        transaction::begin(self.connection()).await
+        E::begin(self.connection()).await
     }
 
     /// Makes the open transaction sqlx's own before an inner service gets
@@ -159,7 +157,7 @@ impl InboxTx {
     /// sqlx's ([`insert_one`](Self::insert_one)), so this sends nothing on
     /// the inbox's paths.
     pub(crate) async fn open_for_lending(&mut self) -> Result<(), sqlx::Error> {
-        transaction::adopt(self.connection()).await
+        E::adopt(self.connection()).await
     }
 
     /// Rolls back the nested transactions an inner service left open
@@ -167,19 +165,19 @@ impl InboxTx {
     /// itself), so that the inbox's next statement runs in its own
     /// transaction, not in a savepoint that a later rollback would undo.
     pub(crate) async fn close_nested(&mut self) -> Result<(), sqlx::Error> {
-        transaction::close_nested(self.connection()).await
+        E::close_nested(self.connection()).await
     }
 
     /// Marks a savepoint: what follows can be undone alone.
     pub(crate) async fn savepoint(&mut self) -> Result<(), sqlx::Error> {
         self.close_nested().await?;
-        transaction::savepoint(self.connection()).await
+        E::savepoint(self.connection()).await
     }
 
     /// Undoes everything since the last [`savepoint`](Self::savepoint).
     pub(crate) async fn rollback_to_savepoint(&mut self) -> Result<(), sqlx::Error> {
         self.close_nested().await?;
-        transaction::rollback_to_savepoint(self.connection()).await
+        E::rollback_to_savepoint(self.connection()).await
     }
 
     /// `ROLLBACK`, keeping the connection for the next transaction, which
@@ -191,11 +189,11 @@ impl InboxTx {
     /// `COMMIT` or `ROLLBACK` of the whole transaction, nested ones first.
     async fn end(&mut self, end: End) -> Result<(), sqlx::Error> {
         self.close_nested().await?;
-        transaction::end(self.connection(), matches!(end, End::Commit)).await
+        E::end(self.connection(), matches!(end, End::Commit)).await
     }
 
     /// The connection, as an executor for the statements of the transaction.
-    pub(crate) fn connection(&mut self) -> &mut MySqlConnection {
+    pub(crate) fn connection(&mut self) -> &mut E::Connection {
         self.conn
             .as_mut()
             .expect("a transaction has its connection until it is dropped")
@@ -223,7 +221,7 @@ enum End {
     Rollback,
 }
 
-impl Drop for InboxTx {
+impl<E: Engine> Drop for InboxTx<E> {
     fn drop(&mut self) {
         let Some(mut conn) = self.conn.take() else {
             return;
@@ -251,7 +249,7 @@ impl Drop for InboxTx {
     }
 }
 
-impl fmt::Debug for InboxTx {
+impl<E: Engine> fmt::Debug for InboxTx<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("InboxTx")
             .field("open", &self.open)

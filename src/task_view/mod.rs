@@ -23,11 +23,11 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use sqlx::mysql::MySqlConnection;
+use sqlx::mysql::{MySql, MySqlConnection};
 use tower::Service;
 
-use crate::db::mysql::task_view::{self as statements, Met};
-use crate::db::DbError;
+use crate::db::engine::{Met, ViewRow};
+use crate::db::{DbError, Engine};
 use crate::delivery::Delivery;
 use crate::event::{result_size, Event};
 use crate::ids::TaskId;
@@ -83,8 +83,17 @@ pub async fn advance(
     scope: &InboxScope,
     event: &Event,
 ) -> Result<Advance, InboxError> {
+    advance_on::<MySql>(conn, scope, event).await
+}
+
+/// [`advance`] on any engine's connection.
+async fn advance_on<E: Engine>(
+    conn: &mut E::Connection,
+    scope: &InboxScope,
+    event: &Event,
+) -> Result<Advance, InboxError> {
     let task = event.task();
-    match statements::advance(conn, scope, event).await? {
+    match E::advance(conn, scope, event).await? {
         Some(Met::NoRow | Met::Lower) => Ok(Advance::Applied),
         Some(Met::Higher | Met::SameEvent) => Ok(Advance::Stale),
         Some(Met::OtherEvent) => Err(InboxError::Conflict(Conflict::VersionTaken {
@@ -107,20 +116,20 @@ impl TaskView {
     }
 }
 
-impl Service<Delivery<Applying>> for TaskView {
-    type Response = Verdict;
+impl<E: Engine> Service<Delivery<Applying<E>>> for TaskView {
+    type Response = Verdict<E>;
     type Error = InboxError;
-    type Future = Pin<Box<dyn Future<Output = Result<Verdict, InboxError>> + Send>>;
+    type Future = Pin<Box<dyn Future<Output = Result<Verdict<E>, InboxError>> + Send>>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), InboxError>> {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, delivery: Delivery<Applying>) -> Self::Future {
+    fn call(&mut self, delivery: Delivery<Applying<E>>) -> Self::Future {
         let mut applying = delivery.into_body();
         Box::pin(async move {
             let (conn, scope, event) = applying.split();
-            match advance(conn, scope, event).await? {
+            match advance_on::<E>(conn, scope, event).await? {
                 Advance::Applied => Ok(applying.applied()),
                 Advance::Stale => Ok(applying.stale()),
             }
@@ -130,14 +139,14 @@ impl Service<Delivery<Applying>> for TaskView {
 
 /// Reads the committed view of one task on one of the store's own
 /// connections, in a session that is ended before this returns.
-pub async fn load_committed(
-    store: &InboxStore,
+pub async fn load_committed<E: Engine>(
+    store: &InboxStore<E>,
     task_id: &TaskId,
 ) -> Result<Option<TaskViewRow>, DbError> {
     let mut session = store.session().await?;
-    let view = load(session.connection(), store.scope(), task_id).await?;
+    let view = E::select_view_on(session.connection(), store.scope(), task_id).await?;
     session.rollback().await?;
-    Ok(view)
+    Ok(view.map(TaskViewRow::of))
 }
 
 /// One row of the task result view, as committed.
@@ -155,6 +164,18 @@ pub struct TaskViewRow {
     pub applied_events: u64,
 }
 
+impl TaskViewRow {
+    fn of((task_version, last_event_id, last_state, last_result, applied_events): ViewRow) -> Self {
+        Self {
+            task_version,
+            last_event_id,
+            last_state,
+            last_result,
+            applied_events,
+        }
+    }
+}
+
 impl std::fmt::Debug for TaskViewRow {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TaskViewRow")
@@ -170,22 +191,16 @@ impl std::fmt::Debug for TaskViewRow {
 /// Reads the committed view of one task, through any executor: a pool or
 /// connection of one's own, or a [`Session`](crate::inbox::Session)'s
 /// connection (see [`load_committed`]).
-pub async fn load<'e, E>(
-    executor: E,
-    scope: &InboxScope,
-    task_id: &TaskId,
+pub async fn load<'e, X, E>(
+    executor: X,
+    scope: &'e InboxScope,
+    task_id: &'e TaskId,
 ) -> Result<Option<TaskViewRow>, DbError>
 where
-    E: sqlx::Executor<'e, Database = sqlx::MySql>,
+    X: sqlx::Executor<'e, Database = E> + 'e,
+    E: Engine,
 {
-    let row = statements::select(executor, scope, task_id).await?;
-    Ok(row.map(
-        |(task_version, last_event_id, last_state, last_result, applied_events)| TaskViewRow {
-            task_version,
-            last_event_id,
-            last_state,
-            last_result,
-            applied_events,
-        },
-    ))
+    Ok(E::select_view(executor, scope, task_id)
+        .await?
+        .map(TaskViewRow::of))
 }

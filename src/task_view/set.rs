@@ -13,23 +13,21 @@
 
 use std::collections::HashMap;
 
-use futures::future::BoxFuture;
-use sqlx::mysql::MySqlConnection;
-
 use super::{decide, Decision, TaskView};
-use crate::db::mysql::task_view::{insert_rows, lock_rows, update_rows};
+use crate::db::Engine;
 use crate::event::Event;
 use crate::inbox::{ApplySet, InboxError};
 use crate::scope::InboxScope;
+use futures::future::BoxFuture;
 
-impl ApplySet for TaskView {
+impl<E: Engine> ApplySet<E> for TaskView {
     fn apply_set<'a>(
         &'a self,
-        conn: &'a mut MySqlConnection,
+        conn: &'a mut E::Connection,
         scope: &'a InboxScope,
         events: &'a [&'a Event],
     ) -> BoxFuture<'a, Result<Option<Vec<bool>>, InboxError>> {
-        Box::pin(apply_set(conn, scope, events))
+        Box::pin(apply_set::<E>(conn, scope, events))
     }
 }
 
@@ -47,12 +45,12 @@ struct View<'e> {
     existed: bool,
 }
 
-async fn apply_set(
-    conn: &mut MySqlConnection,
+async fn apply_set<E: Engine>(
+    conn: &mut E::Connection,
     scope: &InboxScope,
     events: &[&Event],
 ) -> Result<Option<Vec<bool>>, InboxError> {
-    let locked = lock_rows(conn, scope, events)
+    let locked = E::lock_views(conn, scope, events)
         .await
         .map_err(InboxError::Database)?;
     let mut views: HashMap<&str, View<'_>> = HashMap::new();
@@ -94,10 +92,10 @@ async fn apply_set(
             (None, _) => {}
         }
     }
-    if !created.is_empty() && !insert_rows(conn, scope, &created).await? {
+    if !created.is_empty() && !E::insert_views(conn, scope, &created).await? {
         return Ok(None);
     }
-    if !changed.is_empty() && !update_rows(conn, scope, &changed).await? {
+    if !changed.is_empty() && !E::update_views(conn, scope, &changed).await? {
         return Ok(None);
     }
     Ok(Some(advanced))

@@ -7,3 +7,156 @@ pub(crate) mod inbox;
 pub(crate) mod session;
 pub(crate) mod task_view;
 pub(crate) mod transaction;
+
+use std::future::Future;
+use std::time::Duration;
+
+use sqlx::mysql::{MySql, MySqlConnection};
+use sqlx::pool::PoolOptions;
+
+use super::engine::{Met, Statements, ViewRow};
+use super::{DbError, Dsn};
+use crate::digest::Digest;
+use crate::event::Event;
+use crate::ids::{EventId, TaskId};
+use crate::scope::InboxScope;
+
+impl Statements for MySql {
+    fn connect_options(dsn: &Dsn) -> Option<sqlx::mysql::MySqlConnectOptions> {
+        Some(dsn.connect_options())
+    }
+
+    fn pool_options(max_connections: u32, transaction_timeout: Duration) -> PoolOptions<MySql> {
+        session::pool_options(max_connections, transaction_timeout)
+    }
+
+    fn ping(conn: &mut MySqlConnection) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+        session::ping(conn)
+    }
+
+    fn settings(
+        conn: &mut MySqlConnection,
+    ) -> impl Future<Output = Result<(String, Duration, bool), sqlx::Error>> + Send {
+        session::settings(conn)
+    }
+
+    fn depth(conn: &MySqlConnection) -> usize {
+        transaction::depth(conn)
+    }
+
+    fn begin(conn: &mut MySqlConnection) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+        transaction::begin(conn)
+    }
+
+    fn adopt(conn: &mut MySqlConnection) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+        transaction::adopt(conn)
+    }
+
+    fn close_nested(
+        conn: &mut MySqlConnection,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+        transaction::close_nested(conn)
+    }
+
+    fn savepoint(
+        conn: &mut MySqlConnection,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+        transaction::savepoint(conn)
+    }
+
+    fn rollback_to_savepoint(
+        conn: &mut MySqlConnection,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+        transaction::rollback_to_savepoint(conn)
+    }
+
+    fn end(
+        conn: &mut MySqlConnection,
+        commit: bool,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+        transaction::end(conn, commit)
+    }
+
+    fn committed_row<'c>(
+        conn: &'c mut MySqlConnection,
+        scope: &'c InboxScope,
+        event: &'c EventId,
+    ) -> impl Future<Output = Result<Option<(Digest, bool)>, DbError>> + Send + 'c {
+        inbox::committed_row(conn, scope, event)
+    }
+
+    fn insert_all<'c>(
+        conn: &'c mut MySqlConnection,
+        scope: &'c InboxScope,
+        events: &'c [&'c Event],
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c {
+        inbox::insert_all(conn, scope, events)
+    }
+
+    fn insert_one<'c>(
+        conn: &'c mut MySqlConnection,
+        scope: &'c InboxScope,
+        event: &'c Event,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c {
+        inbox::insert_one(conn, scope, event)
+    }
+
+    fn mark_stale<'c>(
+        conn: &'c mut MySqlConnection,
+        scope: &'c InboxScope,
+        events: &'c [&'c Event],
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send + 'c {
+        inbox::mark_stale(conn, scope, events)
+    }
+
+    fn advance<'c>(
+        conn: &'c mut MySqlConnection,
+        scope: &'c InboxScope,
+        event: &'c Event,
+    ) -> impl Future<Output = Result<Option<Met>, sqlx::Error>> + Send + 'c {
+        task_view::advance(conn, scope, event)
+    }
+
+    fn select_view<'e, X>(
+        executor: X,
+        scope: &'e InboxScope,
+        task_id: &'e TaskId,
+    ) -> impl Future<Output = Result<Option<ViewRow>, DbError>> + Send + 'e
+    where
+        X: sqlx::Executor<'e, Database = MySql> + 'e,
+    {
+        task_view::select(executor, scope, task_id)
+    }
+
+    fn select_view_on<'c>(
+        conn: &'c mut MySqlConnection,
+        scope: &'c InboxScope,
+        task_id: &'c TaskId,
+    ) -> impl Future<Output = Result<Option<ViewRow>, DbError>> + Send + 'c {
+        task_view::select(conn, scope, task_id)
+    }
+
+    fn lock_views<'c>(
+        conn: &'c mut MySqlConnection,
+        scope: &'c InboxScope,
+        events: &'c [&'c Event],
+    ) -> impl Future<Output = Result<Vec<(String, u64, String)>, DbError>> + Send + 'c {
+        task_view::lock_rows(conn, scope, events)
+    }
+
+    fn insert_views<'c>(
+        conn: &'c mut MySqlConnection,
+        scope: &'c InboxScope,
+        rows: &'c [(&'c Event, u64)],
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c {
+        task_view::insert_rows(conn, scope, rows)
+    }
+
+    fn update_views<'c>(
+        conn: &'c mut MySqlConnection,
+        scope: &'c InboxScope,
+        rows: &'c [(&'c Event, u64)],
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c {
+        task_view::update_rows(conn, scope, rows)
+    }
+}

@@ -6,6 +6,7 @@ use sqlx::mysql::{MySql, MySqlArguments, MySqlConnection};
 use sqlx::query::Query;
 use sqlx::{Encode, Row, Type};
 
+use crate::db::engine::{Met, ViewRow};
 use crate::db::trace::{statement, traced};
 use crate::db::{errno, row, sql, DbError};
 use crate::event::Event;
@@ -14,21 +15,6 @@ use crate::scope::InboxScope;
 
 /// The table of the view's statements, as their spans name it.
 const VIEWS: &str = "receiver_task_views";
-
-/// What [`advance`]'s statement met under the row's lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Met {
-    /// No row: one was created with the event.
-    NoRow,
-    /// A lower version: the row now holds the event.
-    Lower,
-    /// A higher version: nothing changed.
-    Higher,
-    /// The same version from this very event: nothing changed.
-    SameEvent,
-    /// The same version from another event: nothing changed.
-    OtherEvent,
-}
 
 // The ODKU branch reports which case it met through LAST_INSERT_ID(expr),
 // whose value the server returns in the statement's OK packet. The insert
@@ -108,10 +94,6 @@ pub(crate) async fn advance(
         _ => None,
     })
 }
-
-/// The committed view of one task: version, last event, state, result and
-/// applied events.
-pub(crate) type ViewRow = (u64, String, String, Option<String>, u64);
 
 /// Reads one task's view row through any executor.
 pub(crate) async fn select<'e, E>(

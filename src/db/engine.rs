@@ -1,0 +1,195 @@
+//! The engine a store runs on: the one seam between the inbox, the task
+//! view and a database's dialect.
+//!
+//! An [`Engine`] is sqlx's database type (`sqlx::MySql`) with every
+//! statement the inbox and the task view send, written in its dialect, and
+//! what each answer means (a row inserted or a duplicate key, the case the
+//! view's statement met). The inbox and the task view decide; an engine
+//! only speaks. Only this crate implements it.
+
+use std::future::Future;
+use std::time::Duration;
+
+use sqlx::pool::PoolOptions;
+
+use super::{DbError, Dsn};
+use crate::digest::Digest;
+use crate::event::Event;
+use crate::ids::{EventId, TaskId};
+use crate::scope::InboxScope;
+
+/// A database the inbox runs on: `sqlx::MySql` (MySQL, MariaDB). Only
+/// this crate implements it; its statements are not part of the API.
+pub trait Engine: sqlx::Database + Sync + sealed::Statements {}
+
+impl Engine for sqlx::MySql {}
+
+pub(crate) use sealed::{Met, Statements, ViewRow};
+
+mod sealed {
+    use super::*;
+
+    /// The statements of the inbox and the task view, in an engine's dialect.
+    pub trait Statements: sqlx::Database + Sync {
+        /// The options of one connection to the server `dsn` names, or `None`
+        /// when it names a server of another engine.
+        fn connect_options(dsn: &Dsn) -> Option<<Self::Connection as sqlx::Connection>::Options>;
+
+        /// The pool of an inbox store: at most `max_connections`, waiting at
+        /// most `transaction_timeout` for one, each connection set up for the
+        /// inbox's transactions (`READ COMMITTED`, a row-lock wait within the
+        /// budget).
+        fn pool_options(max_connections: u32, transaction_timeout: Duration) -> PoolOptions<Self>;
+
+        /// Whether the server answers on this connection.
+        fn ping(
+            conn: &mut Self::Connection,
+        ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+
+        /// The connection's isolation level, row-lock wait and autocommit, as
+        /// the server reports them.
+        fn settings(
+            conn: &mut Self::Connection,
+        ) -> impl Future<Output = Result<(String, Duration, bool), sqlx::Error>> + Send;
+
+        /// How deep sqlx knows the connection's transaction: 0 for none it
+        /// knows, 1 for its own, more for savepoints inside it.
+        fn depth(conn: &Self::Connection) -> usize;
+
+        /// Begins a transaction that sqlx knows, for statements other than the
+        /// inbox's.
+        fn begin(
+            conn: &mut Self::Connection,
+        ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+
+        /// Makes the open transaction sqlx's own, so that `begin()` on the
+        /// connection nests inside it.
+        fn adopt(
+            conn: &mut Self::Connection,
+        ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+
+        /// Rolls back the transactions sqlx nested inside the transaction.
+        fn close_nested(
+            conn: &mut Self::Connection,
+        ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+
+        /// The savepoint one delivery of a batch starts at.
+        fn savepoint(
+            conn: &mut Self::Connection,
+        ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+
+        /// Undoes everything since [`savepoint`](Self::savepoint).
+        fn rollback_to_savepoint(
+            conn: &mut Self::Connection,
+        ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+
+        /// `COMMIT` (or `ROLLBACK`) of the whole transaction.
+        fn end(
+            conn: &mut Self::Connection,
+            commit: bool,
+        ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+
+        /// The stored digest and `applied` flag of an event's inbox row.
+        fn committed_row<'c>(
+            conn: &'c mut Self::Connection,
+            scope: &'c InboxScope,
+            event: &'c EventId,
+        ) -> impl Future<Output = Result<Option<(Digest, bool)>, DbError>> + Send + 'c;
+
+        /// The inbox rows of `events`, written as applied, in one statement:
+        /// `false` when one of them exists and nothing was written.
+        fn insert_all<'c>(
+            conn: &'c mut Self::Connection,
+            scope: &'c InboxScope,
+            events: &'c [&'c Event],
+        ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c;
+
+        /// The inbox row of one event that an inner service may be lent the
+        /// transaction for: `false` when it exists. Opens the transaction, one
+        /// that sqlx knows, when none is open.
+        fn insert_one<'c>(
+            conn: &'c mut Self::Connection,
+            scope: &'c InboxScope,
+            event: &'c Event,
+        ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c;
+
+        /// Marks the inbox rows of `events` as recorded without advancing the
+        /// view.
+        fn mark_stale<'c>(
+            conn: &'c mut Self::Connection,
+            scope: &'c InboxScope,
+            events: &'c [&'c Event],
+        ) -> impl Future<Output = Result<(), sqlx::Error>> + Send + 'c;
+
+        /// Creates or locks `event`'s task view row and writes the event if its
+        /// version is higher; what it met, or `None` for an answer the
+        /// statement cannot give.
+        fn advance<'c>(
+            conn: &'c mut Self::Connection,
+            scope: &'c InboxScope,
+            event: &'c Event,
+        ) -> impl Future<Output = Result<Option<Met>, sqlx::Error>> + Send + 'c;
+
+        /// One task's committed view row.
+        fn select_view<'e, X>(
+            executor: X,
+            scope: &'e InboxScope,
+            task_id: &'e TaskId,
+        ) -> impl Future<Output = Result<Option<ViewRow>, DbError>> + Send + 'e
+        where
+            X: sqlx::Executor<'e, Database = Self> + 'e;
+
+        /// One task's committed view row, read on a connection of the store.
+        fn select_view_on<'c>(
+            conn: &'c mut Self::Connection,
+            scope: &'c InboxScope,
+            task_id: &'c TaskId,
+        ) -> impl Future<Output = Result<Option<ViewRow>, DbError>> + Send + 'c;
+
+        /// Locks the existing view rows of the events' tasks: task id, version,
+        /// last event id.
+        fn lock_views<'c>(
+            conn: &'c mut Self::Connection,
+            scope: &'c InboxScope,
+            events: &'c [&'c Event],
+        ) -> impl Future<Output = Result<Vec<(String, u64, String)>, DbError>> + Send + 'c;
+
+        /// Creates the view rows of tasks that had none, each with its final
+        /// event and the count of events that advanced it; `false` if one
+        /// exists by now.
+        fn insert_views<'c>(
+            conn: &'c mut Self::Connection,
+            scope: &'c InboxScope,
+            rows: &'c [(&'c Event, u64)],
+        ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c;
+
+        /// Advances locked view rows to their final event; `false` if the
+        /// server did not change exactly those rows.
+        fn update_views<'c>(
+            conn: &'c mut Self::Connection,
+            scope: &'c InboxScope,
+            rows: &'c [(&'c Event, u64)],
+        ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c;
+    }
+
+    /// What the task view's statement met under the row's lock.
+    #[doc(hidden)]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Met {
+        /// No row: one was created with the event.
+        NoRow,
+        /// A lower version: the row now holds the event.
+        Lower,
+        /// A higher version: nothing changed.
+        Higher,
+        /// The same version from this very event: nothing changed.
+        SameEvent,
+        /// The same version from another event: nothing changed.
+        OtherEvent,
+    }
+
+    /// A task's committed view row: version, last event, state, result and
+    /// applied events.
+    #[doc(hidden)]
+    pub(crate) type ViewRow = (u64, String, String, Option<String>, u64);
+}
