@@ -56,8 +56,8 @@ clippy:
 doc:
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --locked $(CLI)
 
-## deps-check: a library user's default features compile none of the command line's crates (no exporter, no OpenTelemetry SDK)
-CLI_ONLY_CRATES := clap tracing-subscriber metrics-exporter-prometheus indicatif flate2 opentelemetry opentelemetry_sdk opentelemetry-otlp tracing-opentelemetry
+## deps-check: a library user's default features compile none of the command line's crates (no exporter, no OpenTelemetry SDK, no PostgreSQL driver)
+CLI_ONLY_CRATES := clap tracing-subscriber metrics-exporter-prometheus indicatif flate2 opentelemetry opentelemetry_sdk opentelemetry-otlp tracing-opentelemetry sqlx-postgres
 deps-check:
 	@tree=$$($(CARGO) tree -e normal -p result-inbox --locked --prefix none --format '{p}' | cut -d' ' -f1 | sort -u); \
 	for crate in $(CLI_ONLY_CRATES); do \

@@ -192,7 +192,7 @@ async fn main() {
                 Ok(())
             })
         })
-        .connect_with(dsn.connect_options())
+        .connect_with(dsn.mysql_options().expect("a MySQL address"))
         .await
         .unwrap();
     raw_pool

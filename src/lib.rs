@@ -68,7 +68,8 @@
 //!
 //! **Database** (feature `mysql`) — `db`: the address (`Dsn`), the
 //! redacted `DbError` and the error numbers, `schema.sql` and the one-time
-//! `receiver init`.
+//! `receiver init`; the engine the inbox runs on (`db::Engine`: MySQL, and
+//! PostgreSQL with the feature `postgres`).
 //!
 //! **Inbox** (feature `mysql`) — `inbox`: [`InboxLayer`](inbox::InboxLayer),
 //! the tower middleware that deduplicates and commits around an inner

@@ -152,6 +152,33 @@ fn init_without_a_database_in_the_dsn_fails_before_connecting() {
 }
 
 #[test]
+fn a_postgres_address_is_refused_by_every_database_command_in_one_line_before_connecting() {
+    for command in [
+        &["init"][..],
+        &["verify"],
+        &["stats"],
+        &["inspect", "task", "0123456789abcdef0123456789abcdef"],
+    ] {
+        let out = Command::new(receiver_bin())
+            .args(command)
+            .env(
+                "ORBIT_RECEIVER_DSN",
+                "postgres://root:sentinel-pw@127.0.0.1:1/receiver",
+            )
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{command:?}");
+        let err = text(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{command:?}: {err}");
+        assert!(
+            err.contains("ORBIT_RECEIVER_DSN names a PostgreSQL server"),
+            "{command:?}: {err}"
+        );
+        assert!(!err.contains("sentinel-pw"), "{err}");
+    }
+}
+
+#[test]
 fn an_unknown_subcommand_is_a_usage_error_in_one_line() {
     let out = receiver(&["frobnicate"], b"");
     assert_eq!(out.status.code(), Some(2));

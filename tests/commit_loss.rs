@@ -116,9 +116,10 @@ impl Fixture {
     /// committed). The wait is bounded at 2 s: a transaction the server
     /// never ends fails the test with a lock wait timeout.
     async fn settled_inbox_rows(&self) -> i64 {
-        let mut conn = MySqlConnection::connect_with(&self.db.dsn.connect_options())
-            .await
-            .unwrap();
+        let mut conn =
+            MySqlConnection::connect_with(&self.db.dsn.mysql_options().expect("a MySQL address"))
+                .await
+                .unwrap();
         sqlx::query("SET SESSION innodb_lock_wait_timeout = 2")
             .execute(&mut conn)
             .await

@@ -63,9 +63,11 @@ impl Applied {
     }
 
     async fn diagnose(&self, raw: &str) -> Diagnosis {
-        let mut conn = sqlx::MySqlConnection::connect_with(&self.db.dsn.connect_options())
-            .await
-            .unwrap();
+        let mut conn = sqlx::MySqlConnection::connect_with(
+            &self.db.dsn.mysql_options().expect("a MySQL address"),
+        )
+        .await
+        .unwrap();
         let diagnosed = diagnose(&mut conn, &self.scope, raw.as_bytes())
             .await
             .unwrap();

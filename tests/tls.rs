@@ -53,7 +53,13 @@ async fn session_cipher(conn: &mut MySqlConnection) -> String {
 }
 
 async fn connect(dsn: &str) -> Result<MySqlConnection, sqlx::Error> {
-    MySqlConnection::connect_with(&Dsn::parse(dsn).unwrap().connect_options()).await
+    MySqlConnection::connect_with(
+        &Dsn::parse(dsn)
+            .unwrap()
+            .mysql_options()
+            .expect("a MySQL address"),
+    )
+    .await
 }
 
 #[tokio::test]

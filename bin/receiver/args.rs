@@ -129,7 +129,20 @@ pub(crate) fn required_dsn(dsn: Option<String>) -> Result<Dsn, String> {
     let dsn = dsn.ok_or(
         "ORBIT_RECEIVER_DSN is not set (or pass --dsn): the receiver's own database, mysql://user:password@host:port/database",
     )?;
-    Dsn::parse(&dsn).map_err(|e| format!("ORBIT_RECEIVER_DSN: {e}"))
+    let dsn = Dsn::parse(&dsn).map_err(|e| format!("ORBIT_RECEIVER_DSN: {e}"))?;
+    mysql_only(&dsn, "ORBIT_RECEIVER_DSN")?;
+    Ok(dsn)
+}
+
+/// The commands run on MySQL; the library also runs on PostgreSQL
+/// (`InboxStore::<sqlx::Postgres>::open`).
+pub(crate) fn mysql_only(dsn: &Dsn, variable: &str) -> Result<(), String> {
+    match dsn.engine() {
+        result_inbox::db::EngineKind::MySql => Ok(()),
+        _ => Err(format!(
+            "{variable} names a PostgreSQL server: the receiver's commands run on MySQL (mysql://…); PostgreSQL is the library's (InboxStore::<sqlx::Postgres>::open)"
+        )),
+    }
 }
 
 pub(crate) fn required_subscription(id: Option<String>) -> Result<SubscriptionId, String> {

@@ -53,18 +53,62 @@ use sqlx::Connection;
 /// `REQUIRE SSL` refuses `ssl-mode=DISABLED`.
 #[derive(Clone)]
 pub struct Dsn {
-    options: MySqlConnectOptions,
+    address: Address,
     redacted: String,
+}
+
+/// The server a [`Dsn`] names, with the options of its driver.
+#[derive(Clone)]
+enum Address {
+    MySql(MySqlConnectOptions),
+    #[cfg(feature = "postgres")]
+    Postgres(sqlx::postgres::PgConnectOptions),
+}
+
+/// Which engine a [`Dsn`] names: `mysql://` (or `mariadb://`), or
+/// `postgres://` (or `postgresql://`, with the `postgres` feature).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EngineKind {
+    /// MySQL or MariaDB.
+    MySql,
+    /// PostgreSQL.
+    Postgres,
 }
 
 /// Why a DSN was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum DsnError {
-    /// Not a `mysql://` URL sqlx understands. The input is not repeated: it
-    /// may hold a password.
-    #[error("database DSN is not a valid mysql:// URL")]
+    /// Not a `mysql://` (or `postgres://`) URL sqlx understands. The input
+    /// is not repeated: it may hold a password.
+    #[error("database DSN is not a valid mysql:// or postgres:// URL")]
     Invalid,
+    /// A `postgres://` address, in a build without the `postgres` feature.
+    #[error("database DSN names a PostgreSQL server, but this build has no PostgreSQL support (cargo feature `postgres`)")]
+    PostgresNotBuilt,
+    /// `sslmode` of a `postgres://` address is not one of libpq's values.
+    #[error(
+        "sslmode in the database DSN must be disable, allow, prefer, require, verify-ca or verify-full"
+    )]
+    PgSslMode,
+    /// `sslrootcert` of a `postgres://` address with a mode that would not
+    /// check the certificate against it.
+    #[error(
+        "sslrootcert in the database DSN is used only with sslmode=require, verify-ca or verify-full \
+         (production: verify-full); with another mode the server's certificate is not checked"
+    )]
+    PgCaWithoutVerification,
+    /// An option of a `postgres://` address that the driver does not know.
+    /// Names the option, never its value.
+    #[error(
+        "unknown option `{option}` in the database DSN (accepted for postgres://: {})",
+        POSTGRES_OPTIONS.join(", ")
+    )]
+    UnknownPostgresOption {
+        /// The option as written.
+        option: String,
+    },
     /// The URL has no `/database` path.
     #[error(
         "database DSN must name the receiver's database, e.g. mysql://user@host:3306/receiver"
@@ -108,6 +152,15 @@ impl Dsn {
     /// `mysql://user:pw@db.example:3306/receiver?ssl-mode=VERIFY_IDENTITY&ssl-ca=/etc/ca.pem`.
     /// Reads the `ssl-ca` file, if any; connects to nothing.
     pub fn parse(s: &str) -> Result<Self, DsnError> {
+        if s.starts_with("postgres://") || s.starts_with("postgresql://") {
+            #[cfg(feature = "postgres")]
+            return crate::db::postgres::address::parse(s).map(|(options, redacted)| Self {
+                address: Address::Postgres(options),
+                redacted,
+            });
+            #[cfg(not(feature = "postgres"))]
+            return Err(DsnError::PostgresNotBuilt);
+        }
         if !(s.starts_with("mysql://") || s.starts_with("mariadb://")) {
             return Err(DsnError::Invalid);
         }
@@ -146,13 +199,29 @@ impl Dsn {
             redacted.push_str("?ssl-mode=");
             redacted.push_str(ssl_mode_name(options.get_ssl_mode()));
         }
-        Ok(Self { options, redacted })
+        Ok(Self {
+            address: Address::MySql(options),
+            redacted,
+        })
+    }
+
+    /// Which engine the address names.
+    pub fn engine(&self) -> EngineKind {
+        match &self.address {
+            Address::MySql(_) => EngineKind::MySql,
+            #[cfg(feature = "postgres")]
+            Address::Postgres(_) => EngineKind::Postgres,
+        }
     }
 
     /// The name of the receiver's database.
     pub fn database(&self) -> &str {
         // Present by construction.
-        self.options.get_database().unwrap_or_default()
+        match &self.address {
+            Address::MySql(options) => options.get_database().unwrap_or_default(),
+            #[cfg(feature = "postgres")]
+            Address::Postgres(options) => options.get_database().unwrap_or_default(),
+        }
     }
 
     /// The same server, account and options, naming `database` instead
@@ -169,25 +238,48 @@ impl Dsn {
             redacted.push('?');
             redacted.push_str(query);
         }
-        Dsn {
-            options: self.options.clone().database(database),
-            redacted,
+        let address = match &self.address {
+            Address::MySql(options) => Address::MySql(options.clone().database(database)),
+            #[cfg(feature = "postgres")]
+            Address::Postgres(options) => Address::Postgres(options.clone().database(database)),
+        };
+        Dsn { address, redacted }
+    }
+
+    /// sqlx's connection options, for a MySQL address.
+    pub fn mysql_options(&self) -> Option<MySqlConnectOptions> {
+        match &self.address {
+            Address::MySql(options) => Some(options.clone()),
+            #[cfg(feature = "postgres")]
+            Address::Postgres(_) => None,
         }
     }
 
-    /// The connection options for sqlx.
-    pub fn connect_options(&self) -> MySqlConnectOptions {
-        self.options.clone()
+    /// sqlx's connection options, for a PostgreSQL address.
+    #[cfg(feature = "postgres")]
+    pub fn postgres_options(&self) -> Option<sqlx::postgres::PgConnectOptions> {
+        match &self.address {
+            Address::Postgres(options) => Some(options.clone()),
+            Address::MySql(_) => None,
+        }
     }
 
     /// One connection of its own, as the operator tools and `init` use.
+    /// They run on MySQL: a PostgreSQL address is refused.
     pub(crate) async fn connect(&self) -> Result<MySqlConnection, sqlx::Error> {
-        MySqlConnection::connect_with(&self.options).await
+        match &self.address {
+            Address::MySql(options) => MySqlConnection::connect_with(options).await,
+            #[cfg(feature = "postgres")]
+            Address::Postgres(_) => Err(sqlx::Error::Configuration(
+                "this tool runs on MySQL; the DSN names a PostgreSQL server".into(),
+            )),
+        }
     }
 
-    /// The TLS mode: `ssl-mode` as given, else sqlx's default `PREFERRED`.
-    pub fn ssl_mode(&self) -> MySqlSslMode {
-        self.options.get_ssl_mode()
+    /// The TLS mode of a MySQL address: `ssl-mode` as given, else sqlx's
+    /// default `PREFERRED`.
+    pub fn ssl_mode(&self) -> Option<MySqlSslMode> {
+        self.mysql_options().map(|options| options.get_ssl_mode())
     }
 }
 
@@ -204,6 +296,25 @@ pub const ACCEPTED_OPTIONS: [&str; 9] = [
     "statement-cache-capacity",
     "socket",
     "timezone",
+];
+
+/// The query options the PostgreSQL driver (sqlx) understands, as libpq
+/// spells them; sqlx also takes `ssl-mode`, `ssl-root-cert`, `ssl-ca`,
+/// `ssl-cert`, `ssl-key` and `options[name]`.
+pub const POSTGRES_OPTIONS: [&str; 13] = [
+    "sslmode",
+    "sslrootcert",
+    "sslcert",
+    "sslkey",
+    "statement-cache-capacity",
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "password",
+    "application_name",
+    "options",
 ];
 
 const OTHER_SPELLINGS: [&str; 5] = ["sslmode", "sslca", "sslcert", "sslkey", "time-zone"];
@@ -242,7 +353,7 @@ impl TlsOptions {
 
 /// Decodes one `application/x-www-form-urlencoded` component (`+` is a
 /// space, `%XX` a byte), as the URL parser behind sqlx does.
-fn form_decode(s: &str) -> String {
+pub(super) fn form_decode(s: &str) -> String {
     let hex = |b: u8| (b as char).to_digit(16);
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
@@ -268,7 +379,7 @@ fn form_decode(s: &str) -> String {
 }
 
 /// The `ssl-ca` file is readable and holds at least one PEM certificate.
-fn check_ca_file(path: &Path) -> Result<(), DsnError> {
+pub(super) fn check_ca_file(path: &Path) -> Result<(), DsnError> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::CertificateDer;
     let problem = |problem: String| DsnError::CaFile {
@@ -385,12 +496,18 @@ mod tests {
     }
 
     #[test]
-    fn a_dsn_that_is_not_a_mysql_url_is_refused() {
-        assert_eq!(
-            Dsn::parse("postgres://u@h/db").unwrap_err(),
-            DsnError::Invalid
-        );
-        assert_eq!(Dsn::parse("receiver").unwrap_err(), DsnError::Invalid);
+    fn a_dsn_that_is_neither_a_mysql_nor_a_postgres_url_is_refused() {
+        for dsn in ["redis://u@h/db", "receiver", "mysql:/u@h/db"] {
+            assert_eq!(Dsn::parse(dsn).unwrap_err(), DsnError::Invalid, "{dsn}");
+        }
+    }
+
+    #[cfg(not(feature = "postgres"))]
+    #[test]
+    fn a_postgres_url_without_the_postgres_feature_says_so() {
+        let e = Dsn::parse("postgres://u@h/db").unwrap_err();
+        assert_eq!(e, DsnError::PostgresNotBuilt);
+        assert!(e.to_string().contains("feature `postgres`"), "{e}");
     }
 
     #[test]
@@ -421,16 +538,16 @@ mod tests {
         ))
         .unwrap();
         std::fs::remove_dir_all(ca.parent().unwrap()).ok();
-        assert!(matches!(dsn.ssl_mode(), MySqlSslMode::VerifyIdentity));
+        assert!(matches!(dsn.ssl_mode(), Some(MySqlSslMode::VerifyIdentity)));
         assert_eq!(
             dsn.to_string(),
             "mysql://app@db.example:3306/receiver?ssl-mode=VERIFY_IDENTITY"
         );
         assert!(!format!("{dsn:?}").contains("sentinel-pw"));
         let default = Dsn::parse("mysql://app@db.example/receiver").unwrap();
-        assert!(matches!(default.ssl_mode(), MySqlSslMode::Preferred));
+        assert!(matches!(default.ssl_mode(), Some(MySqlSslMode::Preferred)));
         let disabled = Dsn::parse("mysql://app@db.example/receiver?sslmode=DISABLED").unwrap();
-        assert!(matches!(disabled.ssl_mode(), MySqlSslMode::Disabled));
+        assert!(matches!(disabled.ssl_mode(), Some(MySqlSslMode::Disabled)));
     }
 
     #[test]

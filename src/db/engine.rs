@@ -18,11 +18,15 @@ use crate::event::Event;
 use crate::ids::{EventId, TaskId};
 use crate::scope::InboxScope;
 
-/// A database the inbox runs on: `sqlx::MySql` (MySQL, MariaDB). Only
-/// this crate implements it; its statements are not part of the API.
+/// A database the inbox runs on: `sqlx::MySql` (MySQL, MariaDB) and, with
+/// the `postgres` feature, `sqlx::Postgres`. Only this crate implements
+/// it; its statements are not part of the API.
 pub trait Engine: sqlx::Database + Sync + sealed::Statements {}
 
 impl Engine for sqlx::MySql {}
+
+#[cfg(feature = "postgres")]
+impl Engine for sqlx::Postgres {}
 
 pub(crate) use sealed::{Met, Statements, ViewRow};
 

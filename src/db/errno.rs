@@ -96,3 +96,6 @@ pub(crate) fn number_of(e: &sqlx::Error) -> Option<u16> {
 pub(crate) fn is_duplicate_key(e: &sqlx::Error) -> bool {
     number_of(e) == Some(DUPLICATE_KEY)
 }
+
+/// PostgreSQL's `invalid_catalog_name`: unknown database.
+pub(crate) const INVALID_CATALOG_NAME: &str = "3D000";

@@ -33,6 +33,9 @@ pub enum DbErrorKind {
     /// The stored data contradicts the schema or an invariant (a value that
     /// does not decode, a duplicate key whose row cannot be read back).
     Inconsistent,
+    /// The address names a server of another engine than the one asked
+    /// for (a `postgres://` DSN for a MySQL store, say).
+    WrongEngine,
 }
 
 /// A database failure, redacted: it keeps the MySQL error number and SQLSTATE
@@ -118,6 +121,19 @@ impl DbError {
         Self::of(DbErrorKind::Inconsistent)
     }
 
+    /// An address of `found`, for a store of another engine.
+    pub(crate) fn wrong_engine(found: super::EngineKind) -> Self {
+        Self {
+            detail: Some(match found {
+                super::EngineKind::MySql => {
+                    "the DSN names a MySQL server, not one of this store's engine"
+                }
+                _ => "the DSN names a PostgreSQL server, not one of this store's engine",
+            }),
+            ..Self::of(DbErrorKind::WrongEngine)
+        }
+    }
+
     /// No connection could be had within the time budget.
     pub(crate) fn pool_timeout() -> Self {
         Self::of(DbErrorKind::PoolTimeout)
@@ -155,7 +171,11 @@ impl DbError {
     /// wrong user or password, no access, an unknown database — so that the
     /// configuration has to change (the commands' exit code 2).
     pub fn is_refusal(&self) -> bool {
-        self.kind == DbErrorKind::PermissionDenied || self.number == Some(errno::BAD_DB)
+        matches!(
+            self.kind,
+            DbErrorKind::PermissionDenied | DbErrorKind::WrongEngine
+        ) || self.number == Some(errno::BAD_DB)
+            || self.sqlstate.as_deref() == Some(errno::INVALID_CATALOG_NAME)
     }
 
     /// Whether the database cannot be reached at all right now (rather than
@@ -210,6 +230,29 @@ impl From<sqlx::Error> for DbError {
 impl From<&sqlx::Error> for DbError {
     fn from(e: &sqlx::Error) -> Self {
         match e {
+            #[cfg(feature = "postgres")]
+            sqlx::Error::Database(db)
+                if db
+                    .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+                    .is_some() =>
+            {
+                let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
+                // 42P01 names the relation as "table".
+                let missing_table = (code == super::postgres::UNDEFINED_TABLE)
+                    .then(|| {
+                        super::schema::TABLES
+                            .into_iter()
+                            .chain([super::schema::PRUNED_TABLE])
+                            .find(|table| db.message().contains(&format!("\"{table}\"")))
+                    })
+                    .flatten();
+                DbError {
+                    detail: super::postgres::detail_of_sqlstate(&code),
+                    missing_table,
+                    sqlstate: Some(code.clone()),
+                    ..DbError::of(super::postgres::kind_of_sqlstate(&code))
+                }
+            }
             sqlx::Error::Database(db) => {
                 let number = errno::number_of(e);
                 let (kind, detail) = (errno::kind_of(number), errno::detail_of(number));
@@ -278,6 +321,9 @@ impl fmt::Display for DbError {
             (None, DbErrorKind::PoolTimeout) => {
                 return f.write_str("no database connection available")
             }
+            (None, DbErrorKind::WrongEngine) => {
+                return f.write_str("the DSN names a server of another engine")
+            }
             (None, DbErrorKind::Inconsistent) => {
                 return f.write_str(
                     "stored data does not match what the statement expects (a column's type or a row's shape)",
@@ -288,6 +334,7 @@ impl fmt::Display for DbError {
         match (&self.number, &self.sqlstate) {
             (Some(n), Some(s)) => write!(f, " (MySQL error {n}, SQLSTATE {s})"),
             (Some(n), None) => write!(f, " (MySQL error {n})"),
+            (None, Some(s)) => write!(f, " (SQLSTATE {s})"),
             _ => Ok(()),
         }
     }

@@ -10,11 +10,13 @@ pub mod engine;
 pub mod errno;
 mod error;
 pub(crate) mod mysql;
+#[cfg(feature = "postgres")]
+pub(crate) mod postgres;
 pub mod row;
 pub mod schema;
 pub(crate) mod sql;
 pub(crate) mod trace;
 
-pub use self::dsn::{Dsn, DsnError, ACCEPTED_OPTIONS};
+pub use self::dsn::{Dsn, DsnError, EngineKind, ACCEPTED_OPTIONS, POSTGRES_OPTIONS};
 pub use self::engine::Engine;
 pub use self::error::{DbError, DbErrorKind};

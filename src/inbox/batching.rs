@@ -54,15 +54,21 @@ impl Batching<MySql> {
     /// Up to `max_batch` deliveries per transaction (at least 1), in up to
     /// 4 transactions at once.
     pub fn new(max_batch: usize) -> Self {
+        Self::up_to(max_batch)
+    }
+}
+
+impl<E: Engine> Batching<E> {
+    /// [`new`](Batching::new) for a store of engine `E`:
+    /// `Batching::<sqlx::Postgres>::up_to(16)`.
+    pub fn up_to(max_batch: usize) -> Self {
         Self {
             max_batch: max_batch.max(1),
             transactions: 4,
             set: None,
         }
     }
-}
 
-impl<E: Engine> Batching<E> {
     /// Up to `n` transactions at once (at least 1). With batching, this is
     /// the inbox's concurrency: give the caller room for `n × max_batch`
     /// deliveries in flight, or the batches stay small.

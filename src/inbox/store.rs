@@ -102,7 +102,7 @@ pub struct InboxStats {
 }
 
 impl InboxStore<MySql> {
-    /// Opens a pool on `dsn` for `scope`.
+    /// Opens a pool on `dsn`, a MySQL address, for `scope`.
     ///
     /// Isolation, lock-wait time and autocommit are set once per connection
     /// rather than per transaction: it saves a round trip on every apply.
@@ -111,10 +111,7 @@ impl InboxStore<MySql> {
         scope: InboxScope,
         options: StoreOptions,
     ) -> Result<Self, DbError> {
-        let pool = pool_options::<MySql>(&options)
-            .connect_with(dsn.connect_options())
-            .await?;
-        Ok(Self::with_pool(pool, scope, &options))
+        Self::open(dsn, scope, options).await
     }
 
     /// Like [`connect`](Self::connect), but opens no connection yet: the
@@ -122,10 +119,38 @@ impl InboxStore<MySql> {
     /// fails with a retryable error after waiting its time budget for a
     /// connection, so nothing is ACKed and Orbit delivers again; once the
     /// server answers, applies go through. For a consumer that may start
-    /// before its database.
-    pub fn connect_lazy(dsn: &Dsn, scope: InboxScope, options: StoreOptions) -> Self {
-        let pool = pool_options::<MySql>(&options).connect_lazy_with(dsn.connect_options());
-        Self::with_pool(pool, scope, &options)
+    /// before its database. Fails only for an address of another engine.
+    pub fn connect_lazy(
+        dsn: &Dsn,
+        scope: InboxScope,
+        options: StoreOptions,
+    ) -> Result<Self, DbError> {
+        Self::open_lazy(dsn, scope, options)
+    }
+}
+
+impl<E: Engine> InboxStore<E> {
+    /// Opens a pool of engine `E` on `dsn` for `scope`:
+    /// `InboxStore::<sqlx::Postgres>::open` for a `postgres://` address
+    /// (feature `postgres`); on MySQL the same as
+    /// [`connect`](InboxStore::connect). Each connection is set up once
+    /// (`READ COMMITTED`, the lock-wait bound) rather than per transaction.
+    pub async fn open(
+        dsn: &Dsn,
+        scope: InboxScope,
+        options: StoreOptions,
+    ) -> Result<Self, DbError> {
+        let connect = E::connect_options(dsn).ok_or_else(|| DbError::wrong_engine(dsn.engine()))?;
+        let pool = pool_options::<E>(&options).connect_with(connect).await?;
+        Ok(Self::with_pool(pool, scope, &options))
+    }
+
+    /// Like [`open`](Self::open), but opens no connection yet (see
+    /// [`connect_lazy`](InboxStore::connect_lazy)).
+    pub fn open_lazy(dsn: &Dsn, scope: InboxScope, options: StoreOptions) -> Result<Self, DbError> {
+        let connect = E::connect_options(dsn).ok_or_else(|| DbError::wrong_engine(dsn.engine()))?;
+        let pool = pool_options::<E>(&options).connect_lazy_with(connect);
+        Ok(Self::with_pool(pool, scope, &options))
     }
 }
 

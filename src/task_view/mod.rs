@@ -86,8 +86,10 @@ pub async fn advance(
     advance_on::<MySql>(conn, scope, event).await
 }
 
-/// [`advance`] on any engine's connection.
-async fn advance_on<E: Engine>(
+/// [`advance`] on the connection of any engine's transaction:
+/// `advance_on::<sqlx::Postgres>(conn, scope, event)` in an inner service
+/// on PostgreSQL (feature `postgres`).
+pub async fn advance_on<E: Engine>(
     conn: &mut E::Connection,
     scope: &InboxScope,
     event: &Event,

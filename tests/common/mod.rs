@@ -194,9 +194,11 @@ impl TestDb {
     /// receiver's start-up checks too) until [`TableLock::release`].
     pub async fn lock_inbox(&self) -> TableLock {
         use sqlx::Connection;
-        let mut conn = sqlx::MySqlConnection::connect_with(&self.dsn.connect_options())
-            .await
-            .unwrap();
+        let mut conn = sqlx::MySqlConnection::connect_with(
+            &self.dsn.mysql_options().expect("a MySQL address"),
+        )
+        .await
+        .unwrap();
         sqlx::query("LOCK TABLES receiver_inbox WRITE")
             .execute(&mut conn)
             .await
@@ -212,7 +214,7 @@ impl TestDb {
 
     /// A plain pool on this database, for reading what was committed.
     pub async fn pool(&self) -> MySqlPool {
-        MySqlPool::connect_with(self.dsn.connect_options())
+        MySqlPool::connect_with(self.dsn.mysql_options().expect("a MySQL address"))
             .await
             .expect("connect pool")
     }

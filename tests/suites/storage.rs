@@ -26,6 +26,8 @@ mod fuzz_regressions;
 mod inbox;
 #[path = "../postgres.rs"]
 mod postgres;
+#[path = "../postgres_inbox.rs"]
+mod postgres_inbox;
 #[path = "../privileges.rs"]
 mod privileges;
 #[path = "../schema.rs"]

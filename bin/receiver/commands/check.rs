@@ -112,8 +112,10 @@ fn database_and(
     source: impl Future<Output = Result<(), Problem>>,
 ) -> Outcome {
     let all = runtime().block_on(async {
-        let store = InboxStore::connect_lazy(dsn, scope.clone(), StoreOptions::default());
-        let database = check::database(&store).await;
+        let database = match InboxStore::connect_lazy(dsn, scope.clone(), StoreOptions::default()) {
+            Ok(store) => check::database(&store).await,
+            Err(e) => Err(check::database_problem(e)),
+        };
         if database.is_ok() {
             if let Some(warning) = check::name_warning(dsn, &scope).await {
                 crate::logging::report_warning(&warning);
@@ -133,6 +135,7 @@ fn check_prune(dsn: Option<String>) -> Outcome {
         config("RECEIVER_PRUNE_DSN is not set (or pass --prune-dsn): the prune account's URL")
     })?;
     let dsn = Dsn::parse(&dsn).map_err(|e| config(format!("RECEIVER_PRUNE_DSN: {e}")))?;
+    crate::args::mysql_only(&dsn, "RECEIVER_PRUNE_DSN").map_err(config)?;
     let outcome = runtime().block_on(prune::check(&dsn)).map_err(|e| match e {
         PruneError::Database(e) => match e.missing_table() {
             Some(table) => Problem::MissingTable { table },

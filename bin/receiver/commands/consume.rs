@@ -206,7 +206,8 @@ async fn run(
     // No connection yet: the check below makes the first, and waits for a
     // database that is not up yet.
     let store =
-        InboxStore::connect_lazy(&config.dsn, config.scope.clone(), StoreOptions::default());
+        InboxStore::connect_lazy(&config.dsn, config.scope.clone(), StoreOptions::default())
+            .map_err(|e| ConsumeError::Check(check::database_problem(e)))?;
     let checked = tokio::select! {
         biased;
         _ = shutdown.cancelled() => return Ok(None),

@@ -14,7 +14,8 @@ pub(crate) fn run_demo(receiver: Receiver) -> Outcome {
     until_shutdown(|shutdown| async move {
         // The demo's own check reports a database that cannot be reached.
         let store =
-            InboxStore::connect_lazy(&resolved.dsn, resolved.scope, StoreOptions::default());
+            InboxStore::connect_lazy(&resolved.dsn, resolved.scope, StoreOptions::default())
+                .map_err(config)?;
         let outcome = tokio::select! {
             _ = shutdown.cancelled() => return Err(fail(EXIT_FAILED, "demo interrupted by a signal")),
             outcome = demo::run(client, store) => outcome,

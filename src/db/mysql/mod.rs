@@ -23,7 +23,7 @@ use crate::scope::InboxScope;
 
 impl Statements for MySql {
     fn connect_options(dsn: &Dsn) -> Option<sqlx::mysql::MySqlConnectOptions> {
-        Some(dsn.connect_options())
+        dsn.mysql_options()
     }
 
     fn pool_options(max_connections: u32, transaction_timeout: Duration) -> PoolOptions<MySql> {

@@ -1,0 +1,232 @@
+//! What the inbox and the task view say to a PostgreSQL server: every
+//! statement they send, in PostgreSQL's dialect, and what its answer
+//! means. The callers decide; nothing here knows a delivery or an outcome.
+
+pub(crate) mod address;
+pub(crate) mod inbox;
+pub(crate) mod session;
+pub(crate) mod task_view;
+pub(crate) mod transaction;
+
+use std::future::Future;
+use std::time::Duration;
+
+use sqlx::pool::PoolOptions;
+use sqlx::postgres::{PgConnectOptions, PgConnection, Postgres};
+
+use super::engine::{Met, Statements, ViewRow};
+use super::{DbError, DbErrorKind, Dsn};
+use crate::digest::Digest;
+use crate::event::Event;
+use crate::ids::{EventId, TaskId};
+use crate::scope::InboxScope;
+
+/// The SQLSTATE of a server error.
+pub(crate) fn sqlstate(e: &sqlx::Error) -> Option<String> {
+    let db = e.as_database_error()?;
+    db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>()?;
+    db.code().map(|c| c.into_owned())
+}
+
+/// PostgreSQL's `undefined_table`.
+pub(crate) const UNDEFINED_TABLE: &str = "42P01";
+
+/// The kind of a PostgreSQL error, by its SQLSTATE alone: a deadlock or a
+/// serialization failure rolled the transaction back; a lock was not
+/// granted within `lock_timeout`; the connection, the server or a standby
+/// that took writes (after a failover) cannot serve; the account may not.
+pub(crate) fn kind_of_sqlstate(code: &str) -> DbErrorKind {
+    match code {
+        "40P01" | "40001" => DbErrorKind::Deadlock,
+        "55P03" => DbErrorKind::LockWaitTimeout,
+        "57P01" | "57P02" | "57P03" | "25006" => DbErrorKind::Connection,
+        c if c.starts_with("08") => DbErrorKind::Connection,
+        "28000" | "28P01" | "42501" => DbErrorKind::PermissionDenied,
+        _ => DbErrorKind::Server,
+    }
+}
+
+/// What an operator can act on for a PostgreSQL error, by its SQLSTATE.
+pub(crate) fn detail_of_sqlstate(code: &str) -> Option<&'static str> {
+    match code {
+        "28P01" | "28000" => Some("wrong user or password, or no access"),
+        crate::db::errno::INVALID_CATALOG_NAME => Some("unknown database"),
+        "42501" => Some("the account lacks a privilege"),
+        "57P01" | "57P02" => Some("the server is shutting down"),
+        "57P03" => Some("the server is starting up or not accepting connections"),
+        "25006" => Some("the server is a read-only standby (a failover moved the primary)"),
+        "40001" => Some("serialization failure, transaction rolled back"),
+        _ => None,
+    }
+}
+
+/// `unique_violation` (23505): a unique key already holds the value.
+pub(crate) fn is_unique_violation(e: &sqlx::Error) -> bool {
+    sqlstate(e).as_deref() == Some("23505")
+}
+
+/// `($1, $2, …), ($k, …)`: `n` rows of one bound value per entry of
+/// `casts` (each followed by its cast, `""` for none), then `tail`'s
+/// expressions.
+pub(super) fn placeholders(n: usize, casts: &[&str], tail: &[&str]) -> String {
+    (0..n)
+        .map(|row| {
+            let bound = casts
+                .iter()
+                .enumerate()
+                .map(|(i, cast)| format!("${}{cast}", row * casts.len() + i + 1));
+            let all: Vec<String> = bound.chain(tail.iter().map(|t| t.to_string())).collect();
+            format!("({})", all.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl Statements for Postgres {
+    fn connect_options(dsn: &Dsn) -> Option<PgConnectOptions> {
+        dsn.postgres_options()
+    }
+
+    fn pool_options(max_connections: u32, transaction_timeout: Duration) -> PoolOptions<Postgres> {
+        session::pool_options(max_connections, transaction_timeout)
+    }
+
+    fn ping(conn: &mut PgConnection) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+        session::ping(conn)
+    }
+
+    fn settings(
+        conn: &mut PgConnection,
+    ) -> impl Future<Output = Result<(String, Duration, bool), sqlx::Error>> + Send {
+        session::settings(conn)
+    }
+
+    fn depth(conn: &PgConnection) -> usize {
+        transaction::depth(conn)
+    }
+
+    fn begin(conn: &mut PgConnection) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+        transaction::begin(conn)
+    }
+
+    fn adopt(conn: &mut PgConnection) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+        transaction::adopt(conn)
+    }
+
+    fn close_nested(
+        conn: &mut PgConnection,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+        transaction::close_nested(conn)
+    }
+
+    fn savepoint(conn: &mut PgConnection) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+        transaction::savepoint(conn)
+    }
+
+    fn rollback_to_savepoint(
+        conn: &mut PgConnection,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+        transaction::rollback_to_savepoint(conn)
+    }
+
+    fn end(
+        conn: &mut PgConnection,
+        commit: bool,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+        transaction::end(conn, commit)
+    }
+
+    fn committed_row<'c>(
+        conn: &'c mut PgConnection,
+        scope: &'c InboxScope,
+        event: &'c EventId,
+    ) -> impl Future<Output = Result<Option<(Digest, bool)>, DbError>> + Send + 'c {
+        inbox::committed_row(conn, scope, event)
+    }
+
+    fn insert_all<'c>(
+        conn: &'c mut PgConnection,
+        scope: &'c InboxScope,
+        events: &'c [&'c Event],
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c {
+        inbox::insert_all(conn, scope, events)
+    }
+
+    fn insert_one<'c>(
+        conn: &'c mut PgConnection,
+        scope: &'c InboxScope,
+        event: &'c Event,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c {
+        inbox::insert_one(conn, scope, event)
+    }
+
+    fn mark_stale<'c>(
+        conn: &'c mut PgConnection,
+        scope: &'c InboxScope,
+        events: &'c [&'c Event],
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send + 'c {
+        inbox::mark_stale(conn, scope, events)
+    }
+
+    fn advance<'c>(
+        conn: &'c mut PgConnection,
+        scope: &'c InboxScope,
+        event: &'c Event,
+    ) -> impl Future<Output = Result<Option<Met>, sqlx::Error>> + Send + 'c {
+        task_view::advance(conn, scope, event)
+    }
+
+    fn select_view<'e, X>(
+        executor: X,
+        scope: &'e InboxScope,
+        task_id: &'e TaskId,
+    ) -> impl Future<Output = Result<Option<ViewRow>, DbError>> + Send + 'e
+    where
+        X: sqlx::Executor<'e, Database = Postgres> + 'e,
+    {
+        task_view::select(executor, scope, task_id)
+    }
+
+    fn select_view_on<'c>(
+        conn: &'c mut PgConnection,
+        scope: &'c InboxScope,
+        task_id: &'c TaskId,
+    ) -> impl Future<Output = Result<Option<ViewRow>, DbError>> + Send + 'c {
+        task_view::select(conn, scope, task_id)
+    }
+
+    fn lock_views<'c>(
+        conn: &'c mut PgConnection,
+        scope: &'c InboxScope,
+        events: &'c [&'c Event],
+    ) -> impl Future<Output = Result<Vec<(String, u64, String)>, DbError>> + Send + 'c {
+        task_view::lock_rows(conn, scope, events)
+    }
+
+    fn insert_views<'c>(
+        conn: &'c mut PgConnection,
+        scope: &'c InboxScope,
+        rows: &'c [(&'c Event, u64)],
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c {
+        task_view::insert_rows(conn, scope, rows)
+    }
+
+    fn update_views<'c>(
+        conn: &'c mut PgConnection,
+        scope: &'c InboxScope,
+        rows: &'c [(&'c Event, u64)],
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c {
+        task_view::update_rows(conn, scope, rows)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn placeholders_number_every_row_s_values_and_keep_the_casts() {
+        assert_eq!(
+            super::placeholders(2, &["", "::numeric"], &["now()"]),
+            "($1, $2::numeric, now()), ($3, $4::numeric, now())"
+        );
+    }
+}
