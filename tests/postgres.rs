@@ -258,3 +258,96 @@ async fn the_ddl_creates_only_and_a_second_run_changes_nothing() {
         assert!(!upper.contains(word), "the DDL contains {word}");
     }
 }
+
+fn init(db: &PgTestDb, flags: &[&str]) -> std::process::Output {
+    common::orbit::receiver()
+        .arg("init")
+        .args(flags)
+        .env("ORBIT_RECEIVER_DSN", &db.dsn)
+        .output()
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[tokio::test]
+async fn receiver_init_on_postgres_creates_the_two_tables_as_the_mysql_ddl_and_no_foreign_key() {
+    let db = PgTestDb::new().await;
+    let out = init(&db, &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout).trim(),
+        "receiver_schema_initialized=true foreign_keys=0"
+    );
+    assert_eq!(
+        server_comments(&db.pool).await,
+        sorted(mysql_comments(SCHEMA_SQL))
+    );
+}
+
+#[tokio::test]
+async fn a_second_receiver_init_on_postgres_changes_nothing_and_says_so() {
+    let db = PgTestDb::new().await;
+    assert!(init(&db, &[]).status.success());
+    let before = server_comments(&db.pool).await;
+    let out = init(&db, &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(err.contains("already exist"), "{err}");
+    assert!(err.contains("receiver_inbox, receiver_task_views"), "{err}");
+    assert_eq!(server_comments(&db.pool).await, before);
+    // Tables that have every column are accepted, and the tally added.
+    let out = init(&db, &["--keep-existing", "--retention"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT table_name::text FROM information_schema.tables \
+         WHERE table_schema = current_schema() ORDER BY 1",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        tables,
+        ["receiver_inbox", "receiver_pruned", "receiver_task_views"]
+    );
+}
+
+#[tokio::test]
+async fn receiver_init_retention_on_postgres_creates_the_tally_with_the_model() {
+    let db = PgTestDb::new().await;
+    let out = init(&db, &["--retention"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let mut expected = mysql_comments(SCHEMA_SQL);
+    expected.extend(mysql_comments(RETENTION_SQL));
+    assert_eq!(server_comments(&db.pool).await, sorted(expected));
+}
+
+#[tokio::test]
+async fn receiver_init_on_postgres_by_a_role_that_may_not_create_is_a_configuration_error() {
+    let db = PgTestDb::new().await;
+    let role = format!("no_create_{}", common::random_hex(4));
+    sqlx::query(&format!("CREATE ROLE {role} LOGIN"))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let (scheme, rest) = db.dsn.split_once("://").unwrap();
+    let (_, server) = rest.split_once('@').unwrap();
+    let out = common::orbit::receiver()
+        .arg("init")
+        .env("ORBIT_RECEIVER_DSN", format!("{scheme}://{role}@{server}"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(err.contains("CREATE privilege"), "{err}");
+    assert!(err.contains("SQLSTATE 42501"), "{err}");
+    let tables: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema()",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(tables, 0);
+}

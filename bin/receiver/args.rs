@@ -126,12 +126,17 @@ pub(crate) struct Resolved {
 
 /// The DSN, which every database command needs, named when it is missing.
 pub(crate) fn required_dsn(dsn: Option<String>) -> Result<Dsn, String> {
+    let dsn = any_engine_dsn(dsn)?;
+    mysql_only(&dsn, "ORBIT_RECEIVER_DSN")?;
+    Ok(dsn)
+}
+
+/// The DSN of a command that runs on either engine (`init`).
+pub(crate) fn any_engine_dsn(dsn: Option<String>) -> Result<Dsn, String> {
     let dsn = dsn.ok_or(
         "ORBIT_RECEIVER_DSN is not set (or pass --dsn): the receiver's own database, mysql://user:password@host:port/database",
     )?;
-    let dsn = Dsn::parse(&dsn).map_err(|e| format!("ORBIT_RECEIVER_DSN: {e}"))?;
-    mysql_only(&dsn, "ORBIT_RECEIVER_DSN")?;
-    Ok(dsn)
+    Dsn::parse(&dsn).map_err(|e| format!("ORBIT_RECEIVER_DSN: {e}"))
 }
 
 /// The commands run on MySQL; the library also runs on PostgreSQL
@@ -140,7 +145,7 @@ pub(crate) fn mysql_only(dsn: &Dsn, variable: &str) -> Result<(), String> {
     match dsn.engine() {
         result_inbox::db::EngineKind::MySql => Ok(()),
         _ => Err(format!(
-            "{variable} names a PostgreSQL server: the receiver's commands run on MySQL (mysql://…); PostgreSQL is the library's (InboxStore::<sqlx::Postgres>::open)"
+            "{variable} names a PostgreSQL server: this command runs on MySQL (mysql://…); on PostgreSQL, `receiver init` creates the tables and the library runs the inbox (InboxStore::<sqlx::Postgres>::open)"
         )),
     }
 }

@@ -39,6 +39,41 @@ mod sealed {
         /// when it names a server of another engine.
         fn connect_options(dsn: &Dsn) -> Option<<Self::Connection as sqlx::Connection>::Options>;
 
+        /// The receiver's DDL in this engine's dialect: the model's two tables
+        /// and `receiver prune`'s tally.
+        const SCHEMA_SQL: &'static str;
+        /// See [`SCHEMA_SQL`](Self::SCHEMA_SQL).
+        const RETENTION_SQL: &'static str;
+
+        /// One connection of its own to the server `dsn` names.
+        fn connect_one(
+            dsn: &Dsn,
+        ) -> impl Future<Output = Result<Self::Connection, sqlx::Error>> + Send;
+
+        /// The receiver's tables (of [`schema::ALL_TABLES`](super::schema)) in
+        /// the connection's database, by name.
+        fn existing_tables(
+            conn: &mut Self::Connection,
+        ) -> impl Future<Output = Result<Vec<String>, sqlx::Error>> + Send;
+
+        /// The columns of `table` in the connection's database.
+        fn table_columns<'c>(
+            conn: &'c mut Self::Connection,
+            table: &'c str,
+        ) -> impl Future<Output = Result<Vec<String>, sqlx::Error>> + Send + 'c;
+
+        /// Runs a DDL file of this engine ([`SCHEMA_SQL`](Self::SCHEMA_SQL) or
+        /// [`RETENTION_SQL`](Self::RETENTION_SQL)).
+        fn create(
+            conn: &mut Self::Connection,
+            ddl: &'static str,
+        ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+
+        /// Foreign keys declared on, or pointing at, the receiver's tables.
+        fn count_foreign_keys(
+            conn: &mut Self::Connection,
+        ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
+
         /// The pool of an inbox store: at most `max_connections`, waiting at
         /// most `transaction_timeout` for one, each connection set up for the
         /// inbox's transactions (`READ COMMITTED`, a row-lock wait within the

@@ -110,6 +110,11 @@ impl DbError {
         self.number
     }
 
+    /// The SQLSTATE, when the server answered with one.
+    pub fn sqlstate(&self) -> Option<&str> {
+        self.sqlstate.as_deref()
+    }
+
     /// The receiver table (`receiver_inbox`, `receiver_task_views` or
     /// `receiver_pruned`) that the statement found missing (error 1146), so that a command can say
     /// what to run instead of quoting an error number.

@@ -12,9 +12,8 @@
 //! `retention.sql`'s table to a database that has the other two.
 
 use sqlx::mysql::MySqlConnection;
-use sqlx::Connection;
 
-use super::{errno, DbError, Dsn};
+use super::{errno, DbError, Dsn, Engine};
 
 /// The DDL of both tables, exactly as shipped in `schema.sql`.
 pub const SCHEMA_SQL: &str = include_str!("../../schema.sql");
@@ -99,8 +98,9 @@ impl InitError {
 impl From<sqlx::Error> for InitError {
     fn from(e: sqlx::Error) -> Self {
         let e = DbError::from(e);
-        // 1142 is "CREATE command denied": the account is fine otherwise.
-        if e.number() == Some(errno::TABLE_ACCESS_DENIED) {
+        // 1142 is "CREATE command denied", PostgreSQL's 42501 "permission
+        // denied for schema": the account is fine otherwise.
+        if e.number() == Some(errno::TABLE_ACCESS_DENIED) || e.sqlstate() == Some("42501") {
             InitError::PermissionDenied(e)
         } else {
             InitError::Database(e)
@@ -120,7 +120,7 @@ pub fn retention_statements() -> Vec<&'static str> {
     create_statements(RETENTION_SQL)
 }
 
-fn create_statements(sql: &'static str) -> Vec<&'static str> {
+pub(crate) fn create_statements(sql: &'static str) -> Vec<&'static str> {
     sql.split(";\n")
         .map(str::trim)
         .filter_map(|s| s.find("CREATE TABLE").map(|start| &s[start..]))
@@ -249,13 +249,24 @@ pub async fn init(dsn: &Dsn) -> Result<InitReport, InitError> {
 }
 
 /// [`init`], with a choice of what happens when the tables exist and of
-/// whether `retention.sql`'s tally is created.
+/// whether `retention.sql`'s tally is created. On a PostgreSQL address
+/// (feature `postgres`) the DDL is `schema.postgres.sql`'s (and
+/// `retention.postgres.sql`'s), created in one transaction.
 pub async fn init_with(dsn: &Dsn, options: InitOptions) -> Result<InitReport, InitError> {
-    let mut conn = dsn.connect().await?;
-    let found = existing_tables(&mut conn).await?;
+    match dsn.engine() {
+        #[cfg(feature = "postgres")]
+        super::EngineKind::Postgres => init_on::<sqlx::Postgres>(dsn, options).await,
+        _ => init_on::<sqlx::MySql>(dsn, options).await,
+    }
+}
+
+async fn init_on<E: Engine>(dsn: &Dsn, options: InitOptions) -> Result<InitReport, InitError> {
+    use sqlx::Connection;
+    let mut conn = E::connect_one(dsn).await?;
+    let found = E::existing_tables(&mut conn).await?;
     if !found.is_empty() {
         if options.existing == Existing::Report {
-            let report = report_existing(&mut conn, dsn, &found, options.retention).await;
+            let report = report_existing::<E>(&mut conn, dsn, &found, options.retention).await;
             conn.close().await.ok();
             return report;
         }
@@ -264,15 +275,11 @@ pub async fn init_with(dsn: &Dsn, options: InitOptions) -> Result<InitReport, In
             tables: found,
         });
     }
-    let tally = if options.retention {
-        retention_statements()
-    } else {
-        Vec::new()
-    };
-    for ddl in statements().into_iter().chain(tally) {
-        sqlx::raw_sql(ddl).execute(&mut conn).await?;
+    E::create(&mut conn, E::SCHEMA_SQL).await?;
+    if options.retention {
+        E::create(&mut conn, E::RETENTION_SQL).await?;
     }
-    let foreign_keys = count_foreign_keys(&mut conn).await?;
+    let foreign_keys = E::count_foreign_keys(&mut conn).await?;
     conn.close().await.ok();
     Ok(InitReport { foreign_keys })
 }
@@ -280,8 +287,8 @@ pub async fn init_with(dsn: &Dsn, options: InitOptions) -> Result<InitReport, In
 /// The report of an `init` that found the tables in place: both must be
 /// there with all their columns, and the tally too when it is there; then,
 /// if asked, the missing tally is created; the foreign keys are counted.
-async fn report_existing(
-    conn: &mut MySqlConnection,
+async fn report_existing<E: Engine>(
+    conn: &mut E::Connection,
     dsn: &Dsn,
     found: &[String],
     retention: bool,
@@ -299,13 +306,7 @@ async fn report_existing(
         .into_iter()
         .filter(|t| found.iter().any(|f| f == t))
     {
-        let present: Vec<String> = sqlx::query_scalar(
-            "SELECT CAST(COLUMN_NAME AS CHAR) FROM information_schema.COLUMNS \
-             WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?",
-        )
-        .bind(table)
-        .fetch_all(&mut *conn)
-        .await?;
+        let present = E::table_columns(conn, table).await?;
         let missing: Vec<&str> = columns(table)
             .into_iter()
             .filter(|c| !present.iter().any(|p| p.eq_ignore_ascii_case(c)))
@@ -318,22 +319,11 @@ async fn report_existing(
         }
     }
     if retention && !found.iter().any(|t| t == PRUNED_TABLE) {
-        for ddl in retention_statements() {
-            sqlx::raw_sql(ddl).execute(&mut *conn).await?;
-        }
+        E::create(conn, E::RETENTION_SQL).await?;
     }
     Ok(InitReport {
-        foreign_keys: count_foreign_keys(conn).await?,
+        foreign_keys: E::count_foreign_keys(conn).await?,
     })
-}
-
-async fn existing_tables(conn: &mut MySqlConnection) -> Result<Vec<String>, sqlx::Error> {
-    let query = sqlx::query_scalar(
-        "SELECT CAST(TABLE_NAME AS CHAR) FROM information_schema.TABLES \
-         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN (?, ?, ?) ORDER BY TABLE_NAME",
-    );
-    let query = ALL_TABLES.iter().fold(query, |q, t| q.bind(*t));
-    query.fetch_all(conn).await
 }
 
 /// Foreign keys declared on, or pointing at, the receiver's tables.

@@ -4,6 +4,7 @@
 //! decide what to do with it; nothing here knows a delivery or an outcome.
 
 pub(crate) mod inbox;
+pub(crate) mod schema;
 pub(crate) mod session;
 pub(crate) mod task_view;
 pub(crate) mod transaction;
@@ -24,6 +25,39 @@ use crate::scope::InboxScope;
 impl Statements for MySql {
     fn connect_options(dsn: &Dsn) -> Option<sqlx::mysql::MySqlConnectOptions> {
         dsn.mysql_options()
+    }
+
+    const SCHEMA_SQL: &'static str = crate::db::schema::SCHEMA_SQL;
+    const RETENTION_SQL: &'static str = crate::db::schema::RETENTION_SQL;
+
+    fn connect_one(dsn: &Dsn) -> impl Future<Output = Result<MySqlConnection, sqlx::Error>> + Send {
+        dsn.connect()
+    }
+
+    fn existing_tables(
+        conn: &mut MySqlConnection,
+    ) -> impl Future<Output = Result<Vec<String>, sqlx::Error>> + Send {
+        schema::existing_tables(conn)
+    }
+
+    fn table_columns<'c>(
+        conn: &'c mut MySqlConnection,
+        table: &'c str,
+    ) -> impl Future<Output = Result<Vec<String>, sqlx::Error>> + Send + 'c {
+        schema::table_columns(conn, table)
+    }
+
+    fn create(
+        conn: &mut MySqlConnection,
+        ddl: &'static str,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+        schema::create(conn, ddl)
+    }
+
+    fn count_foreign_keys(
+        conn: &mut MySqlConnection,
+    ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send {
+        crate::db::schema::count_foreign_keys(conn)
     }
 
     fn pool_options(max_connections: u32, transaction_timeout: Duration) -> PoolOptions<MySql> {

@@ -4,6 +4,7 @@
 
 pub(crate) mod address;
 pub(crate) mod inbox;
+pub(crate) mod schema;
 pub(crate) mod session;
 pub(crate) mod task_view;
 pub(crate) mod transaction;
@@ -85,6 +86,45 @@ pub(super) fn placeholders(n: usize, casts: &[&str], tail: &[&str]) -> String {
 impl Statements for Postgres {
     fn connect_options(dsn: &Dsn) -> Option<PgConnectOptions> {
         dsn.postgres_options()
+    }
+
+    const SCHEMA_SQL: &'static str = crate::db::schema::POSTGRES_SCHEMA_SQL;
+    const RETENTION_SQL: &'static str = crate::db::schema::POSTGRES_RETENTION_SQL;
+
+    async fn connect_one(dsn: &Dsn) -> Result<PgConnection, sqlx::Error> {
+        use sqlx::Connection;
+        match dsn.postgres_options() {
+            Some(options) => PgConnection::connect_with(&options).await,
+            None => Err(sqlx::Error::Configuration(
+                "the DSN names a MySQL server".into(),
+            )),
+        }
+    }
+
+    fn existing_tables(
+        conn: &mut PgConnection,
+    ) -> impl Future<Output = Result<Vec<String>, sqlx::Error>> + Send {
+        schema::existing_tables(conn)
+    }
+
+    fn table_columns<'c>(
+        conn: &'c mut PgConnection,
+        table: &'c str,
+    ) -> impl Future<Output = Result<Vec<String>, sqlx::Error>> + Send + 'c {
+        schema::table_columns(conn, table)
+    }
+
+    fn create(
+        conn: &mut PgConnection,
+        ddl: &'static str,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+        schema::create(conn, ddl)
+    }
+
+    fn count_foreign_keys(
+        conn: &mut PgConnection,
+    ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send {
+        schema::count_foreign_keys(conn)
     }
 
     fn pool_options(max_connections: u32, transaction_timeout: Duration) -> PoolOptions<Postgres> {

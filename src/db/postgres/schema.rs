@@ -1,0 +1,54 @@
+//! What `receiver init` asks a PostgreSQL server: which of the receiver's
+//! tables exist in the connection's schema, with which columns, and the
+//! DDL that creates them, comments included, in one transaction.
+
+use sqlx::postgres::PgConnection;
+use sqlx::Executor;
+
+use crate::db::schema::ALL_TABLES;
+
+/// The receiver's tables in the connection's current schema.
+pub(crate) async fn existing_tables(conn: &mut PgConnection) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT table_name::text FROM information_schema.tables \
+         WHERE table_schema = current_schema() AND table_name = ANY($1) ORDER BY table_name",
+    )
+    .bind(ALL_TABLES.to_vec())
+    .fetch_all(conn)
+    .await
+}
+
+/// The columns of `table` in the connection's current schema.
+pub(crate) async fn table_columns(
+    conn: &mut PgConnection,
+    table: &str,
+) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT column_name::text FROM information_schema.columns \
+         WHERE table_schema = current_schema() AND table_name = $1",
+    )
+    .bind(table)
+    .fetch_all(conn)
+    .await
+}
+
+/// Runs a DDL file: its tables and their `COMMENT ON` statements, all or
+/// nothing (PostgreSQL's DDL is transactional; a multi-statement request is
+/// one transaction).
+pub(crate) async fn create(conn: &mut PgConnection, ddl: &'static str) -> Result<(), sqlx::Error> {
+    conn.execute(sqlx::raw_sql(ddl)).await?;
+    Ok(())
+}
+
+/// Foreign keys declared on, or pointing at, the receiver's tables.
+pub(crate) async fn count_foreign_keys(conn: &mut PgConnection) -> Result<u64, sqlx::Error> {
+    let n: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_constraint c \
+         WHERE c.contype = 'f' AND (c.conrelid::regclass::text = ANY($1) \
+            OR c.confrelid::regclass::text = ANY($1))",
+    )
+    .bind(ALL_TABLES.to_vec())
+    .fetch_one(conn)
+    .await?;
+    Ok(n as u64)
+}
