@@ -145,7 +145,7 @@ pub(crate) fn mysql_only(dsn: &Dsn, variable: &str) -> Result<(), String> {
     match dsn.engine() {
         result_inbox::db::EngineKind::MySql => Ok(()),
         _ => Err(format!(
-            "{variable} names a PostgreSQL server: this command runs on MySQL (mysql://…); on PostgreSQL, `receiver init` creates the tables and the library runs the inbox (InboxStore::<sqlx::Postgres>::open)"
+            "{variable} names a PostgreSQL server: this command runs on MySQL (mysql://…); on PostgreSQL run init, check and consume"
         )),
     }
 }
@@ -211,7 +211,7 @@ impl Receiver {
     }
 
     fn database_and_name(&self) -> Result<(Dsn, ReceiverName), String> {
-        let dsn = required_dsn(self.dsn.clone())?;
+        let dsn = any_engine_dsn(self.dsn.clone())?;
         let name =
             ReceiverName::parse(&self.receiver_name).map_err(|e| format!("RECEIVER_NAME: {e}"))?;
         Ok((dsn, name))

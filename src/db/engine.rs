@@ -69,6 +69,12 @@ mod sealed {
             ddl: &'static str,
         ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
 
+        /// Runs a statement that touches no row (a privilege probe).
+        fn probe<'c>(
+            conn: &'c mut Self::Connection,
+            statement: &'c str,
+        ) -> impl Future<Output = Result<(), sqlx::Error>> + Send + 'c;
+
         /// Foreign keys declared on, or pointing at, the receiver's tables.
         fn count_foreign_keys(
             conn: &mut Self::Connection,

@@ -24,6 +24,8 @@ mod observability;
 mod orbit_failures;
 #[path = "../poison.rs"]
 mod poison;
+#[path = "../postgres_e2e.rs"]
+mod postgres_e2e;
 #[path = "../prefetch.rs"]
 mod prefetch;
 #[path = "../prune.rs"]

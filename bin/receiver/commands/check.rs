@@ -7,12 +7,13 @@ use std::future::Future;
 
 use clap::Args;
 
-use result_inbox::db::Dsn;
+use result_inbox::db::{Dsn, Engine, EngineKind};
 use result_inbox::inbox::{InboxStore, StoreOptions};
 use result_inbox::nats::JetStreamSource;
 use result_inbox::orbit::Scope;
 use result_inbox::prune::{self, PruneError};
 use result_inbox::scope::InboxScope;
+use result_inbox::sqlx::{MySql, Postgres};
 
 use super::{orbit_client, NATS_CALL_TIMEOUT};
 use crate::args::{required_subscription, NatsArgs, Receiver, SourceKind};
@@ -104,6 +105,14 @@ fn check_nats(receiver: Receiver, nats: NatsArgs) -> Outcome {
     database_and(&dsn, scope, &NATS_CHECKS, nats)
 }
 
+/// The database checks on the engine the address names.
+async fn database_on<E: Engine>(dsn: &Dsn, scope: &InboxScope) -> Result<(), Problem> {
+    match InboxStore::<E>::open_lazy(dsn, scope.clone(), StoreOptions::default()) {
+        Ok(store) => check::database(&store).await,
+        Err(e) => Err(check::database_problem(e)),
+    }
+}
+
 /// The database checks, then the `checks` that `source` runs.
 fn database_and(
     dsn: &Dsn,
@@ -112,9 +121,9 @@ fn database_and(
     source: impl Future<Output = Result<(), Problem>>,
 ) -> Outcome {
     let all = runtime().block_on(async {
-        let database = match InboxStore::connect_lazy(dsn, scope.clone(), StoreOptions::default()) {
-            Ok(store) => check::database(&store).await,
-            Err(e) => Err(check::database_problem(e)),
+        let database = match dsn.engine() {
+            EngineKind::Postgres => database_on::<Postgres>(dsn, &scope).await,
+            _ => database_on::<MySql>(dsn, &scope).await,
         };
         if database.is_ok() {
             if let Some(warning) = check::name_warning(dsn, &scope).await {

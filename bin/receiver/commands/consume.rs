@@ -23,7 +23,7 @@ use tower::ServiceBuilder;
 use tracing::info;
 
 use result_inbox::consumer::{Consumer, ConsumerError, ConsumerOptions, ConsumerReport, Health};
-use result_inbox::db::Dsn;
+use result_inbox::db::{Dsn, Engine, EngineKind};
 use result_inbox::ids::{QueueId, SubscriptionId};
 use result_inbox::inbox::{Batching, InboxLayer, InboxStore, StoreOptions};
 use result_inbox::nats::{JetStreamSource, NatsError, NatsSettings};
@@ -31,6 +31,7 @@ use result_inbox::orbit::{OrbitClient, OrbitSource, Scope};
 use result_inbox::retry::until_answered;
 use result_inbox::scope::InboxScope;
 use result_inbox::source::{Source, SourceError};
+use result_inbox::sqlx::{MySql, Postgres};
 use result_inbox::task_view::TaskView;
 
 use super::{orbit_client, CONSUME_GRACE, NATS_CALL_TIMEOUT};
@@ -203,10 +204,22 @@ async fn run(
     health: Health,
     shutdown: CancellationToken,
 ) -> Result<Option<ConsumerReport>, ConsumeError> {
+    match config.dsn.engine() {
+        EngineKind::Postgres => run_on::<Postgres>(config, health, shutdown).await,
+        _ => run_on::<MySql>(config, health, shutdown).await,
+    }
+}
+
+/// [`run`] on the engine the address names.
+async fn run_on<E: Engine>(
+    config: ConsumeConfig,
+    health: Health,
+    shutdown: CancellationToken,
+) -> Result<Option<ConsumerReport>, ConsumeError> {
     // No connection yet: the check below makes the first, and waits for a
     // database that is not up yet.
     let store =
-        InboxStore::connect_lazy(&config.dsn, config.scope.clone(), StoreOptions::default())
+        InboxStore::<E>::open_lazy(&config.dsn, config.scope.clone(), StoreOptions::default())
             .map_err(|e| ConsumeError::Check(check::database_problem(e)))?;
     let checked = tokio::select! {
         biased;
@@ -248,16 +261,16 @@ async fn run(
 }
 
 /// The inbox over the task view, fed by `source` until shutdown.
-async fn serve<Src: Source>(
+async fn serve<Src: Source, E: Engine>(
     source: Src,
-    store: InboxStore,
+    store: InboxStore<E>,
     health: Health,
     config: &ConsumeConfig,
     shutdown: CancellationToken,
 ) -> Result<Option<ConsumerReport>, ConsumeError> {
     let mut inbox = InboxLayer::new(store.clone());
     if let Some(n) = config.batch_max {
-        let batching = Batching::new(n as usize)
+        let batching = Batching::<E>::up_to(n as usize)
             // The seed's four handlers, as transactions.
             .transactions(ConsumerOptions::default().concurrency as usize)
             .set_path(TaskView::new());

@@ -10,6 +10,7 @@ use crate::runtime::until_shutdown;
 
 pub(crate) fn run_demo(receiver: Receiver) -> Outcome {
     let resolved = receiver.resolve().map_err(config)?;
+    crate::args::mysql_only(&resolved.dsn, "ORBIT_RECEIVER_DSN").map_err(config)?;
     let client = orbit_client(&resolved.orbit).map_err(config)?;
     until_shutdown(|shutdown| async move {
         // The demo's own check reports a database that cannot be reached.

@@ -54,6 +54,13 @@ impl Statements for MySql {
         schema::create(conn, ddl)
     }
 
+    fn probe<'c>(
+        conn: &'c mut MySqlConnection,
+        statement: &'c str,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send + 'c {
+        session::probe(conn, statement)
+    }
+
     fn count_foreign_keys(
         conn: &mut MySqlConnection,
     ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send {

@@ -72,3 +72,8 @@ pub(crate) async fn settings(
             .await?;
     Ok((isolation, Duration::from_secs(lock_wait), autocommit != 0))
 }
+
+/// Runs a statement that touches no row (a privilege probe).
+pub(crate) async fn probe(conn: &mut MySqlConnection, statement: &str) -> Result<(), sqlx::Error> {
+    conn.execute(statement).await.map(drop)
+}

@@ -121,6 +121,13 @@ impl Statements for Postgres {
         schema::create(conn, ddl)
     }
 
+    fn probe<'c>(
+        conn: &'c mut PgConnection,
+        statement: &'c str,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send + 'c {
+        session::probe(conn, statement)
+    }
+
     fn count_foreign_keys(
         conn: &mut PgConnection,
     ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send {

@@ -51,3 +51,8 @@ pub(crate) async fn settings(
     .await?;
     Ok((isolation, Duration::from_millis(lock_wait_ms as u64), true))
 }
+
+/// Runs a statement that touches no row (a privilege probe).
+pub(crate) async fn probe(conn: &mut PgConnection, statement: &str) -> Result<(), sqlx::Error> {
+    conn.execute(statement).await.map(drop)
+}

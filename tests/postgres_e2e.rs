@@ -1,0 +1,134 @@
+//! `receiver init`, `check` and `consume` on PostgreSQL, as real processes
+//! over real Orbit deliveries: every event applied once, every copy a
+//! duplicate, every delivery ACKed only after its COMMIT, in both modes.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::consume::Consume;
+use common::orbit::{receiver, OrbitDev, QueueCredentials};
+use common::postgres::PgTestDb;
+use result_inbox::ids::SubscriptionId;
+
+const NAME: &str = "task-result-view";
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+async fn initialized() -> PgTestDb {
+    let db = PgTestDb::new().await;
+    let out = receiver()
+        .arg("init")
+        .env("ORBIT_RECEIVER_DSN", &db.dsn)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    db
+}
+
+fn check(db: &PgTestDb, creds: &QueueCredentials, sub: &SubscriptionId) -> std::process::Output {
+    receiver()
+        .arg("check")
+        .env("ORBIT_CREDENTIALS_FILE", &creds.file)
+        .env("ORBIT_SUBSCRIPTION_ID", sub.as_str())
+        .env("ORBIT_RECEIVER_DSN", &db.dsn)
+        .output()
+        .unwrap()
+}
+
+/// Inbox rows, applied rows, and the views' applied events.
+async fn totals(db: &PgTestDb) -> (i64, i64, i64) {
+    sqlx::query_as(
+        "SELECT (SELECT count(*) FROM receiver_inbox), \
+         (SELECT coalesce(sum(applied), 0)::bigint FROM receiver_inbox), \
+         (SELECT coalesce(sum(applied_events), 0)::bigint FROM receiver_task_views)",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap()
+}
+
+async fn consumes_each_event_once(batch_max: Option<&str>) {
+    let (orbit, creds, sub) = OrbitDev::subscribed(30_000, 5, "pg-e2e").await;
+    let db = initialized().await;
+    let out = check(&db, &creds, &sub);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert_eq!(
+        text(&out.stdout),
+        "check=database ok\ncheck=schema ok\ncheck=privileges ok\n\
+         check=orbit ok\ncheck=token ok\ncheck=scopes ok\ncheck=subscription ok\n"
+    );
+    let mut events = Vec::new();
+    for _ in 0..20 {
+        let (event, _task) = orbit.inject_new_task(&creds, &sub).await;
+        events.push(event);
+    }
+    let extra: Vec<(&str, &str)> = batch_max
+        .map(|n| vec![("RECEIVER_BATCH_MAX", n)])
+        .unwrap_or_default();
+    let mut consume = Consume::start(&orbit, &creds, &db.dsn, &sub, NAME, &extra);
+    orbit
+        .wait_for_counts(&creds, &sub, Duration::from_secs(30), |c| c["acked"] == 20)
+        .await;
+    assert!(consume.terminate().success(), "{}", consume.output());
+    assert_eq!(totals(&db).await, (20, 20, 20), "{}", consume.output());
+    let logged = consume.output();
+    assert_eq!(logged.matches("class=\"applied\"").count(), 20, "{logged}");
+}
+
+#[tokio::test]
+async fn on_postgres_check_passes_and_consume_applies_each_event_once_and_acks_it() {
+    consumes_each_event_once(None).await;
+}
+
+#[tokio::test]
+async fn on_postgres_in_batching_mode_too_each_event_is_applied_once_and_acked() {
+    consumes_each_event_once(Some("16")).await;
+}
+
+#[tokio::test]
+async fn on_postgres_a_redelivered_event_is_a_duplicate_and_acked_again() {
+    // The same event injected twice: two deliveries, one receipt.
+    let (orbit, creds, sub) = OrbitDev::subscribed(30_000, 5, "pg-e2e-dup").await;
+    let db = initialized().await;
+    let (event, task) = orbit.inject_new_task(&creds, &sub).await;
+    let spec = common::EventSpec::submitted(&creds.queue_id, &task);
+    let copy = common::EventSpec { id: event, ..spec }.json();
+    orbit.inject(&sub, &copy).await;
+    let mut consume = Consume::start(&orbit, &creds, &db.dsn, &sub, NAME, &[]);
+    orbit
+        .wait_for_counts(&creds, &sub, Duration::from_secs(30), |c| c["acked"] == 2)
+        .await;
+    assert!(consume.terminate().success(), "{}", consume.output());
+    assert_eq!(totals(&db).await, (1, 1, 1));
+    let logged = consume.output();
+    assert_eq!(logged.matches("class=\"applied\"").count(), 1, "{logged}");
+    assert_eq!(logged.matches("class=\"duplicate\"").count(), 1, "{logged}");
+}
+
+#[tokio::test]
+async fn on_postgres_check_names_a_missing_table_and_the_command_that_creates_it() {
+    let (_orbit, creds, sub) = OrbitDev::subscribed(30_000, 5, "pg-e2e-check").await;
+    let db = PgTestDb::new().await;
+    let out = check(&db, &creds, &sub);
+    // A missing table is an operational failure (exit 1), as on MySQL.
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("check=database ok"), "{stdout}");
+    assert!(
+        stdout.contains("check=schema FAIL table receiver_inbox is missing"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("receiver init"), "{stdout}");
+    assert!(
+        stdout.contains("check=privileges not run (check schema failed)"),
+        "{stdout}"
+    );
+}
