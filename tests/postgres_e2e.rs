@@ -132,3 +132,52 @@ async fn on_postgres_check_names_a_missing_table_and_the_command_that_creates_it
         "{stdout}"
     );
 }
+
+/// The same over NATS JetStream.
+#[cfg(feature = "nats")]
+mod over_nats {
+    use super::{common, initialized, totals, NAME};
+
+    use std::time::Duration;
+
+    use common::consume::Consume;
+    use common::nats::{JetStreamQueue, NatsServer};
+    use common::{random_hex, EventSpec};
+
+    async fn consumes_each_message_once(batch_max: Option<&str>) {
+        let server = NatsServer::start();
+        let queue =
+            JetStreamQueue::create(&server, &random_hex(16), Duration::from_secs(30), 5).await;
+        let db = initialized().await;
+        let mut first = None;
+        for _ in 0..10 {
+            let event = EventSpec::submitted(&queue.queue, &random_hex(16)).json();
+            first.get_or_insert_with(|| event.clone());
+            queue.publish(event).await;
+        }
+        // A copy of the first message: recorded once, acknowledged twice.
+        queue.publish(first.unwrap()).await;
+        let mut env = queue.env(&server.url());
+        env.push(("ORBIT_RECEIVER_DSN".into(), db.dsn.clone()));
+        env.push(("RECEIVER_NAME".into(), NAME.into()));
+        if let Some(n) = batch_max {
+            env.push(("RECEIVER_BATCH_MAX".into(), n.into()));
+        }
+        let mut consume = Consume::with_env(&server.dir, &env);
+        queue.wait_all_acked(Duration::from_secs(30)).await;
+        assert!(consume.terminate().success(), "{}", consume.output());
+        assert_eq!(totals(&db).await, (10, 10, 10), "{}", consume.output());
+        let logged = consume.output();
+        assert_eq!(logged.matches("class=\"duplicate\"").count(), 1, "{logged}");
+    }
+
+    #[tokio::test]
+    async fn on_postgres_consume_over_nats_applies_each_message_once_and_acks_it() {
+        consumes_each_message_once(None).await;
+    }
+
+    #[tokio::test]
+    async fn on_postgres_in_batching_mode_over_nats_each_message_is_applied_once() {
+        consumes_each_message_once(Some("8")).await;
+    }
+}
