@@ -115,6 +115,7 @@ bench: toolchain nats-server
 	$(CARGO) bench --locked --bench canonical_hash
 	-$(CARGO) run --locked --release --example bench_report
 	$(WITH_MYSQL) $(CARGO) bench --locked --bench apply
+	$(WITH_POSTGRES) $(CARGO) bench --locked --bench apply_postgres --features postgres
 	$(CARGO) build --locked --release --workspace --bins $(CLI)
 	$(WITH_MYSQL) $(CARGO) bench --locked --bench end_to_end $(CLI)
 	$(WITH_MYSQL) $(CARGO) bench --locked --bench tracing $(CLI)

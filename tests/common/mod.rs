@@ -15,6 +15,7 @@ pub mod mysqld;
 #[cfg(feature = "nats")]
 pub mod nats;
 pub mod orbit;
+#[cfg(feature = "otel")]
 pub mod otlp;
 pub mod postgres;
 pub mod tls;

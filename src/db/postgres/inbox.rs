@@ -148,9 +148,15 @@ pub(crate) async fn mark_stale(
     events: &[&Event],
 ) -> Result<(), sqlx::Error> {
     let ids: Vec<&str> = events.iter().map(|e| e.id().as_str()).collect();
+    // Each row found by its whole key, then updated where it lies: with
+    // `event_id = ANY(…)` the planner may read the queue's whole key range
+    // while the table's statistics are older than its rows (see the task
+    // view's lock of its rows).
     let query = sqlx::query(
-        "UPDATE receiver_inbox SET applied = 0 \
-         WHERE consumer_name = $1 AND queue_id = $2::bpchar AND event_id = ANY($3::bpchar[])",
+        "UPDATE receiver_inbox SET applied = 0 WHERE ctid = ANY(ARRAY( \
+           SELECT i.ctid FROM unnest($3::bpchar[]) AS k(event_id) \
+           CROSS JOIN LATERAL (SELECT ctid FROM receiver_inbox WHERE consumer_name = $1 \
+             AND queue_id = $2::bpchar AND event_id = k.event_id) i))",
     )
     .bind(scope.receiver.as_str())
     .bind(scope.queue_id.as_str())

@@ -127,10 +127,17 @@ pub(crate) async fn lock_rows(
     tasks.dedup();
     let rows = traced(
         statement("SELECT", Some(VIEWS)),
+        // One lookup of the whole key per task, in the sorted list's order
+        // (the order every batch locks in): with `task_id = ANY(…)`, or a
+        // join, the planner may read the queue's whole key range and
+        // filter when the table's statistics are older than its rows,
+        // which a new table's are for minutes.
         sqlx::query(
-            "SELECT task_id, task_version::text, last_event_id FROM receiver_task_views \
-             WHERE consumer_name = $1 AND queue_id = $2::bpchar AND task_id = ANY($3::bpchar[]) \
-             ORDER BY task_id FOR UPDATE",
+            "SELECT v.task_id, v.task_version::text, v.last_event_id \
+             FROM unnest($3::bpchar[]) AS k(task_id) \
+             CROSS JOIN LATERAL (SELECT task_id, task_version, last_event_id \
+               FROM receiver_task_views WHERE consumer_name = $1 AND queue_id = $2::bpchar \
+               AND task_id = k.task_id FOR UPDATE) v",
         )
         .bind(scope.receiver.as_str())
         .bind(scope.queue_id.as_str())
