@@ -14,6 +14,8 @@
 #   RESULT_INBOX_TEST_PG_DSN        postgres://postgres@127.0.0.1:PORT/orbit_receiver_test
 #   RESULT_INBOX_TEST_PG_PORT       PORT
 #   RESULT_INBOX_TEST_PG_DIR        the server's temporary directory
+#   RESULT_INBOX_TEST_PG_BIN        the directory of initdb and pg_ctl (for tests that run a
+#                                   server of their own, to stop and restart it)
 #
 # Debian's PostgreSQL (package postgresql) is installed when it is missing
 # and this runs as root. PostgreSQL refuses to run as root: as root, the
@@ -104,6 +106,7 @@ export RESULT_INBOX_TEST_PG_ADMIN_DSN="postgres://postgres@127.0.0.1:$port/postg
 export RESULT_INBOX_TEST_PG_DSN="postgres://postgres@127.0.0.1:$port/orbit_receiver_test"
 export RESULT_INBOX_TEST_PG_PORT="$port"
 export RESULT_INBOX_TEST_PG_DIR="$tmp"
+export RESULT_INBOX_TEST_PG_BIN="$bindir"
 echo "with-postgres: throwaway server on 127.0.0.1:$port (database orbit_receiver_test)" >&2
 
 "$@"

@@ -181,3 +181,93 @@ mod over_nats {
         consumes_each_message_once(Some("8")).await;
     }
 }
+
+/// The receiver's PostgreSQL crashes under a running `receiver consume`
+/// and comes back: nothing is ACKed while it is down, the consumer keeps
+/// running, and every event is applied once after the restart.
+#[tokio::test]
+async fn on_postgres_a_database_crash_acks_nothing_keeps_running_and_applies_everything_once_after_restart(
+) {
+    const BEFORE: u64 = 3;
+    const DURING: u64 = 10;
+    let mut server = common::postgres::PgPrivateServer::start();
+    let admin = sqlx::PgPool::connect(&server.dsn("postgres"))
+        .await
+        .unwrap();
+    sqlx::query("CREATE DATABASE receiver")
+        .execute(&admin)
+        .await
+        .unwrap();
+    admin.close().await;
+    let dsn = server.dsn("receiver");
+    let out = receiver()
+        .arg("init")
+        .env("ORBIT_RECEIVER_DSN", &dsn)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    let (orbit, creds, sub) = OrbitDev::subscribed(1_000, 100, "pg-outage").await;
+    for _ in 0..BEFORE {
+        orbit.inject_new_task(&creds, &sub).await;
+    }
+    let mut consume = Consume::start(&orbit, &creds, &dsn, &sub, NAME, &[]);
+    orbit
+        .wait_for_counts(&creds, &sub, Duration::from_secs(20), |c| {
+            c["acked"] == BEFORE
+        })
+        .await;
+    let before_outage = consume.output().len();
+
+    server.stop();
+    for _ in 0..DURING {
+        orbit.inject_new_task(&creds, &sub).await;
+    }
+    let watching = std::time::Instant::now();
+    loop {
+        let counts = orbit
+            .wait_for_counts(&creds, &sub, Duration::from_secs(1), |_| true)
+            .await;
+        assert_eq!(
+            counts["acked"], BEFORE,
+            "ACKed without a database: {counts}"
+        );
+        assert!(consume.running(), "consume exited: {}", consume.output());
+        let failed = consume.output()[before_outage..]
+            .lines()
+            .filter(|l| {
+                l.contains("result_inbox::inbox: delivery") && l.contains(r#"class="error""#)
+            })
+            .count();
+        if watching.elapsed() >= Duration::from_secs(4) && failed > 0 {
+            break;
+        }
+        assert!(
+            watching.elapsed() < Duration::from_secs(20),
+            "no failed delivery was logged while the database was down: {}",
+            consume.output()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    server.restart();
+    let counts = orbit
+        .wait_for_counts(&creds, &sub, Duration::from_secs(40), |c| {
+            c["acked"] == BEFORE + DURING
+        })
+        .await;
+    assert_eq!(counts["expired"], 0, "{counts}");
+    assert!(consume.terminate().success(), "{}", consume.output());
+    let pool = sqlx::PgPool::connect(&dsn).await.unwrap();
+    let totals: (i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM receiver_inbox), \
+         (SELECT coalesce(sum(applied), 0)::bigint FROM receiver_inbox), \
+         (SELECT coalesce(sum(applied_events), 0)::bigint FROM receiver_task_views)",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    let total = (BEFORE + DURING) as i64;
+    assert_eq!(totals, (total, total, total), "{}", consume.output());
+    pool.close().await;
+}

@@ -57,3 +57,134 @@ impl PgTestDb {
         tx.commit().await
     }
 }
+
+/// A PostgreSQL server of a test's own, in a temporary directory on a free
+/// loopback port, that the test may stop (as a crash: `immediate`) and
+/// start again on the same port; removed when dropped.
+pub struct PgPrivateServer {
+    dir: std::path::PathBuf,
+    port: u16,
+    bin: std::path::PathBuf,
+    running: bool,
+}
+
+impl PgPrivateServer {
+    pub fn start() -> PgPrivateServer {
+        let bin = std::path::PathBuf::from(std::env::var("RESULT_INBOX_TEST_PG_BIN").unwrap_or_else(
+            |_| panic!("RESULT_INBOX_TEST_PG_BIN is not set: run under scripts/with-postgres.sh (make test)"),
+        ));
+        let dir = std::env::temp_dir().join(format!("result-inbox-pg-{}", random_hex(6)));
+        std::fs::create_dir_all(&dir).unwrap();
+        if is_root() {
+            let status = std::process::Command::new("chown")
+                .args(["postgres", dir.to_str().unwrap()])
+                .status()
+                .unwrap();
+            assert!(status.success());
+        }
+        let out = as_server(&bin.join("initdb"))
+            .args([
+                "-D",
+                dir.join("data").to_str().unwrap(),
+                "-U",
+                "postgres",
+                "--auth=trust",
+            ])
+            .args(["-E", "UTF8", "--locale=C.UTF-8"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let port = free_port();
+        let mut server = PgPrivateServer {
+            dir,
+            port,
+            bin,
+            running: false,
+        };
+        server.restart();
+        server
+    }
+
+    /// The administrator's DSN of database `name`.
+    pub fn dsn(&self, name: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{name}", self.port)
+    }
+
+    /// Stops the server as a crash would: no checkpoint, connections cut.
+    pub fn stop(&mut self) {
+        let _ = self.pg_ctl(&["stop", "-m", "immediate", "-w", "-t", "20"]);
+        self.running = false;
+    }
+
+    /// Starts the server (again) on its port.
+    pub fn restart(&mut self) {
+        let options = format!(
+            "-c listen_addresses=127.0.0.1 -p {} -k {}",
+            self.port,
+            self.dir.display()
+        );
+        let log = self.dir.join("server.log");
+        let out = self.pg_ctl(&[
+            "start",
+            "-w",
+            "-t",
+            "30",
+            "-l",
+            log.to_str().unwrap(),
+            "-o",
+            &options,
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        self.running = true;
+    }
+
+    fn pg_ctl(&self, args: &[&str]) -> std::process::Output {
+        as_server(&self.bin.join("pg_ctl"))
+            .args(["-D", self.dir.join("data").to_str().unwrap()])
+            .args(args)
+            .output()
+            .unwrap()
+    }
+}
+
+impl Drop for PgPrivateServer {
+    fn drop(&mut self) {
+        if self.running {
+            self.stop();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn is_root() -> bool {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    unsafe { libc::getuid() == 0 }
+}
+
+/// `program`, run as the `postgres` account when this is root (PostgreSQL
+/// refuses to run as root).
+fn as_server(program: &std::path::Path) -> std::process::Command {
+    if is_root() {
+        let mut command = std::process::Command::new("runuser");
+        command.args(["-u", "postgres", "--"]).arg(program);
+        command
+    } else {
+        std::process::Command::new(program)
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
