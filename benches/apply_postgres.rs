@@ -31,7 +31,7 @@ use bytes::Bytes;
 use common::postgres::PgTestDb;
 use result_inbox::db::schema::POSTGRES_SCHEMA_SQL;
 use result_inbox::db::Dsn;
-use result_inbox::delivery::{Delivery, DeliveryId};
+use result_inbox::delivery::Delivery;
 use result_inbox::ids::QueueId;
 use result_inbox::inbox::{Batching, InboxLayer, InboxStore, Outcome, StoreOptions};
 use result_inbox::scope::{InboxScope, ReceiverName};
@@ -52,14 +52,11 @@ fn measure_for() -> Duration {
 }
 
 fn event(n: u64) -> String {
-    format!(
-        r#"{{"id":"{n:032x}","type":"task.succeeded","queue_id":"{QUEUE}","occurred_at":"2026-11-30T16:02:44.123456Z","task":{{"id":"{:032x}","version":2,"state":"SUCCEEDED","result":{{"rows":1234,"total":123456789012345678901234567890,"message":"Verarbeitung abgeschlossen – 处理完成","ratio":1.10}}}}}}"#,
-        u128::from(n) + (1u128 << 100)
-    )
+    common::numbered_event(n, QUEUE)
 }
 
 fn delivery(n: u64) -> Delivery<Bytes> {
-    Delivery::new(DeliveryId::new(format!("{n:032x}")), Bytes::from(event(n))).with_attempt(1)
+    common::numbered_delivery(n, QUEUE)
 }
 
 /// The server's CPU seconds: every `postgres` process of the throwaway

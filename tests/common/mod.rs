@@ -518,3 +518,22 @@ pub fn json_keys(value: &serde_json::Value, groups: &[&str]) -> std::collections
     }
     keys
 }
+
+/// The `n`th event of the apply benchmarks: a `task.succeeded` event of its
+/// own task on `queue`, with the small mixed-script result every bench
+/// applies.
+pub fn numbered_event(n: u64, queue: &str) -> String {
+    format!(
+        r#"{{"id":"{n:032x}","type":"task.succeeded","queue_id":"{queue}","occurred_at":"2026-11-30T16:02:44.123456Z","task":{{"id":"{:032x}","version":2,"state":"SUCCEEDED","result":{{"rows":1234,"total":123456789012345678901234567890,"message":"Verarbeitung abgeschlossen – 处理完成","ratio":1.10}}}}}}"#,
+        u128::from(n) + (1u128 << 100)
+    )
+}
+
+/// The delivery of [`numbered_event`] `n`, its id `n`.
+pub fn numbered_delivery(n: u64, queue: &str) -> result_inbox::delivery::Delivery<bytes::Bytes> {
+    result_inbox::delivery::Delivery::new(
+        result_inbox::delivery::DeliveryId::new(format!("{n:032x}")),
+        bytes::Bytes::from(numbered_event(n, queue)),
+    )
+    .with_attempt(1)
+}
