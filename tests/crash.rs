@@ -25,6 +25,7 @@ use common::{dsn_for, random_hex, EventSpec, TestDb};
 use futures::FutureExt;
 use result_inbox::consumer::{Consumer, ConsumerOptions};
 use result_inbox::db::Dsn;
+use result_inbox::db::{Engine, EngineKind};
 use result_inbox::delivery::Delivery;
 use result_inbox::event::EventType;
 use result_inbox::ids::TaskId;
@@ -34,6 +35,7 @@ use result_inbox::orbit::{OrbitClient, OrbitSource, OrbitUrl, Token};
 use result_inbox::scope::{InboxScope, ReceiverName};
 use result_inbox::task_view;
 use result_inbox::BoxError;
+use sqlx::{MySql, Postgres};
 use tower::Service;
 
 const NAME: &str = "task-result-view";
@@ -61,6 +63,10 @@ fn main() {
         (
             "a_delivery_that_keeps_failing_expires_and_added_budget_applies_it_once",
             Box::pin(budget_exhaustion_and_revival()),
+        ),
+        (
+            "on_postgres_a_consumer_killed_after_commit_before_ack_is_deduplicated_and_acked_after_its_lease",
+            Box::pin(killed_after_commit_before_ack_on_postgres()),
         ),
     ];
     // The test harness's own arguments, as cargo test and cargo nextest
@@ -174,7 +180,18 @@ fn child_barrier_consume() {
             ReceiverName::parse(&env("RECEIVER_NAME")).unwrap(),
             queue.clone(),
         );
-        let store = InboxStore::connect(&dsn, scope, StoreOptions::default())
+        match dsn.engine() {
+            EngineKind::Postgres => barrier_consume::<Postgres>(&dsn, scope, queue).await,
+            _ => barrier_consume::<MySql>(&dsn, scope, queue).await,
+        }
+    });
+}
+
+/// The child's consumer on the engine the address names.
+async fn barrier_consume<E: Engine>(dsn: &Dsn, scope: InboxScope, queue: QueueId) {
+    let env = |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("{k} not set"));
+    {
+        let store = InboxStore::<E>::open(dsn, scope, StoreOptions::default())
             .await
             .unwrap();
         let client = OrbitClient::new(
@@ -190,7 +207,7 @@ fn child_barrier_consume() {
             inner: common::receiver(&store),
         };
         consumer.run(service, std::future::pending()).await.unwrap();
-    });
+    }
 }
 
 async fn delivery(orbit: &OrbitDev, creds: &QueueCredentials, id: &str) -> serde_json::Value {
@@ -504,4 +521,61 @@ async fn budget_exhaustion_and_revival() {
         (v.task_version, v.last_state.as_str(), v.applied_events),
         (2, "CANCELLED", 2)
     );
+}
+
+/// The same crash window on PostgreSQL: the child commits, is killed
+/// before its ACK, and a fresh `receiver consume` on the same database
+/// finds the committed inbox row when Orbit delivers again (a 3 s lease).
+async fn killed_after_commit_before_ack_on_postgres() {
+    let orbit = OrbitDev::start(3_000, 5);
+    let creds = orbit.bootstrap("crash-kill-pg", None).await;
+    let db = common::postgres::PgTestDb::new().await;
+    db.run_script(result_inbox::db::schema::POSTGRES_SCHEMA_SQL)
+        .await
+        .unwrap();
+    let (sub, task, delivery_id) = one_cancelled_task(&orbit, &creds).await;
+    let scope = InboxScope::new(ReceiverName::parse(NAME).unwrap(), creds.queue());
+    let view = || async { task_view::load(&db.pool, &scope, &task).await.unwrap() };
+
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .arg("child-barrier-consume")
+        .env("ORBIT_URL", &orbit.url)
+        .env("ORBIT_TOKEN", &creds.token)
+        .env("ORBIT_QUEUE_ID", &creds.queue_id)
+        .env("ORBIT_SUBSCRIPTION_ID", sub.as_str())
+        .env("ORBIT_RECEIVER_DSN", &db.dsn)
+        .env("RECEIVER_NAME", NAME)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let line = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).unwrap();
+        line
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        line.trim(),
+        format!("BARRIER committed delivery={delivery_id}")
+    );
+    let v = view().await.expect("view committed");
+    assert_eq!((v.last_state.as_str(), v.applied_events), ("CANCELLED", 1));
+    child.kill().unwrap();
+    let status = child.wait().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(9));
+
+    let mut fresh = Consume::start(&orbit, &creds, &db.dsn, &sub, NAME, &[]);
+    let d = wait_for_delivery(&orbit, &creds, &delivery_id, Duration::from_secs(30), |d| {
+        d["state"] == "ACKED"
+    })
+    .await;
+    assert_eq!(d["attempts"], 2, "{d}");
+    let out = fresh.output();
+    assert!(out.contains(r#"class="duplicate""#), "{out}");
+    assert!(fresh.terminate().success());
+    assert_eq!(view().await.unwrap().applied_events, 1);
 }

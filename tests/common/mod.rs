@@ -265,7 +265,9 @@ pub fn delivery_of(json: &str) -> result_inbox::delivery::Delivery<bytes::Bytes>
 /// The inbox layer as the receiver runs it: one transaction per delivery,
 /// or batching mode when `RECEIVER_BATCH_MAX` is set, as for `receiver
 /// consume` (`make test` runs the crash-window and cluster tests in both).
-pub fn inbox_layer(store: &InboxStore) -> result_inbox::inbox::InboxLayer {
+pub fn inbox_layer<E: result_inbox::db::Engine>(
+    store: &InboxStore<E>,
+) -> result_inbox::inbox::InboxLayer<E> {
     let batch = std::env::var("RECEIVER_BATCH_MAX")
         .ok()
         .map(|n| n.parse().expect("RECEIVER_BATCH_MAX is a number"));
@@ -275,16 +277,16 @@ pub fn inbox_layer(store: &InboxStore) -> result_inbox::inbox::InboxLayer {
 /// The inbox layer in `transactions` at once, batching `batch` deliveries
 /// per transaction over the task view's set path if given, and how many
 /// callers fill it: one per transaction, or a full batch for each.
-pub fn sized_layer(
-    store: &InboxStore,
+pub fn sized_layer<E: result_inbox::db::Engine>(
+    store: &InboxStore<E>,
     batch: Option<usize>,
     transactions: usize,
-) -> (result_inbox::inbox::InboxLayer, usize) {
+) -> (result_inbox::inbox::InboxLayer<E>, usize) {
     let layer = result_inbox::inbox::InboxLayer::new(store.clone());
     match batch {
         None => (layer, transactions),
         Some(n) => {
-            let batching = result_inbox::inbox::Batching::new(n)
+            let batching = result_inbox::inbox::Batching::<E>::up_to(n)
                 .transactions(transactions)
                 .set_path(result_inbox::task_view::TaskView::new());
             (layer.batching(batching), transactions * n)
@@ -293,9 +295,9 @@ pub fn sized_layer(
 }
 
 /// The receiver's service on `store`: [`inbox_layer`] over the task view.
-pub fn receiver(
-    store: &InboxStore,
-) -> result_inbox::inbox::Inbox<result_inbox::task_view::TaskView> {
+pub fn receiver<E: result_inbox::db::Engine>(
+    store: &InboxStore<E>,
+) -> result_inbox::inbox::Inbox<result_inbox::task_view::TaskView, E> {
     tower::ServiceBuilder::new()
         .layer(inbox_layer(store))
         .service(result_inbox::task_view::TaskView::new())
