@@ -13,11 +13,12 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::mysql_proxy::{Fault, MySqlProxy};
+use common::commit_proxy::{CommitProxy, Fault};
 use common::orbit::OrbitDev;
 use common::{random_hex, scope, EventSpec, TestDb};
 use futures::future::{join_all, BoxFuture};
 use result_inbox::consumer::{Consumer, ConsumerOptions, ConsumerReport};
+use result_inbox::db::Engine;
 use result_inbox::delivery::{Delivery, DeliveryId};
 use result_inbox::ids::TaskId;
 use result_inbox::inbox::{
@@ -35,7 +36,7 @@ use tower::{Service, ServiceExt};
 /// One test's database, proxy, scope and task.
 struct Fixture {
     db: TestDb,
-    proxy: MySqlProxy,
+    proxy: CommitProxy,
     scope: InboxScope,
     /// Straight to the server, for reading what was committed.
     pool: MySqlPool,
@@ -49,7 +50,7 @@ impl Fixture {
         let pool = db.pool().await;
         Fixture {
             db,
-            proxy: MySqlProxy::start().await,
+            proxy: CommitProxy::mysql().await,
             scope,
             pool,
             task: random_hex(16),
@@ -266,22 +267,42 @@ async fn the_consumer_does_not_ack_an_unconfirmed_commit_and_the_redelivery_dedu
 /// fails, so its transaction rolls back (no COMMIT), and whatever queued
 /// behind it meanwhile makes the next batch.
 #[derive(Clone)]
-struct FailingPlug {
+pub(crate) struct FailingPlug {
     entered: Arc<Semaphore>,
     gate: Arc<Semaphore>,
     first: Arc<AtomicBool>,
 }
 
-impl Service<Delivery<Applying>> for FailingPlug {
-    type Response = Verdict;
+impl FailingPlug {
+    pub(crate) fn new() -> Self {
+        FailingPlug {
+            entered: Arc::new(Semaphore::new(0)),
+            gate: Arc::new(Semaphore::new(0)),
+            first: Arc::default(),
+        }
+    }
+
+    /// Waits until the first call is held at the gate.
+    pub(crate) async fn entered(&self) {
+        self.entered.acquire().await.unwrap().forget();
+    }
+
+    /// Lets the first call fail.
+    pub(crate) fn open(&self) {
+        self.gate.add_permits(1);
+    }
+}
+
+impl<E: Engine> Service<Delivery<Applying<E>>> for FailingPlug {
+    type Response = Verdict<E>;
     type Error = BoxError;
-    type Future = BoxFuture<'static, Result<Verdict, BoxError>>;
+    type Future = BoxFuture<'static, Result<Verdict<E>, BoxError>>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, delivery: Delivery<Applying>) -> Self::Future {
+    fn call(&mut self, delivery: Delivery<Applying<E>>) -> Self::Future {
         let this = self.clone();
         Box::pin(async move {
             if !this.first.swap(true, Ordering::SeqCst) {
@@ -294,20 +315,21 @@ impl Service<Delivery<Applying>> for FailingPlug {
     }
 }
 
-#[tokio::test]
-async fn a_batch_whose_commit_answer_is_lost_is_unconfirmed_for_every_delivery_and_committed() {
-    let f = Fixture::new(scope("task-result-view")).await;
-    let store = f.proxied_store().await;
-    let plug = FailingPlug {
-        entered: Arc::new(Semaphore::new(0)),
-        gate: Arc::new(Semaphore::new(0)),
-        first: Arc::default(),
-    };
-    let inbox = Inbox::batched(plug.clone(), store, Batching::new(8).transactions(1));
+/// Three deliveries queued behind the plug's failing first one are one
+/// batch, whose COMMIT the proxy meets armed with `fault`: the answers of
+/// the three, and their events' JSON.
+pub(crate) async fn a_batch_of_three_meets<E: Engine>(
+    store: InboxStore<E>,
+    proxy: &CommitProxy,
+    fault: Fault,
+    queue_id: &str,
+) -> (Vec<Result<Receipt, InboxError>>, Vec<String>) {
+    let plug = FailingPlug::new();
+    let inbox = Inbox::batched(plug.clone(), store, Batching::up_to(8).transactions(1));
     let json = |task: &str| {
         EventSpec {
             id: random_hex(16),
-            queue_id: f.scope.queue_id.as_str(),
+            queue_id,
             task_id: task,
             version: 1,
             event_type: "task.submitted",
@@ -316,32 +338,43 @@ async fn a_batch_whose_commit_answer_is_lost_is_unconfirmed_for_every_delivery_a
         }
         .json()
     };
-    let delivery = |json: &str| {
-        Delivery::new(
-            DeliveryId::new(random_hex(16)),
-            Bytes::from(json.to_owned()),
-        )
-        .with_attempt(1)
-    };
-    let first = tokio::spawn(inbox.clone().oneshot(delivery(&json(&random_hex(16)))));
-    plug.entered.acquire().await.unwrap().forget();
+    let first = tokio::spawn(
+        inbox
+            .clone()
+            .oneshot(common::delivery_of(&json(&random_hex(16)))),
+    );
+    plug.entered().await;
     let jsons: Vec<String> = (0..3).map(|_| json(&random_hex(16))).collect();
     let mut batch = Box::pin(join_all(
-        jsons.iter().map(|j| inbox.clone().oneshot(delivery(j))),
+        jsons
+            .iter()
+            .map(|j| inbox.clone().oneshot(common::delivery_of(j))),
     ));
     std::future::poll_fn(|cx| {
         assert!(batch.as_mut().poll(cx).is_pending());
         Poll::Ready(())
     })
     .await;
-    f.proxy.arm(Fault::DropCommitOk);
-    plug.gate.add_permits(1);
+    proxy.arm(fault);
+    plug.open();
     assert!(
         first.await.unwrap().is_err(),
         "the plug fails and commits nothing"
     );
+    (batch.await, jsons)
+}
 
-    let answers = batch.await;
+#[tokio::test]
+async fn a_batch_whose_commit_answer_is_lost_is_unconfirmed_for_every_delivery_and_committed() {
+    let f = Fixture::new(scope("task-result-view")).await;
+    let store = f.proxied_store().await;
+    let (answers, jsons) = a_batch_of_three_meets(
+        store,
+        &f.proxy,
+        Fault::DropCommitOk,
+        f.scope.queue_id.as_str(),
+    )
+    .await;
     for answer in &answers {
         assert!(
             matches!(answer, Err(InboxError::CommitUnconfirmed)),
@@ -357,7 +390,7 @@ async fn a_batch_whose_commit_answer_is_lost_is_unconfirmed_for_every_delivery_a
     // The server did commit all three: each redelivery is a duplicate.
     let direct = f.direct_store().await;
     for json in &jsons {
-        let receipt = apply(&direct, delivery(json)).await.unwrap();
+        let receipt = apply(&direct, common::delivery_of(json)).await.unwrap();
         assert_eq!(receipt.outcome, Outcome::Duplicate { applied: true });
     }
 }

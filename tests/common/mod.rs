@@ -6,11 +6,11 @@
 //! read exactly one schema.
 #![allow(dead_code)]
 
+pub mod commit_proxy;
 pub mod consume;
 pub mod fill;
 pub mod galera;
 pub mod http_proxy;
-pub mod mysql_proxy;
 pub mod mysqld;
 #[cfg(feature = "nats")]
 pub mod nats;

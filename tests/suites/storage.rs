@@ -1,6 +1,6 @@
-//! The library against a real MySQL-compatible server: the inbox, batching, the schema and
-//! its privileges, the canonical digest, a lost COMMIT answer, TLS, and the library as a
-//! team embeds it.
+//! The library against a real MySQL-compatible server and a real PostgreSQL
+//! server: the inbox, batching, the schema and its privileges, the canonical
+//! digest, a lost COMMIT answer, TLS, and the library as a team embeds it.
 //!
 //! One test binary for the area, since every binary compiles the shared
 //! test code and links the whole dependency tree again; each file of
@@ -26,6 +26,8 @@ mod fuzz_regressions;
 mod inbox;
 #[path = "../postgres.rs"]
 mod postgres;
+#[path = "../postgres_commit_loss.rs"]
+mod postgres_commit_loss;
 #[path = "../postgres_inbox.rs"]
 mod postgres_inbox;
 #[path = "../privileges.rs"]
