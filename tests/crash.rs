@@ -1,5 +1,6 @@
 //! Crash windows with real processes: a consumer killed between COMMIT and
-//! ACK, lost ACK answers, a failing delivery that spends its budget.
+//! ACK, lost ACK answers, a failing delivery that spends its budget; the
+//! first three on MySQL and on PostgreSQL.
 //!
 //! This test binary has its own `main` (harness = false) for one reason: the
 //! SIGKILL scenario needs a consumer *process* that holds a delivery after
@@ -21,6 +22,7 @@ use bytes::Bytes;
 use common::consume::Consume;
 use common::http_proxy::{AckFault, HttpProxy};
 use common::orbit::{OrbitDev, QueueCredentials};
+use common::postgres::PgTestDb;
 use common::{dsn_for, random_hex, EventSpec, TestDb};
 use futures::FutureExt;
 use result_inbox::consumer::{Consumer, ConsumerOptions};
@@ -54,11 +56,19 @@ fn main() {
         ),
         (
             "a_lost_ack_answer_is_re_reported_with_the_same_proof",
-            Box::pin(lost_ack_answer_is_re_reported()),
+            Box::pin(async { lost_ack_answer_is_re_reported(Db::mysql().await).await }),
+        ),
+        (
+            "on_postgres_a_lost_ack_answer_is_re_reported_with_the_same_proof",
+            Box::pin(async { lost_ack_answer_is_re_reported(Db::postgres().await).await }),
         ),
         (
             "a_consumer_that_dies_with_its_ack_in_flight_is_deduplicated_on_redelivery",
-            Box::pin(dies_with_ack_in_flight()),
+            Box::pin(async { dies_with_ack_in_flight(Db::mysql().await).await }),
+        ),
+        (
+            "on_postgres_a_consumer_that_dies_with_its_ack_in_flight_is_deduplicated_on_redelivery",
+            Box::pin(async { dies_with_ack_in_flight(Db::postgres().await).await }),
         ),
         (
             "a_delivery_that_keeps_failing_expires_and_added_budget_applies_it_once",
@@ -235,11 +245,50 @@ async fn wait_for_delivery(
     }
 }
 
-async fn view(db: &TestDb, creds: &QueueCredentials, task: &str) -> Option<task_view::TaskViewRow> {
+/// The receiver's database in a scenario: on MySQL or on PostgreSQL.
+enum Db {
+    MySql(TestDb),
+    Postgres(PgTestDb),
+}
+
+impl Db {
+    async fn mysql() -> Db {
+        Db::MySql(TestDb::initialized().await)
+    }
+
+    async fn postgres() -> Db {
+        let db = PgTestDb::new().await;
+        db.run_script(result_inbox::db::schema::POSTGRES_SCHEMA_SQL)
+            .await
+            .unwrap();
+        Db::Postgres(db)
+    }
+
+    /// The receiver's `ORBIT_RECEIVER_DSN`.
+    fn dsn(&self) -> String {
+        match self {
+            Db::MySql(db) => dsn_for(&db.name),
+            Db::Postgres(db) => db.dsn.clone(),
+        }
+    }
+
+    /// The MySQL database, for a scenario that runs only there.
+    fn on_mysql(&self) -> &TestDb {
+        match self {
+            Db::MySql(db) => db,
+            Db::Postgres(_) => panic!("this scenario runs on MySQL"),
+        }
+    }
+}
+
+async fn view(db: &Db, creds: &QueueCredentials, task: &str) -> Option<task_view::TaskViewRow> {
     let scope = InboxScope::new(ReceiverName::parse(NAME).unwrap(), creds.queue());
-    task_view::load(&db.pool().await, &scope, &TaskId::parse(task).unwrap())
-        .await
-        .unwrap()
+    let task = TaskId::parse(task).unwrap();
+    match db {
+        Db::MySql(db) => task_view::load(&db.pool().await, &scope, &task).await,
+        Db::Postgres(db) => task_view::load(&db.pool, &scope, &task).await,
+    }
+    .unwrap()
 }
 
 /// A cancelled task's event waiting in a fresh subscription.
@@ -263,7 +312,7 @@ async fn killed_after_commit_before_ack() {
     // The real 30 s lease of Orbit's default.
     let orbit = OrbitDev::start(30_000, 5);
     let creds = orbit.bootstrap("crash-kill", None).await;
-    let db = TestDb::initialized().await;
+    let db = Db::mysql().await;
     let (sub, task, delivery_id) = one_cancelled_task(&orbit, &creds).await;
 
     let mut child = Command::new(std::env::current_exe().unwrap())
@@ -272,7 +321,7 @@ async fn killed_after_commit_before_ack() {
         .env("ORBIT_TOKEN", &creds.token)
         .env("ORBIT_QUEUE_ID", &creds.queue_id)
         .env("ORBIT_SUBSCRIPTION_ID", sub.as_str())
-        .env("ORBIT_RECEIVER_DSN", dsn_for(&db.name))
+        .env("ORBIT_RECEIVER_DSN", db.dsn())
         .env("RECEIVER_NAME", NAME)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -323,13 +372,13 @@ async fn killed_after_commit_before_ack() {
 async fn fresh_consumer_dedups_and_acks(
     orbit: &OrbitDev,
     creds: &QueueCredentials,
-    db: &TestDb,
+    db: &Db,
     sub: &SubscriptionId,
     task: &TaskId,
     delivery_id: &str,
     within_secs: u64,
 ) {
-    let mut fresh = Consume::start(orbit, creds, &dsn_for(&db.name), sub, NAME, &[]);
+    let mut fresh = Consume::start(orbit, creds, &db.dsn(), sub, NAME, &[]);
     let d = wait_for_delivery(
         orbit,
         creds,
@@ -348,10 +397,9 @@ async fn fresh_consumer_dedups_and_acks(
     );
 }
 
-async fn lost_ack_answer_is_re_reported() {
+async fn lost_ack_answer_is_re_reported(db: Db) {
     let orbit = OrbitDev::start(30_000, 5);
     let creds = orbit.bootstrap("crash-ack-answer", None).await;
-    let db = TestDb::initialized().await;
     let (sub, task, delivery_id) = one_cancelled_task(&orbit, &creds).await;
     let proxy = HttpProxy::start(&orbit.url).await;
     proxy.arm(AckFault::DropAnswer);
@@ -359,7 +407,7 @@ async fn lost_ack_answer_is_re_reported() {
     let mut consume = Consume::start(
         &orbit,
         &creds,
-        &dsn_for(&db.name),
+        &db.dsn(),
         &sub,
         NAME,
         &[("ORBIT_URL", &proxy.url())],
@@ -390,10 +438,9 @@ async fn lost_ack_answer_is_re_reported() {
     );
 }
 
-async fn dies_with_ack_in_flight() {
+async fn dies_with_ack_in_flight(db: Db) {
     let orbit = OrbitDev::start(2_000, 5);
     let creds = orbit.bootstrap("crash-ack-lost", None).await;
-    let db = TestDb::initialized().await;
     let (sub, task, delivery_id) = one_cancelled_task(&orbit, &creds).await;
     let proxy = HttpProxy::start(&orbit.url).await;
     proxy.arm(AckFault::Blackhole);
@@ -401,7 +448,7 @@ async fn dies_with_ack_in_flight() {
     let mut doomed = Consume::start(
         &orbit,
         &creds,
-        &dsn_for(&db.name),
+        &db.dsn(),
         &sub,
         NAME,
         &[("ORBIT_URL", &proxy.url())],
@@ -434,11 +481,12 @@ async fn dies_with_ack_in_flight() {
 
 async fn budget_exhaustion_and_revival() {
     let (orbit, creds, sub) = OrbitDev::subscribed(1_500, 3, "crash-budget").await;
-    let db = TestDb::initialized().await;
+    let db = Db::mysql().await;
+    let mysql = db.on_mysql();
     let client = orbit.client(&creds);
     let scope = InboxScope::new(ReceiverName::parse(NAME).unwrap(), creds.queue());
     let store = InboxStore::connect(
-        &db.dsn,
+        &mysql.dsn,
         scope,
         StoreOptions {
             transaction_timeout: Duration::from_secs(1),
@@ -475,7 +523,7 @@ async fn budget_exhaustion_and_revival() {
     orbit
         .wait_for_counts(&creds, &sub, Duration::from_secs(10), |c| c["acked"] == 1)
         .await;
-    let pool = db.pool().await;
+    let pool = mysql.pool().await;
     let mut holder = pool.begin().await.unwrap();
     sqlx::query("SELECT task_version FROM receiver_task_views WHERE task_id = ? FOR UPDATE")
         .bind(&task)
@@ -529,13 +577,8 @@ async fn budget_exhaustion_and_revival() {
 async fn killed_after_commit_before_ack_on_postgres() {
     let orbit = OrbitDev::start(3_000, 5);
     let creds = orbit.bootstrap("crash-kill-pg", None).await;
-    let db = common::postgres::PgTestDb::new().await;
-    db.run_script(result_inbox::db::schema::POSTGRES_SCHEMA_SQL)
-        .await
-        .unwrap();
+    let db = Db::postgres().await;
     let (sub, task, delivery_id) = one_cancelled_task(&orbit, &creds).await;
-    let scope = InboxScope::new(ReceiverName::parse(NAME).unwrap(), creds.queue());
-    let view = || async { task_view::load(&db.pool, &scope, &task).await.unwrap() };
 
     let mut child = Command::new(std::env::current_exe().unwrap())
         .arg("child-barrier-consume")
@@ -543,7 +586,7 @@ async fn killed_after_commit_before_ack_on_postgres() {
         .env("ORBIT_TOKEN", &creds.token)
         .env("ORBIT_QUEUE_ID", &creds.queue_id)
         .env("ORBIT_SUBSCRIPTION_ID", sub.as_str())
-        .env("ORBIT_RECEIVER_DSN", &db.dsn)
+        .env("ORBIT_RECEIVER_DSN", db.dsn())
         .env("RECEIVER_NAME", NAME)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -561,21 +604,14 @@ async fn killed_after_commit_before_ack_on_postgres() {
         line.trim(),
         format!("BARRIER committed delivery={delivery_id}")
     );
-    let v = view().await.expect("view committed");
+    let v = view(&db, &creds, task.as_str())
+        .await
+        .expect("view committed");
     assert_eq!((v.last_state.as_str(), v.applied_events), ("CANCELLED", 1));
     child.kill().unwrap();
     let status = child.wait().unwrap();
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(status.signal(), Some(9));
 
-    let mut fresh = Consume::start(&orbit, &creds, &db.dsn, &sub, NAME, &[]);
-    let d = wait_for_delivery(&orbit, &creds, &delivery_id, Duration::from_secs(30), |d| {
-        d["state"] == "ACKED"
-    })
-    .await;
-    assert_eq!(d["attempts"], 2, "{d}");
-    let out = fresh.output();
-    assert!(out.contains(r#"class="duplicate""#), "{out}");
-    assert!(fresh.terminate().success());
-    assert_eq!(view().await.unwrap().applied_events, 1);
+    fresh_consumer_dedups_and_acks(&orbit, &creds, &db, &sub, &task, &delivery_id, 30).await;
 }
