@@ -247,13 +247,13 @@ async fn wait_for_delivery(
 
 /// The receiver's database in a scenario: on MySQL or on PostgreSQL.
 enum Db {
-    MySql(TestDb),
+    MySql(Box<TestDb>),
     Postgres(PgTestDb),
 }
 
 impl Db {
     async fn mysql() -> Db {
-        Db::MySql(TestDb::initialized().await)
+        Db::MySql(Box::new(TestDb::initialized().await))
     }
 
     async fn postgres() -> Db {
