@@ -13,9 +13,9 @@
 //! what to expect, and which deliveries would only fail again.
 
 use sqlx::mysql::MySqlConnection;
-use sqlx::Connection;
 
-use crate::db::{DbError, Dsn};
+use crate::db::any::{on_engine, AnyConnection};
+use crate::db::{DbError, Dsn, Engine};
 use crate::digest::Digest;
 use crate::event::{readable_id, Event};
 use crate::ids::{EventId, TaskId};
@@ -82,7 +82,7 @@ pub struct Diagnosed {
 /// one scope: what `receiver failures` holds while it goes through a
 /// source's failed deliveries.
 pub struct Diagnoser {
-    conn: MySqlConnection,
+    conn: AnyConnection,
     scope: InboxScope,
 }
 
@@ -95,11 +95,11 @@ impl std::fmt::Debug for Diagnoser {
 }
 
 impl Diagnoser {
-    /// Connects to the receiver's database (an account with `SELECT` on
-    /// its two tables is enough).
+    /// Connects to the receiver's database, on the engine its address
+    /// names (an account with `SELECT` on its two tables is enough).
     pub async fn connect(dsn: &Dsn, scope: InboxScope) -> Result<Self, DbError> {
         Ok(Self {
-            conn: dsn.connect().await?,
+            conn: AnyConnection::open(dsn).await?,
             scope,
         })
     }
@@ -111,12 +111,12 @@ impl Diagnoser {
 
     /// Diagnoses one delivery's event bytes (see [`diagnose`]).
     pub async fn diagnose(&mut self, raw: &[u8]) -> Result<Diagnosed, DbError> {
-        diagnose(&mut self.conn, &self.scope, raw).await
+        on_engine!(&mut self.conn, conn => diagnose_on::<E>(conn, &self.scope, raw).await)
     }
 
     /// Ends the connection.
     pub async fn close(self) {
-        let _ = self.conn.close().await;
+        self.conn.close().await;
     }
 }
 
@@ -124,6 +124,15 @@ impl Diagnoser {
 /// (`SELECT` on the receiver's two tables is all it needs).
 pub async fn diagnose(
     conn: &mut MySqlConnection,
+    scope: &InboxScope,
+    raw: &[u8],
+) -> Result<Diagnosed, DbError> {
+    diagnose_on::<sqlx::MySql>(conn, scope, raw).await
+}
+
+/// [`diagnose`] on a connection of engine `E`.
+pub async fn diagnose_on<E: Engine>(
+    conn: &mut E::Connection,
     scope: &InboxScope,
     raw: &[u8],
 ) -> Result<Diagnosed, DbError> {
@@ -141,7 +150,7 @@ pub async fn diagnose(
             })
         }
     };
-    let diagnosis = match committed_row::<sqlx::MySql>(&mut *conn, scope, event.id())
+    let diagnosis = match committed_row::<E>(&mut *conn, scope, event.id())
         .await
         .map_err(database)?
     {
@@ -153,7 +162,7 @@ pub async fn diagnose(
         },
         None => {
             let task = event.task();
-            let view = task_view::load(&mut *conn, scope, &task.id).await?;
+            let view = task_view::load_on::<E>(conn, scope, &task.id).await?;
             let stored = view
                 .as_ref()
                 .map(|v| (v.task_version, v.last_event_id.as_str()));

@@ -5,6 +5,7 @@
 //! Nothing here knows the inbox, a delivery or a broker: the inbox, the
 //! task view, `verify`, `stats` and `inspect` all build on it.
 
+pub(crate) mod any;
 mod dsn;
 pub mod engine;
 pub mod errno;

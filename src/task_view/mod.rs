@@ -151,6 +151,18 @@ pub async fn load_committed<E: Engine>(
     Ok(view.map(TaskViewRow::of))
 }
 
+/// The committed view of `task_id` in `scope`, read on a connection of
+/// engine `E` (what [`load`] reads through an executor).
+pub(crate) async fn load_on<E: Engine>(
+    conn: &mut E::Connection,
+    scope: &InboxScope,
+    task_id: &TaskId,
+) -> Result<Option<TaskViewRow>, DbError> {
+    Ok(E::select_view_on(conn, scope, task_id)
+        .await?
+        .map(TaskViewRow::of))
+}
+
 /// One row of the task result view, as committed.
 #[derive(Clone, PartialEq, Eq)]
 pub struct TaskViewRow {

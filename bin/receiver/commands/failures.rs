@@ -32,12 +32,6 @@ pub(crate) struct FailedArgs {
 impl FailedArgs {
     /// The source's failed deliveries, the database and the scope.
     pub(crate) fn resolve(self) -> Result<(Origin, Dsn, InboxScope), Failed> {
-        let (origin, dsn, scope) = self.resolve_any_engine()?;
-        crate::args::mysql_only(&dsn, "ORBIT_RECEIVER_DSN").map_err(config)?;
-        Ok((origin, dsn, scope))
-    }
-
-    fn resolve_any_engine(self) -> Result<(Origin, Dsn, InboxScope), Failed> {
         match self.source {
             SourceKind::Orbit => {
                 let resolved = self.receiver.resolve().map_err(config)?;
