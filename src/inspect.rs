@@ -13,12 +13,10 @@
 //! scans the inbox: the tables have no index on the task of an event,
 //! because the receiver never needs one.
 
-use sqlx::mysql::{MySqlConnection, MySqlRow};
-use sqlx::Connection;
-
-use crate::db::row::get;
-use crate::db::sql::rfc3339;
-use crate::db::{DbError, Dsn};
+use crate::db::any::{on_engine, AnyConnection};
+use crate::db::engine::Tools;
+use crate::db::record::{InboxRecord, ViewRecord};
+use crate::db::{DbError, Dsn, Engine};
 use crate::event::Event;
 use crate::ids::{EventId, TaskId};
 
@@ -111,98 +109,75 @@ pub struct TaskReport {
     pub events: Vec<InboxRow>,
 }
 
-fn inbox_columns() -> String {
-    format!(
-        "consumer_name, queue_id, event_id, event_digest, applied, {}, event_canonical",
-        rfc3339("received_at")
-    )
+impl From<InboxRecord> for InboxRow {
+    fn from(record: InboxRecord) -> Self {
+        InboxRow {
+            parsed: Event::from_json(record.canonical.as_bytes()).ok(),
+            consumer: record.consumer,
+            queue: record.queue,
+            event: record.event,
+            digest: record.digest,
+            applied: record.applied,
+            received_at: record.received_at,
+            canonical: record.canonical,
+        }
+    }
 }
 
-fn text(row: &MySqlRow, i: usize) -> Result<String, DbError> {
-    let bytes: Vec<u8> = get(row, i)?;
-    Ok(String::from_utf8_lossy(&bytes).into_owned())
+impl From<ViewRecord> for ViewRow {
+    fn from(record: ViewRecord) -> Self {
+        ViewRow {
+            consumer: record.consumer,
+            queue: record.queue,
+            task: record.task,
+            version: record.version,
+            last_event: record.last_event,
+            state: record.state,
+            applied_events: record.applied_events,
+            result_bytes: record.result_bytes,
+            created_at: record.created_at,
+            updated_at: record.updated_at,
+        }
+    }
 }
 
-fn inbox_row(row: &MySqlRow) -> Result<InboxRow, DbError> {
-    let canonical = text(row, 6)?;
-    Ok(InboxRow {
-        consumer: text(row, 0)?,
-        queue: text(row, 1)?,
-        event: text(row, 2)?,
-        digest: text(row, 3)?,
-        applied: get(row, 4)?,
-        received_at: get(row, 5)?,
-        parsed: Event::from_json(canonical.as_bytes()).ok(),
-        canonical,
-    })
-}
-
-/// The inbox rows `WHERE {filter}` picks, `value` bound to its one
-/// placeholder.
-async fn inbox_rows(
-    conn: &mut MySqlConnection,
-    filter: &str,
-    value: &str,
-) -> Result<Vec<InboxRow>, DbError> {
-    let sql = format!(
-        "SELECT {} FROM receiver_inbox WHERE {filter}",
-        inbox_columns()
-    );
-    let rows = sqlx::query(&sql).bind(value).fetch_all(conn).await?;
-    rows.iter().map(inbox_row).collect()
-}
-
-/// The inbox rows of one event id, in every scope.
+/// The inbox rows of one event id, in every scope, on the engine the
+/// address names.
 pub async fn event(dsn: &Dsn, id: &EventId) -> Result<Vec<InboxRow>, DbError> {
-    let mut conn = dsn.connect().await?;
-    let filter = "event_id = ? ORDER BY consumer_name, queue_id";
-    let rows = inbox_rows(&mut conn, filter, id.as_str()).await?;
-    let _ = conn.close().await;
-    Ok(rows)
+    let mut conn = AnyConnection::open(dsn).await?;
+    let records = on_engine!(&mut conn, c => E::event_records(c, id).await);
+    conn.close().await;
+    Ok(records?.into_iter().map(InboxRow::from).collect())
 }
 
-/// The views of one task and all its inbox rows, in every scope.
+/// The views of one task and all its inbox rows, in every scope, on the
+/// engine the address names.
 pub async fn task(dsn: &Dsn, id: &TaskId) -> Result<TaskReport, DbError> {
-    let mut conn = dsn.connect().await?;
-    let sql = format!(
-        "SELECT consumer_name, queue_id, task_id, task_version, last_event_id, last_state, \
-         LENGTH(last_result), applied_events, {}, {} \
-         FROM receiver_task_views WHERE task_id = ? ORDER BY consumer_name, queue_id",
-        rfc3339("created_at"),
-        rfc3339("updated_at")
-    );
-    let views = sqlx::query(&sql)
-        .bind(id.as_str())
-        .fetch_all(&mut conn)
-        .await?;
-    let views = views
-        .iter()
-        .map(|row| {
-            Ok(ViewRow {
-                consumer: text(row, 0)?,
-                queue: text(row, 1)?,
-                task: text(row, 2)?,
-                version: get(row, 3)?,
-                last_event: text(row, 4)?,
-                state: text(row, 5)?,
-                applied_events: get(row, 7)?,
-                result_bytes: get::<Option<i64>>(row, 6)?.map(|n| n.unsigned_abs()),
-                created_at: get(row, 8)?,
-                updated_at: get(row, 9)?,
-            })
-        })
-        .collect::<Result<Vec<_>, DbError>>()?;
+    let mut conn = AnyConnection::open(dsn).await?;
+    let report = on_engine!(&mut conn, c => task_on::<E>(c, id).await);
+    conn.close().await;
+    report
+}
+
+async fn task_on<E: Engine>(conn: &mut E::Connection, id: &TaskId) -> Result<TaskReport, DbError> {
+    let views = E::view_records(&mut *conn, id).await?;
     // The canonical form puts the task's id first in its object.
     let pattern = format!("%\"task\":{{\"id\":\"{}\"%", id.as_str());
-    let mut events = inbox_rows(&mut conn, "event_canonical LIKE ?", &pattern).await?;
-    let _ = conn.close().await;
+    let mut events: Vec<InboxRow> = E::records_like(conn, &pattern)
+        .await?
+        .into_iter()
+        .map(InboxRow::from)
+        .collect();
     // The pattern could in principle match inside a result; the parsed
     // event decides.
     events.retain(|e| e.parsed.as_ref().is_none_or(|p| &p.task().id == id));
     events.sort_by(|a, b| {
         (a.version(), &a.received_at, &a.event).cmp(&(b.version(), &b.received_at, &b.event))
     });
-    Ok(TaskReport { views, events })
+    Ok(TaskReport {
+        views: views.into_iter().map(ViewRow::from).collect(),
+        events,
+    })
 }
 
 #[cfg(test)]

@@ -2,21 +2,20 @@
 //! both tables are, how fast the inbox grows, what one event costs, and
 //! what lies past a retention window. `docs/operations.md` says how to read it.
 //!
-//! Reads only (`SELECT` on the two tables and `information_schema`); the
-//! inbox is scanned twice (totals, then the last 30 days), and once more
-//! for the rows past a window when one is asked for, so on a large table
-//! it takes as long as two or three full scans.
+//! Reads only (`SELECT` on the two tables, and on MySQL
+//! `information_schema`; on PostgreSQL the sizes are the server's relation
+//! sizes, the primary key's index counted with the indexes), on the engine
+//! the address names. The inbox is scanned twice (totals, then the last 30
+//! days), and once more for the rows past a window when one is asked for,
+//! so on a large table it takes as long as two or three full scans.
 
 use std::time::Duration;
 
 use serde::Serialize;
-use sqlx::mysql::MySqlConnection;
-use sqlx::{Connection, Executor};
 
-use crate::db::row::get;
+use crate::db::any::{on_engine, AnyConnection};
 use crate::db::schema::TABLES;
-use crate::db::sql::rfc3339;
-use crate::db::{DbError, Dsn};
+use crate::db::{DbError, Dsn, Engine};
 use crate::scope::InboxScope;
 
 /// The other receiver names with inbox rows on `scope`'s queue, when
@@ -26,30 +25,19 @@ use crate::scope::InboxScope;
 /// name has rows on the queue, or when no name has (a first start). Reads
 /// the names through the primary key, one probe each, not the rows.
 pub async fn names_beside(dsn: &Dsn, scope: &InboxScope) -> Result<Vec<String>, DbError> {
-    let mut conn = dsn.connect().await?;
-    let names = names_beside_on(&mut conn, scope).await;
-    conn.close().await.ok();
+    let mut conn = AnyConnection::open(dsn).await?;
+    let names = on_engine!(&mut conn, c => names_beside_on::<E>(c, scope).await);
+    conn.close().await;
     names
 }
 
-async fn names_beside_on(
-    conn: &mut MySqlConnection,
+async fn names_beside_on<E: Engine>(
+    conn: &mut E::Connection,
     scope: &InboxScope,
 ) -> Result<Vec<String>, DbError> {
-    let names: Vec<String> =
-        sqlx::query_scalar("SELECT DISTINCT CAST(consumer_name AS CHAR) FROM receiver_inbox")
-            .fetch_all(&mut *conn)
-            .await?;
     let mut on_queue = Vec::new();
-    for name in names {
-        let found: Option<i32> = sqlx::query_scalar(
-            "SELECT 1 FROM receiver_inbox WHERE consumer_name = ? AND queue_id = ? LIMIT 1",
-        )
-        .bind(&name)
-        .bind(scope.queue_id.as_str())
-        .fetch_optional(&mut *conn)
-        .await?;
-        if found.is_some() {
+    for name in E::receiver_names(&mut *conn).await? {
+        if E::has_rows_on(&mut *conn, &name, scope.queue_id.as_str()).await? {
             on_queue.push(name);
         }
     }
@@ -143,65 +131,44 @@ pub async fn run(dsn: &Dsn) -> Result<Stats, DbError> {
 
 /// [`run`], and the rows past `window` (a third scan of the inbox).
 pub async fn run_with(dsn: &Dsn, window: Option<Duration>) -> Result<Stats, DbError> {
-    let mut conn = dsn.connect().await?;
-    // MySQL 8 caches table sizes for a day by default; ask for current
-    // ones. MariaDB has no such variable (and no such cache).
-    let _ = conn
-        .execute("SET SESSION information_schema_stats_expiry = 0")
-        .await;
+    let mut conn = AnyConnection::open(dsn).await?;
+    let stats = on_engine!(&mut conn, c => run_on::<E>(c, window).await);
+    conn.close().await;
+    stats
+}
+
+async fn run_on<E: Engine>(
+    conn: &mut E::Connection,
+    window: Option<Duration>,
+) -> Result<Stats, DbError> {
     let mut tables = Vec::new();
     for table in TABLES {
-        tables.push(table_size(&mut conn, table).await?);
+        let (rows, data_bytes, index_bytes) = E::table_size(&mut *conn, table).await?;
+        tables.push(TableSize {
+            table,
+            rows,
+            data_bytes,
+            index_bytes,
+        });
     }
-
-    let sql = format!(
-        "SELECT CAST(COALESCE(SUM(applied), 0) AS UNSIGNED), \
-         CAST(COUNT(*) - COALESCE(SUM(applied), 0) AS UNSIGNED), \
-         {}, {}, \
-         CAST(COALESCE(AVG(LENGTH(event_canonical)), 0) AS DOUBLE), \
-         CAST(COALESCE(MAX(LENGTH(event_canonical)), 0) AS UNSIGNED), \
-         CAST(TIMESTAMPDIFF(SECOND, MIN(received_at), UTC_TIMESTAMP(6)) AS SIGNED) \
-         FROM receiver_inbox",
-        rfc3339("MIN(received_at)"),
-        rfc3339("MAX(received_at)")
-    );
-    let totals = sqlx::query(&sql).fetch_one(&mut conn).await?;
+    let totals = E::inbox_totals(&mut *conn).await?;
     let past_window = match window {
         None => None,
         Some(window) => {
             let older_than_seconds = window.as_secs();
-            let (rows, bytes): (i64, u64) = sqlx::query_as(
-                "SELECT COUNT(*), CAST(COALESCE(SUM(LENGTH(event_canonical)), 0) AS UNSIGNED) \
-                 FROM receiver_inbox WHERE received_at < UTC_TIMESTAMP(6) - INTERVAL ? SECOND",
-            )
-            .bind(older_than_seconds)
-            .fetch_one(&mut conn)
-            .await?;
+            let (rows, bytes) = E::past_window(&mut *conn, older_than_seconds).await?;
             Some(PastWindow {
                 older_than_seconds,
-                rows: rows as u64,
+                rows,
                 bytes,
             })
         }
     };
-    let events_per_day: Vec<DayCount> = sqlx::query_as::<_, (String, u64)>(
-        "WITH RECURSIVE days (n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM days WHERE n < ?) \
-         SELECT CAST(UTC_DATE() - INTERVAL days.n DAY AS CHAR), \
-                CAST(COALESCE(counted.events, 0) AS UNSIGNED) \
-         FROM days LEFT JOIN ( \
-           SELECT DATE(received_at) AS day, COUNT(*) AS events FROM receiver_inbox \
-           WHERE received_at >= UTC_DATE() - INTERVAL ? DAY GROUP BY DATE(received_at) \
-         ) AS counted ON counted.day = UTC_DATE() - INTERVAL days.n DAY \
-         ORDER BY days.n DESC",
-    )
-    .bind(DAYS - 1)
-    .bind(DAYS - 1)
-    .fetch_all(&mut conn)
-    .await?
-    .into_iter()
-    .map(|(day, events)| DayCount { day, events })
-    .collect();
-    let _ = conn.close().await;
+    let events_per_day: Vec<DayCount> = E::events_per_day(conn, DAYS)
+        .await?
+        .into_iter()
+        .map(|(day, events)| DayCount { day, events })
+        .collect();
 
     let inbox = &tables[0];
     let inbox_bytes_per_event = if inbox.rows == 0 {
@@ -211,40 +178,19 @@ pub async fn run_with(dsn: &Dsn, window: Option<Duration>) -> Result<Stats, DbEr
     };
     let average_events_per_day =
         events_per_day.iter().map(|d| d.events).sum::<u64>() as f64 / f64::from(DAYS);
-    let average_event_bytes: f64 = get(&totals, 4)?;
     Ok(Stats {
-        oldest_received_at: get(&totals, 2)?,
-        newest_received_at: get(&totals, 3)?,
-        oldest_age_seconds: get::<Option<i64>>(&totals, 6)?.map(|s| s.max(0) as u64),
+        oldest_received_at: totals.oldest,
+        newest_received_at: totals.newest,
+        oldest_age_seconds: totals.oldest_age_seconds.map(|s| s.max(0) as u64),
         past_window,
-        applied: get(&totals, 0)?,
-        stale: get(&totals, 1)?,
-        average_event_bytes: average_event_bytes.round() as u64,
-        largest_event_bytes: get(&totals, 5)?,
+        applied: totals.applied,
+        stale: totals.stale,
+        average_event_bytes: totals.average_bytes.round() as u64,
+        largest_event_bytes: totals.largest_bytes,
         events_per_day,
         inbox_bytes_per_event: inbox_bytes_per_event.round() as u64,
         average_events_per_day: (average_events_per_day * 10.0).round() / 10.0,
         growth_bytes_per_day: (inbox_bytes_per_event * average_events_per_day).round() as u64,
         tables,
-    })
-}
-
-async fn table_size(conn: &mut MySqlConnection, table: &'static str) -> Result<TableSize, DbError> {
-    let rows: i64 = sqlx::query_scalar(&format!("SELECT COUNT(*) FROM {table}"))
-        .fetch_one(&mut *conn)
-        .await?;
-    let (data_bytes, index_bytes): (u64, u64) = sqlx::query_as(
-        "SELECT CAST(COALESCE(DATA_LENGTH, 0) AS UNSIGNED), CAST(COALESCE(INDEX_LENGTH, 0) AS UNSIGNED) \
-         FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?",
-    )
-    .bind(table)
-    .fetch_optional(&mut *conn)
-    .await?
-    .unwrap_or((0, 0));
-    Ok(TableSize {
-        table,
-        rows: rows as u64,
-        data_bytes,
-        index_bytes,
     })
 }

@@ -153,11 +153,7 @@ fn init_without_a_database_in_the_dsn_fails_before_connecting() {
 
 #[test]
 fn a_postgres_address_is_refused_by_the_commands_that_run_on_mysql_in_one_line_before_connecting() {
-    for command in [
-        &["verify"][..],
-        &["stats"],
-        &["inspect", "task", "0123456789abcdef0123456789abcdef"],
-    ] {
+    for command in [&["verify"][..]] {
         let out = Command::new(receiver_bin())
             .args(command)
             .env(

@@ -7,9 +7,14 @@ use crate::common;
 use std::process::Output;
 
 use common::orbit::{receiver, OrbitDev};
+use common::postgres::PgTestDb;
 use common::{random_hex, scope, EventSpec, TestDb};
-use result_inbox::inbox::InboxStore;
+use result_inbox::db::schema::{POSTGRES_RETENTION_SQL, POSTGRES_SCHEMA_SQL};
+use result_inbox::db::{Dsn, Engine};
+use result_inbox::inbox::{InboxStore, StoreOptions};
 use result_inbox::scope::InboxScope;
+use sqlx::Postgres;
+use tower::ServiceExt;
 
 /// A result no tool may print unless asked to.
 const SECRET_RESULT: &str = r#"{"secret":"sentinel-result-4f1c"}"#;
@@ -21,19 +26,28 @@ fn out(o: &Output) -> (String, String) {
     )
 }
 
-async fn apply(store: &InboxStore, json: &str) {
-    common::apply_once(store, json).await.unwrap();
+async fn apply<E: Engine>(store: &InboxStore<E>, json: &str) {
+    common::receiver(store)
+        .oneshot(common::delivery_of(json))
+        .await
+        .unwrap();
 }
 
 /// A database with three tasks: each submitted (v1) then succeeded (v2),
 /// and for the first task a late copy of v1 under another id (stale).
 struct Filled {
-    db: TestDb,
+    server: Server,
     scope: InboxScope,
     tasks: Vec<String>,
     /// Per task: (v1 event id, v2 event id).
     events: Vec<(String, String)>,
     reader_dsn: String,
+}
+
+/// The server a [`Filled`] database is on.
+enum Server {
+    MySql(Box<TestDb>),
+    Postgres(PgTestDb),
 }
 
 impl Filled {
@@ -67,30 +81,40 @@ impl Filled {
     async fn on(db: TestDb, grants: &[&str]) -> Filled {
         let scope = scope("task-result-view");
         let store = db.store(scope.clone()).await;
-        let mut tasks = Vec::new();
-        let mut events = Vec::new();
-        for _ in 0..3 {
-            let task = random_hex(16);
-            let v1 = EventSpec::submitted(scope.queue_id.as_str(), &task);
-            let v2 = EventSpec {
-                id: random_hex(16),
-                version: 2,
-                event_type: "task.succeeded",
-                state: "SUCCEEDED",
-                result: Some(SECRET_RESULT),
-                ..v1
-            };
-            apply(&store, &v1.json()).await;
-            apply(&store, &v2.json()).await;
-            events.push((v1.id.clone(), v2.id.clone()));
-            tasks.push(task);
-        }
-        let late = EventSpec::submitted(scope.queue_id.as_str(), &tasks[0]);
-        apply(&store, &late.json()).await;
+        let (tasks, events) = fill(&store, &scope).await;
         let (user, password) = db.user_with(grants).await;
         let reader_dsn = db.dsn_of(&user, &password);
         Filled {
-            db,
+            server: Server::MySql(Box::new(db)),
+            scope,
+            tasks,
+            events,
+            reader_dsn,
+        }
+    }
+
+    /// The same on PostgreSQL, with prune's tally, read by a role with
+    /// SELECT on all three tables.
+    async fn on_postgres() -> Filled {
+        let db = PgTestDb::new().await;
+        db.run_script(POSTGRES_SCHEMA_SQL).await.unwrap();
+        db.run_script(POSTGRES_RETENTION_SQL).await.unwrap();
+        let scope = scope("task-result-view");
+        let dsn = Dsn::parse(&db.dsn).unwrap();
+        let store = InboxStore::<Postgres>::open(&dsn, scope.clone(), StoreOptions::default())
+            .await
+            .unwrap();
+        let (tasks, events) = fill(&store, &scope).await;
+        let role = format!("reader_{}", random_hex(4));
+        db.run_script(&format!(
+            "CREATE ROLE {role} LOGIN; \
+             GRANT SELECT ON receiver_inbox, receiver_task_views, receiver_pruned TO {role};"
+        ))
+        .await
+        .unwrap();
+        let reader_dsn = db.dsn.replacen("://postgres@", &format!("://{role}@"), 1);
+        Filled {
+            server: Server::Postgres(db),
             scope,
             tasks,
             events,
@@ -106,13 +130,53 @@ impl Filled {
             .unwrap()
     }
 
+    /// The administrator's DSN of the database.
+    fn admin_dsn(&self) -> String {
+        match &self.server {
+            Server::MySql(db) => common::dsn_for(&db.name),
+            Server::Postgres(db) => db.dsn.clone(),
+        }
+    }
+
     /// As an administrator: damage the tables the way no receiver would.
     async fn damage(&self, statement: &str) {
-        sqlx::query(statement)
-            .execute(&self.db.pool().await)
-            .await
-            .unwrap();
+        match &self.server {
+            Server::MySql(db) => sqlx::query(statement)
+                .execute(&db.pool().await)
+                .await
+                .map(drop),
+            Server::Postgres(db) => sqlx::query(statement).execute(&db.pool).await.map(drop),
+        }
+        .unwrap();
     }
+}
+
+/// The three tasks of a [`Filled`] database, applied through `store`.
+async fn fill<E: Engine>(
+    store: &InboxStore<E>,
+    scope: &InboxScope,
+) -> (Vec<String>, Vec<(String, String)>) {
+    let mut tasks = Vec::new();
+    let mut events = Vec::new();
+    for _ in 0..3 {
+        let task = random_hex(16);
+        let v1 = EventSpec::submitted(scope.queue_id.as_str(), &task);
+        let v2 = EventSpec {
+            id: random_hex(16),
+            version: 2,
+            event_type: "task.succeeded",
+            state: "SUCCEEDED",
+            result: Some(SECRET_RESULT),
+            ..v1
+        };
+        apply(store, &v1.json()).await;
+        apply(store, &v2.json()).await;
+        events.push((v1.id.clone(), v2.id.clone()));
+        tasks.push(task);
+    }
+    let late = EventSpec::submitted(scope.queue_id.as_str(), &tasks[0]);
+    apply(store, &late.json()).await;
+    (tasks, events)
 }
 
 /// Runs `receiver verify`; returns (exit code, findings, summary line).
@@ -160,7 +224,7 @@ async fn verify_without_the_tally_passes_a_sound_database_and_counts_no_pruned_r
     );
     assert_eq!(code, Some(0));
     // An administrator sees it is missing: prune never ran here.
-    let (code, findings, summary) = verify_as(&common::dsn_for(&f.db.name));
+    let (code, findings, summary) = verify_as(&f.admin_dsn());
     assert_eq!(findings, Vec::<String>::new());
     assert_eq!(
         summary,
@@ -199,7 +263,7 @@ async fn verify_without_the_tally_reports_a_task_with_fewer_applied_rows_than_it
         "{summary}"
     );
 
-    let (code, findings, summary) = verify_as(&common::dsn_for(&f.db.name));
+    let (code, findings, summary) = verify_as(&f.admin_dsn());
     assert_eq!(code, Some(1));
     assert_eq!(findings, [mismatch]);
     assert!(
@@ -339,11 +403,18 @@ async fn verify_names_an_applied_event_ahead_of_its_view() {
 
 #[tokio::test]
 async fn stats_counts_rows_receipts_and_growth_in_text_and_json() {
-    let f = Filled::new().await;
+    stats_counts_rows_receipts_and_growth_in_text_and_json_on(Filled::new().await).await;
+}
+
+#[tokio::test]
+async fn on_postgres_stats_counts_rows_receipts_and_growth_in_text_and_json() {
+    stats_counts_rows_receipts_and_growth_in_text_and_json_on(Filled::on_postgres().await).await;
+}
+
+async fn stats_counts_rows_receipts_and_growth_in_text_and_json_on(f: Filled) {
     let o = f.tool(&["stats"]);
     let (stdout, stderr) = out(&o);
     assert!(o.status.success(), "{stderr}");
-    eprintln!("receiver stats:\n{stdout}");
     let lines: Vec<&str> = stdout.lines().collect();
     assert!(
         lines[0].starts_with("table=receiver_inbox rows=7 data_bytes="),
@@ -376,7 +447,15 @@ async fn stats_counts_rows_receipts_and_growth_in_text_and_json() {
 
 #[tokio::test]
 async fn stats_says_the_same_in_text_and_json_under_the_same_keys() {
-    let f = Filled::new().await;
+    stats_says_the_same_in_text_and_json_under_the_same_keys_on(Filled::new().await).await;
+}
+
+#[tokio::test]
+async fn on_postgres_stats_says_the_same_in_text_and_json_under_the_same_keys() {
+    stats_says_the_same_in_text_and_json_under_the_same_keys_on(Filled::on_postgres().await).await;
+}
+
+async fn stats_says_the_same_in_text_and_json_under_the_same_keys_on(f: Filled) {
     let text = out(&f.tool(&["stats", "--older-than", "1d"])).0;
     let o = f.tool(&["stats", "--older-than", "1d", "--json"]);
     let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -444,7 +523,16 @@ fn rfc3339_utc(time: &str) -> bool {
 
 #[tokio::test]
 async fn inspect_event_shows_the_stored_row_and_its_body_only_when_asked() {
-    let f = Filled::new().await;
+    inspect_event_shows_the_stored_row_and_its_body_only_when_asked_on(Filled::new().await).await;
+}
+
+#[tokio::test]
+async fn on_postgres_inspect_event_shows_the_stored_row_and_its_body_only_when_asked() {
+    inspect_event_shows_the_stored_row_and_its_body_only_when_asked_on(Filled::on_postgres().await)
+        .await;
+}
+
+async fn inspect_event_shows_the_stored_row_and_its_body_only_when_asked_on(f: Filled) {
     let (_, v2) = &f.events[0];
     let o = f.tool(&["inspect", "event", v2]);
     let (stdout, stderr) = out(&o);
@@ -474,7 +562,16 @@ async fn inspect_event_shows_the_stored_row_and_its_body_only_when_asked() {
 
 #[tokio::test]
 async fn inspect_task_shows_its_view_and_its_events_in_version_order() {
-    let f = Filled::new().await;
+    inspect_task_shows_its_view_and_its_events_in_version_order_on(Filled::new().await).await;
+}
+
+#[tokio::test]
+async fn on_postgres_inspect_task_shows_its_view_and_its_events_in_version_order() {
+    inspect_task_shows_its_view_and_its_events_in_version_order_on(Filled::on_postgres().await)
+        .await;
+}
+
+async fn inspect_task_shows_its_view_and_its_events_in_version_order_on(f: Filled) {
     let task = &f.tasks[0];
     let o = f.tool(&["inspect", "task", task]);
     let (stdout, stderr) = out(&o);
@@ -521,7 +618,16 @@ async fn inspect_task_shows_its_view_and_its_events_in_version_order() {
 
 #[tokio::test]
 async fn inspect_of_something_not_stored_exits_1_and_a_bad_id_exits_2() {
-    let f = Filled::new().await;
+    inspect_of_something_not_stored_exits_1_and_a_bad_id_exits_2_on(Filled::new().await).await;
+}
+
+#[tokio::test]
+async fn on_postgres_inspect_of_something_not_stored_exits_1_and_a_bad_id_exits_2() {
+    inspect_of_something_not_stored_exits_1_and_a_bad_id_exits_2_on(Filled::on_postgres().await)
+        .await;
+}
+
+async fn inspect_of_something_not_stored_exits_1_and_a_bad_id_exits_2_on(f: Filled) {
     let o = f.tool(&["inspect", "event", &random_hex(16)]);
     assert_eq!(o.status.code(), Some(1));
     assert!(out(&o).1.contains("no inbox row for event"));
@@ -533,6 +639,18 @@ async fn inspect_of_something_not_stored_exits_1_and_a_bad_id_exits_2() {
 #[tokio::test]
 async fn the_database_tools_on_a_database_without_the_tables_say_to_run_init_and_exit_2() {
     let db = TestDb::empty().await;
+    tools_without_the_tables(&common::dsn_for(&db.name), &["verify", "stats", "inspect"]);
+}
+
+#[tokio::test]
+async fn on_postgres_the_database_tools_on_a_database_without_the_tables_say_to_run_init_and_exit_2(
+) {
+    let db = PgTestDb::new().await;
+    tools_without_the_tables(&db.dsn, &["stats", "inspect"]);
+}
+
+/// `tools` on a database without the receiver's tables, read as `dsn`.
+fn tools_without_the_tables(dsn: &str, tools: &[&str]) {
     let task = random_hex(16);
     let event = random_hex(16);
     for args in [
@@ -541,9 +659,12 @@ async fn the_database_tools_on_a_database_without_the_tables_say_to_run_init_and
         vec!["inspect", "event", &event],
         vec!["inspect", "task", &task],
     ] {
+        if !tools.contains(&args[0]) {
+            continue;
+        }
         let o = receiver()
             .args(&args)
-            .env("ORBIT_RECEIVER_DSN", common::dsn_for(&db.name))
+            .env("ORBIT_RECEIVER_DSN", dsn)
             .output()
             .unwrap();
         let (_, stderr) = out(&o);
@@ -558,7 +679,10 @@ async fn the_database_tools_on_a_database_without_the_tables_say_to_run_init_and
             stderr.contains("or grant this account SELECT on it)"),
             "{args:?}: {stderr}"
         );
-        assert!(!stderr.contains("1146"), "{args:?}: {stderr}");
+        assert!(
+            !stderr.contains("1146") && !stderr.contains("42P01"),
+            "{args:?}: {stderr}"
+        );
     }
 }
 

@@ -139,13 +139,12 @@ pub(crate) fn any_engine_dsn(dsn: Option<String>) -> Result<Dsn, String> {
     Dsn::parse(&dsn).map_err(|e| format!("ORBIT_RECEIVER_DSN: {e}"))
 }
 
-/// The commands run on MySQL; the library also runs on PostgreSQL
-/// (`InboxStore::<sqlx::Postgres>::open`).
+/// For a command that runs on MySQL only.
 pub(crate) fn mysql_only(dsn: &Dsn, variable: &str) -> Result<(), String> {
     match dsn.engine() {
         result_inbox::db::EngineKind::MySql => Ok(()),
         _ => Err(format!(
-            "{variable} names a PostgreSQL server: this command runs on MySQL (mysql://…); on PostgreSQL run init, check and consume"
+            "{variable} names a PostgreSQL server: this command runs on MySQL only (mysql://…); docs/postgres.md lists the commands that run on PostgreSQL"
         )),
     }
 }

@@ -21,17 +21,18 @@ use crate::scope::InboxScope;
 /// A database the inbox runs on: `sqlx::MySql` (MySQL, MariaDB) and, with
 /// the `postgres` feature, `sqlx::Postgres`. Only this crate implements
 /// it; its statements are not part of the API.
-pub trait Engine: sqlx::Database + Sync + sealed::Statements {}
+pub trait Engine: sqlx::Database + Sync + sealed::Statements + sealed::Tools {}
 
 impl Engine for sqlx::MySql {}
 
 #[cfg(feature = "postgres")]
 impl Engine for sqlx::Postgres {}
 
-pub(crate) use sealed::{Met, Statements, ViewRow};
+pub(crate) use sealed::{Met, Statements, Tools, ViewRow};
 
 mod sealed {
     use super::*;
+    use crate::db::record::{InboxRecord, InboxTotals, ViewRecord};
 
     /// The statements of the inbox and the task view, in an engine's dialect.
     pub trait Statements: sqlx::Database + Sync {
@@ -215,6 +216,66 @@ mod sealed {
             scope: &'c InboxScope,
             rows: &'c [(&'c Event, u64)],
         ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c;
+    }
+
+    /// The reads of the operator tools (`inspect`, `stats`), in an
+    /// engine's dialect: rows as text, times as RFC 3339 in UTC.
+    pub trait Tools: sqlx::Database {
+        /// The inbox rows of one event id, in every scope, by scope.
+        fn event_records<'c>(
+            conn: &'c mut Self::Connection,
+            event: &'c EventId,
+        ) -> impl Future<Output = Result<Vec<InboxRecord>, DbError>> + Send + 'c;
+
+        /// The inbox rows whose canonical text is `LIKE` `pattern`.
+        fn records_like<'c>(
+            conn: &'c mut Self::Connection,
+            pattern: &'c str,
+        ) -> impl Future<Output = Result<Vec<InboxRecord>, DbError>> + Send + 'c;
+
+        /// The view rows of one task, in every scope, by scope.
+        fn view_records<'c>(
+            conn: &'c mut Self::Connection,
+            task: &'c TaskId,
+        ) -> impl Future<Output = Result<Vec<ViewRecord>, DbError>> + Send + 'c;
+
+        /// Every receiver name with inbox rows.
+        fn receiver_names(
+            conn: &mut Self::Connection,
+        ) -> impl Future<Output = Result<Vec<String>, DbError>> + Send;
+
+        /// Whether `name` has an inbox row on `queue` (one probe of the key).
+        fn has_rows_on<'c>(
+            conn: &'c mut Self::Connection,
+            name: &'c str,
+            queue: &'c str,
+        ) -> impl Future<Output = Result<bool, DbError>> + Send + 'c;
+
+        /// A table's rows, counted, and its data and index bytes as the
+        /// server reports them.
+        fn table_size(
+            conn: &mut Self::Connection,
+            table: &'static str,
+        ) -> impl Future<Output = Result<(u64, u64, u64), DbError>> + Send;
+
+        /// The inbox's totals.
+        fn inbox_totals(
+            conn: &mut Self::Connection,
+        ) -> impl Future<Output = Result<InboxTotals, DbError>> + Send;
+
+        /// The inbox rows received more than `seconds` ago, and their
+        /// canonical text's bytes.
+        fn past_window(
+            conn: &mut Self::Connection,
+            seconds: u64,
+        ) -> impl Future<Output = Result<(u64, u64), DbError>> + Send;
+
+        /// Inbox rows received per UTC day, today and the `days - 1` days
+        /// before it, oldest first, days without rows included.
+        fn events_per_day(
+            conn: &mut Self::Connection,
+            days: u32,
+        ) -> impl Future<Output = Result<Vec<(String, u64)>, DbError>> + Send;
     }
 
     /// What the task view's statement met under the row's lock.

@@ -13,6 +13,7 @@ mod error;
 pub(crate) mod mysql;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
+pub(crate) mod record;
 pub mod row;
 pub mod schema;
 pub(crate) mod sql;

@@ -7,6 +7,7 @@ pub(crate) mod inbox;
 pub(crate) mod schema;
 pub(crate) mod session;
 pub(crate) mod task_view;
+mod tools;
 pub(crate) mod transaction;
 
 use std::future::Future;
