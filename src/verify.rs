@@ -32,14 +32,12 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use futures::TryStreamExt;
 use sha2::{Digest as _, Sha256};
-use sqlx::mysql::{MySqlConnection, MySqlRow};
-use sqlx::{Connection, Executor};
 
-use crate::db::row::{get, text};
+use crate::db::any::{on_engine, AnyConnection};
+use crate::db::record::{PageKey, TaskTotal, ViewPageRow};
 use crate::db::schema::PRUNED_TABLE;
-use crate::db::{errno, DbError, Dsn};
+use crate::db::{DbError, DbErrorKind, Dsn, Engine};
 use crate::digest;
 use crate::event::Event;
 use crate::ids::TaskId;
@@ -173,34 +171,36 @@ pub trait Report {
     fn finding(&mut self, finding: Finding);
 }
 
-/// Verifies the receiver's tables in the DSN's database.
+/// Verifies the receiver's tables in the DSN's database, on the engine
+/// its address names.
 pub async fn run(dsn: &Dsn, report: &mut dyn Report) -> Result<Summary, DbError> {
-    let mut conn = dsn.connect().await?;
-    conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        .await?;
-    conn.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
-        .await?;
+    let mut conn = AnyConnection::open(dsn).await?;
+    let summary = on_engine!(&mut conn, c => run_on::<E>(c, report).await);
+    conn.close().await;
+    summary
+}
+
+async fn run_on<E: Engine>(
+    conn: &mut E::Connection,
+    report: &mut dyn Report,
+) -> Result<Summary, DbError> {
+    E::begin_snapshot(&mut *conn).await?;
     let mut counting = Counting {
         inner: report,
         summary: Summary::default(),
     };
-    let (inbox, views): (i64, i64) = sqlx::query_as(
-        "SELECT (SELECT COUNT(*) FROM receiver_inbox), (SELECT COUNT(*) FROM receiver_task_views)",
-    )
-    .fetch_one(&mut conn)
-    .await?;
-    counting.inner.total((inbox + views) as u64);
-    let tally = pruned_rows(&mut conn).await?;
+    let (inbox, views) = E::row_counts(&mut *conn).await?;
+    counting.inner.total(inbox + views);
+    let tally = pruned_rows::<E>(&mut *conn).await?;
     counting.summary.pruned_rows = match tally {
         Tally::Counted(n) => Some(n),
         Tally::Absent => Some(0),
         Tally::Unreadable => None,
     };
-    inbox_rows(&mut conn, &mut counting).await?;
-    task_views(&mut conn, &mut counting).await?;
-    task_totals(&mut conn, &mut counting, tally).await?;
-    conn.execute("ROLLBACK").await?;
-    let _ = conn.close().await;
+    let unreadable = inbox_rows::<E>(&mut *conn, &mut counting).await?;
+    task_views::<E>(&mut *conn, &mut counting).await?;
+    task_totals::<E>(&mut *conn, &mut counting, tally, &unreadable).await?;
+    E::end_snapshot(conn).await?;
     Ok(counting.summary)
 }
 
@@ -231,62 +231,32 @@ impl Counting<'_> {
     }
 }
 
-/// The key of the last row read: receiver name, queue, and the table's
-/// own id.
-type PageKey = (String, String, String);
-
-/// The next page of `table` in primary-key order after `after`, which moves
-/// to its last row; `None` past the last. The key columns `consumer_name,
-/// queue_id, <id>` come first, then `columns`. The start is spelled out
-/// column by column: MariaDB's optimizer turns that into a range on the
-/// primary key, while a row comparison `(a, b, c) > (…)` would scan the
-/// index from its start on every page.
-async fn page(
-    conn: &mut MySqlConnection,
-    table: &str,
-    id: &str,
-    columns: &str,
-    after: &mut Option<PageKey>,
-) -> Result<Option<Vec<MySqlRow>>, DbError> {
-    let start = match after {
-        None => String::new(),
-        Some(_) => format!(
-            "WHERE consumer_name > ? OR (consumer_name = ? AND \
-             (queue_id > ? OR (queue_id = ? AND {id} > ?))) "
-        ),
-    };
-    let sql = format!(
-        "SELECT consumer_name, queue_id, {id}, {columns} FROM {table} \
-         {start}ORDER BY consumer_name, queue_id, {id} LIMIT ?"
-    );
-    let mut query = sqlx::query(&sql);
-    if let Some((consumer, queue, last)) = &*after {
-        let key = [consumer, consumer, queue, queue, last];
-        query = key.into_iter().fold(query, |q, v| q.bind(v));
-    }
-    let rows = query.bind(PAGE_ROWS).fetch_all(&mut *conn).await?;
-    let Some(last) = rows.last() else {
-        return Ok(None);
-    };
-    *after = Some((text(last, 0)?, text(last, 1)?, text(last, 2)?));
-    Ok(Some(rows))
-}
-
-/// Check 1, page by page in key order.
-async fn inbox_rows(conn: &mut MySqlConnection, out: &mut Counting<'_>) -> Result<(), DbError> {
-    let (columns, mut after) = ("event_digest, event_canonical", None);
-    while let Some(rows) = page(conn, "receiver_inbox", "event_id", columns, &mut after).await? {
-        for row in &rows {
-            let (consumer, queue, event) = (text(row, 0)?, text(row, 1)?, text(row, 2)?);
-            let (stored_digest, canonical) = (text(row, 3)?, text(row, 4)?);
-            for (kind, detail) in check_inbox_row(&queue, &event, &stored_digest, &canonical) {
-                out.found(kind, (&consumer, &queue), Some(&event), None, detail);
+/// Check 1, page by page in key order: the keys of the rows whose text is
+/// not an event, which check 3 leaves out.
+async fn inbox_rows<E: Engine>(
+    conn: &mut E::Connection,
+    out: &mut Counting<'_>,
+) -> Result<Vec<PageKey>, DbError> {
+    let mut unreadable = Vec::new();
+    let mut after: Option<PageKey> = None;
+    loop {
+        let rows = E::inbox_page(&mut *conn, after.as_ref(), PAGE_ROWS).await?;
+        let Some(last) = rows.last() else {
+            return Ok(unreadable);
+        };
+        after = Some((last.0.clone(), last.1.clone(), last.2.clone()));
+        for (consumer, queue, event, stored_digest, canonical) in &rows {
+            let found = check_inbox_row(queue, event, stored_digest, canonical);
+            if found.iter().any(|(kind, _)| *kind == Kind::InvalidEvent) {
+                unreadable.push((consumer.clone(), queue.clone(), event.clone()));
+            }
+            for (kind, detail) in found {
+                out.found(kind, (consumer, queue), Some(event), None, detail);
             }
         }
         out.summary.inbox_rows += rows.len() as u64;
         out.inner.advance(rows.len() as u64);
     }
-    Ok(())
 }
 
 /// Check 1 for one row.
@@ -340,24 +310,18 @@ struct StoredEvent {
 
 /// Check 2, page by page in key order; each page's last events are read by
 /// primary key in one query.
-async fn task_views(conn: &mut MySqlConnection, out: &mut Counting<'_>) -> Result<(), DbError> {
-    let (columns, mut after) = ("task_version, last_event_id, last_state", None);
-    while let Some(rows) = page(conn, "receiver_task_views", "task_id", columns, &mut after).await?
-    {
-        let views = rows
-            .iter()
-            .map(|r| {
-                Ok((
-                    text(r, 0)?,
-                    text(r, 1)?,
-                    text(r, 2)?,
-                    get(r, 3)?,
-                    text(r, 4)?,
-                    text(r, 5)?,
-                ))
-            })
-            .collect::<Result<Vec<ViewRow>, DbError>>()?;
-        let events = last_events(conn, &views).await?;
+async fn task_views<E: Engine>(
+    conn: &mut E::Connection,
+    out: &mut Counting<'_>,
+) -> Result<(), DbError> {
+    let mut after: Option<PageKey> = None;
+    loop {
+        let views = E::view_page(&mut *conn, after.as_ref(), PAGE_ROWS).await?;
+        let Some(last) = views.last() else {
+            return Ok(());
+        };
+        after = Some((last.0.clone(), last.1.clone(), last.2.clone()));
+        let events = last_events::<E>(&mut *conn, &views).await?;
         for (consumer, queue, task, version, event, state) in &views {
             let key = (consumer.clone(), queue.clone(), event.clone());
             let (kind, detail) = match events.get(&key) {
@@ -399,36 +363,27 @@ async fn task_views(conn: &mut MySqlConnection, out: &mut Counting<'_>) -> Resul
         out.summary.task_views += views.len() as u64;
         out.inner.advance(views.len() as u64);
     }
-    Ok(())
 }
 
-type ViewRow = (String, String, String, u64, String, String);
-
 /// The inbox rows of the views' last events, by primary key.
-async fn last_events(
-    conn: &mut MySqlConnection,
-    views: &[ViewRow],
-) -> Result<HashMap<(String, String, String), StoredEvent>, DbError> {
+async fn last_events<E: Engine>(
+    conn: &mut E::Connection,
+    views: &[ViewPageRow],
+) -> Result<HashMap<PageKey, StoredEvent>, DbError> {
     // The views of a page share their receiver name and queue in runs (key
-    // order); one `event_id IN (…)` per run is a set of point lookups on
-    // the primary key.
+    // order); one lookup per run is a set of point lookups on the primary
+    // key.
     let mut found = HashMap::with_capacity(views.len());
     for run in views.chunk_by(|a, b| (&a.0, &a.1) == (&b.0, &b.1)) {
-        let marks = crate::db::sql::list("?", run.len());
-        let sql = format!(
-            "SELECT consumer_name, queue_id, event_id, applied, event_canonical FROM receiver_inbox \
-             WHERE consumer_name = ? AND queue_id = ? AND event_id IN ({marks})"
-        );
-        let query = sqlx::query(&sql).bind(&run[0].0).bind(&run[0].1);
-        let query = run.iter().fold(query, |q, view| q.bind(&view.4));
-        for row in query.fetch_all(&mut *conn).await? {
-            let applied: bool = get(&row, 3)?;
-            let canonical = text(&row, 4)?;
+        let events: Vec<&str> = run.iter().map(|view| view.4.as_str()).collect();
+        for (consumer, queue, event, applied, canonical) in
+            E::last_events(&mut *conn, &run[0].0, &run[0].1, &events).await?
+        {
             // A damaged text was reported by check 1; here it only cannot match.
-            let event = Event::from_json(canonical.as_bytes()).ok();
-            let task = event.as_ref().map(Event::task);
+            let parsed = Event::from_json(canonical.as_bytes()).ok();
+            let task = parsed.as_ref().map(Event::task);
             found.insert(
-                (text(&row, 0)?, text(&row, 1)?, text(&row, 2)?),
+                (consumer, queue, event),
                 StoredEvent {
                     applied,
                     task: task.map(|t| t.id.clone()),
@@ -460,16 +415,11 @@ enum Tally {
     Unreadable,
 }
 
-async fn pruned_rows(conn: &mut MySqlConnection) -> Result<Tally, DbError> {
-    let total: Result<u64, sqlx::Error> = sqlx::query_scalar(
-        "SELECT CAST(COALESCE(SUM(pruned_events), 0) AS UNSIGNED) FROM receiver_pruned",
-    )
-    .fetch_one(&mut *conn)
-    .await;
-    match total.map_err(DbError::from) {
+async fn pruned_rows<E: Engine>(conn: &mut E::Connection) -> Result<Tally, DbError> {
+    match E::pruned_total(conn).await {
         Ok(n) => Ok(Tally::Counted(n)),
         Err(e) if e.missing_table() == Some(PRUNED_TABLE) => Ok(Tally::Absent),
-        Err(e) if e.number() == Some(errno::TABLE_ACCESS_DENIED) => Ok(Tally::Unreadable),
+        Err(e) if e.kind() == DbErrorKind::PermissionDenied => Ok(Tally::Unreadable),
         Err(e) => Err(e),
     }
 }
@@ -478,82 +428,66 @@ async fn pruned_rows(conn: &mut MySqlConnection) -> Result<Tally, DbError> {
 /// task's view and its pruned rows (the task of an event is inside its
 /// canonical text, read by the server's JSON parser); the result is
 /// streamed row by row.
-async fn task_totals(
-    conn: &mut MySqlConnection,
+async fn task_totals<E: Engine>(
+    conn: &mut E::Connection,
     out: &mut Counting<'_>,
     tally: Tally,
+    unreadable: &[PageKey],
 ) -> Result<(), DbError> {
-    // A text the server cannot parse has no task here; check 1 reported it.
-    let (pruned, join) = if let Tally::Counted(_) = tally {
-        (
-            "CAST(COALESCE(MAX(p.pruned_applied), 0) AS UNSIGNED)",
-            "LEFT JOIN receiver_pruned p \
-             ON p.consumer_name = i.consumer_name AND p.queue_id = i.queue_id AND p.task_id = i.task_id",
-        )
-    } else {
-        ("CAST(0 AS UNSIGNED)", "")
-    };
-    let totals_sql = format!("\
-SELECT i.consumer_name, i.queue_id, i.task_id,
-       CAST(SUM(i.applied) AS UNSIGNED),
-       CAST(MAX(CASE WHEN i.applied = 1 THEN i.version ELSE 0 END) AS UNSIGNED),
-       MAX(v.applied_events), MAX(v.task_version), COUNT(v.task_id), {pruned}
-FROM (
-  SELECT consumer_name, queue_id, applied,
-         CAST(JSON_UNQUOTE(JSON_EXTRACT(event_canonical, '$.task.id')) AS CHAR(32)) COLLATE utf8mb4_bin AS task_id,
-         CAST(JSON_EXTRACT(event_canonical, '$.task.version') AS UNSIGNED) AS version
-  FROM receiver_inbox
-  WHERE JSON_VALID(event_canonical)
-) AS i
-LEFT JOIN receiver_task_views v
-  ON v.consumer_name = i.consumer_name AND v.queue_id = i.queue_id AND v.task_id = i.task_id
-{join}
-WHERE i.task_id IS NOT NULL
-GROUP BY i.consumer_name, i.queue_id, i.task_id");
-    let mut rows = sqlx::query(&totals_sql).fetch(&mut *conn);
-    while let Some(row) = rows.try_next().await? {
-        let (consumer, queue, task) = (text(&row, 0)?, text(&row, 1)?, text(&row, 2)?);
-        let present: u64 = get(&row, 3)?;
-        let pruned: u64 = get(&row, 8)?;
-        let applied = present + pruned;
-        let highest: u64 = get(&row, 4)?;
-        let views: i64 = get(&row, 7)?;
-        let at = (consumer.as_str(), queue.as_str());
-        if views == 0 {
-            if present > 0 {
-                let detail = format!("{present} applied inbox row(s) but no view");
-                out.found(Kind::ViewMissing, at, None, Some(&task), detail);
-            }
-            continue;
+    let counted = matches!(tally, Tally::Counted(_));
+    E::task_totals(conn, counted, unreadable, &mut |total| {
+        check_task(out, tally, total)
+    })
+    .await
+}
+
+/// Check 3 for one task.
+fn check_task(out: &mut Counting<'_>, tally: Tally, total: TaskTotal) {
+    let TaskTotal {
+        consumer,
+        queue,
+        task,
+        present,
+        highest,
+        views,
+        counted,
+        version,
+        pruned,
+    } = total;
+    let applied = present + pruned;
+    let at = (consumer.as_str(), queue.as_str());
+    if views == 0 {
+        if present > 0 {
+            let detail = format!("{present} applied inbox row(s) but no view");
+            out.found(Kind::ViewMissing, at, None, Some(&task), detail);
         }
-        let counted = get::<Option<u64>>(&row, 5)?.unwrap_or(0);
-        let version = get::<Option<u64>>(&row, 6)?.unwrap_or(0);
-        if counted != applied {
-            let detail = if tally == Tally::Unreadable && counted > applied {
-                format!(
-                    "applied_events is {counted}, the task has {applied} applied inbox row(s) \
-                     (if receiver prune ran here, grant this account SELECT on receiver_pruned, \
-                     where it counts the rows it deleted; without that table, which \
-                     `receiver init --keep-existing --retention` adds, no prune ran)"
-                )
-            } else if pruned == 0 {
-                format!("applied_events is {counted}, the task has {applied} applied inbox row(s)")
-            } else {
-                format!(
-                    "applied_events is {counted}, the task has {present} applied inbox row(s) \
-                     and {pruned} pruned"
-                )
-            };
-            out.found(Kind::AppliedEventsMismatch, at, None, Some(&task), detail);
-        }
-        if highest > version {
-            let detail = format!(
-                "the view has version {version}, an applied inbox row has version {highest}"
-            );
-            out.found(Kind::ViewBehindEvent, at, None, Some(&task), detail);
-        }
+        return;
     }
-    Ok(())
+    let counted = counted.unwrap_or(0);
+    let version = version.unwrap_or(0);
+    if counted != applied {
+        let detail = if tally == Tally::Unreadable && counted > applied {
+            format!(
+                "applied_events is {counted}, the task has {applied} applied inbox row(s) \
+                 (if receiver prune ran here, grant this account SELECT on receiver_pruned, \
+                 where it counts the rows it deleted; without that table, which \
+                 `receiver init --keep-existing --retention` adds, no prune ran)"
+            )
+        } else if pruned == 0 {
+            format!("applied_events is {counted}, the task has {applied} applied inbox row(s)")
+        } else {
+            format!(
+                "applied_events is {counted}, the task has {present} applied inbox row(s) \
+                 and {pruned} pruned"
+            )
+        };
+        out.found(Kind::AppliedEventsMismatch, at, None, Some(&task), detail);
+    }
+    if highest > version {
+        let detail =
+            format!("the view has version {version}, an applied inbox row has version {highest}");
+        out.found(Kind::ViewBehindEvent, at, None, Some(&task), detail);
+    }
 }
 
 #[cfg(test)]

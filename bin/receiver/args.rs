@@ -124,15 +124,9 @@ pub(crate) struct Resolved {
     pub(crate) scope: InboxScope,
 }
 
-/// The DSN, which every database command needs, named when it is missing.
+/// The DSN, which every database command needs, named when it is missing;
+/// of either engine.
 pub(crate) fn required_dsn(dsn: Option<String>) -> Result<Dsn, String> {
-    let dsn = any_engine_dsn(dsn)?;
-    mysql_only(&dsn, "ORBIT_RECEIVER_DSN")?;
-    Ok(dsn)
-}
-
-/// The DSN of a command that runs on either engine (`init`).
-pub(crate) fn any_engine_dsn(dsn: Option<String>) -> Result<Dsn, String> {
     let dsn = dsn.ok_or(
         "ORBIT_RECEIVER_DSN is not set (or pass --dsn): the receiver's own database, mysql://user:password@host:port/database",
     )?;
@@ -210,7 +204,7 @@ impl Receiver {
     }
 
     fn database_and_name(&self) -> Result<(Dsn, ReceiverName), String> {
-        let dsn = any_engine_dsn(self.dsn.clone())?;
+        let dsn = required_dsn(self.dsn.clone())?;
         let name =
             ReceiverName::parse(&self.receiver_name).map_err(|e| format!("RECEIVER_NAME: {e}"))?;
         Ok((dsn, name))

@@ -6,7 +6,7 @@
 use sqlx::mysql::MySqlConnection;
 use sqlx::Connection;
 
-use super::{DbError, Dsn, EngineKind};
+use super::{DbError, Dsn};
 
 /// One connection of its own to the server a [`Dsn`] names.
 pub(crate) enum AnyConnection {
@@ -21,7 +21,7 @@ impl AnyConnection {
         use super::engine::Statements;
         Ok(match dsn.engine() {
             #[cfg(feature = "postgres")]
-            EngineKind::Postgres => {
+            super::EngineKind::Postgres => {
                 AnyConnection::Postgres(sqlx::Postgres::connect_one(dsn).await?)
             }
             _ => AnyConnection::MySql(sqlx::MySql::connect_one(dsn).await?),

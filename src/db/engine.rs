@@ -21,18 +21,24 @@ use crate::scope::InboxScope;
 /// A database the inbox runs on: `sqlx::MySql` (MySQL, MariaDB) and, with
 /// the `postgres` feature, `sqlx::Postgres`. Only this crate implements
 /// it; its statements are not part of the API.
-pub trait Engine: sqlx::Database + Sync + sealed::Statements + sealed::Tools {}
+pub trait Engine:
+    sqlx::Database + Sync + sealed::Statements + sealed::Tools + sealed::Verify
+{
+}
 
 impl Engine for sqlx::MySql {}
 
 #[cfg(feature = "postgres")]
 impl Engine for sqlx::Postgres {}
 
-pub(crate) use sealed::{Met, Statements, Tools, ViewRow};
+pub(crate) use sealed::{Met, Statements, Tools, Verify, ViewRow};
 
 mod sealed {
     use super::*;
-    use crate::db::record::{InboxRecord, InboxTotals, ViewRecord};
+    use crate::db::record::{
+        InboxPageRow, InboxRecord, InboxTotals, LastEventRow, PageKey, TaskTotal, ViewPageRow,
+        ViewRecord,
+    };
 
     /// The statements of the inbox and the task view, in an engine's dialect.
     pub trait Statements: sqlx::Database + Sync {
@@ -276,6 +282,61 @@ mod sealed {
             conn: &mut Self::Connection,
             days: u32,
         ) -> impl Future<Output = Result<Vec<(String, u64)>, DbError>> + Send;
+    }
+
+    /// The reads of `receiver verify`, in one read-only snapshot.
+    pub trait Verify: sqlx::Database {
+        /// Begins a read-only transaction that reads one snapshot.
+        fn begin_snapshot(
+            conn: &mut Self::Connection,
+        ) -> impl Future<Output = Result<(), DbError>> + Send;
+
+        /// Ends it.
+        fn end_snapshot(
+            conn: &mut Self::Connection,
+        ) -> impl Future<Output = Result<(), DbError>> + Send;
+
+        /// The rows of the inbox and of the views.
+        fn row_counts(
+            conn: &mut Self::Connection,
+        ) -> impl Future<Output = Result<(u64, u64), DbError>> + Send;
+
+        /// The applied rows `receiver prune` counted as deleted, in all.
+        fn pruned_total(
+            conn: &mut Self::Connection,
+        ) -> impl Future<Output = Result<u64, DbError>> + Send;
+
+        /// Up to `limit` inbox rows after `after`, in key order.
+        fn inbox_page<'c>(
+            conn: &'c mut Self::Connection,
+            after: Option<&'c PageKey>,
+            limit: u32,
+        ) -> impl Future<Output = Result<Vec<InboxPageRow>, DbError>> + Send + 'c;
+
+        /// Up to `limit` view rows after `after`, in key order.
+        fn view_page<'c>(
+            conn: &'c mut Self::Connection,
+            after: Option<&'c PageKey>,
+            limit: u32,
+        ) -> impl Future<Output = Result<Vec<ViewPageRow>, DbError>> + Send + 'c;
+
+        /// The inbox rows of `events` in one scope, by primary key.
+        fn last_events<'c>(
+            conn: &'c mut Self::Connection,
+            consumer: &'c str,
+            queue: &'c str,
+            events: &'c [&'c str],
+        ) -> impl Future<Output = Result<Vec<LastEventRow>, DbError>> + Send + 'c;
+
+        /// Every task's totals, streamed to `each`: with the tally's
+        /// pruned rows when `tally`, leaving out the inbox rows of
+        /// `unreadable` (texts the caller could not read as an event).
+        fn task_totals<'c>(
+            conn: &'c mut Self::Connection,
+            tally: bool,
+            unreadable: &'c [PageKey],
+            each: &'c mut dyn FnMut(TaskTotal),
+        ) -> impl Future<Output = Result<(), DbError>> + 'c;
     }
 
     /// What the task view's statement met under the row's lock.

@@ -40,3 +40,37 @@ pub struct InboxTotals {
     pub average_bytes: f64,
     pub largest_bytes: u64,
 }
+
+/// The key of a row in key order: receiver name, queue, and the table's
+/// own id (event or task).
+pub(crate) type PageKey = (String, String, String);
+
+/// An inbox row as `verify` reads it: key, stored digest, canonical text.
+pub(crate) type InboxPageRow = (String, String, String, String, String);
+
+/// A view row as `verify` reads it: key, version, last event, state.
+pub(crate) type ViewPageRow = (String, String, String, u64, String, String);
+
+/// A view's last event as `verify` reads it: key, applied, canonical text.
+pub(crate) type LastEventRow = (String, String, String, bool, String);
+
+/// One task's applied inbox rows, summed by the server beside its view
+/// and its pruned rows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskTotal {
+    pub consumer: String,
+    pub queue: String,
+    pub task: String,
+    /// Applied inbox rows present.
+    pub present: u64,
+    /// The highest version among them.
+    pub highest: u64,
+    /// Views of the task (0 or 1).
+    pub views: u64,
+    /// The view's `applied_events`, if there is a view.
+    pub counted: Option<u64>,
+    /// The view's version, if there is a view.
+    pub version: Option<u64>,
+    /// Applied rows `receiver prune` deleted and counted.
+    pub pruned: u64,
+}

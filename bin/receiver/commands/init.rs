@@ -4,12 +4,12 @@
 
 use result_inbox::db::schema::{self, Existing, InitError, InitOptions};
 
-use crate::args::any_engine_dsn;
+use crate::args::required_dsn;
 use crate::exit::{config, failed, printed, Outcome};
 use crate::runtime::runtime;
 
 pub(crate) fn run_init(dsn: Option<String>, keep_existing: bool, retention: bool) -> Outcome {
-    let dsn = any_engine_dsn(dsn).map_err(config)?;
+    let dsn = required_dsn(dsn).map_err(config)?;
     let options = InitOptions {
         existing: if keep_existing {
             Existing::Report

@@ -4,13 +4,13 @@
 use result_inbox::ids::{EventId, TaskId};
 use result_inbox::inspect::{self, InboxRow, ViewRow};
 
-use crate::args::{any_engine_dsn, DatabaseArgs};
+use crate::args::{required_dsn, DatabaseArgs};
 use crate::exit::{config, database_failure, fail, printed, read_only, Outcome, EXIT_FAILED};
 use crate::runtime::runtime;
 use crate::InspectWhat;
 
 pub(crate) fn run_inspect(database: DatabaseArgs, what: InspectWhat) -> Outcome {
-    let dsn = any_engine_dsn(database.dsn).map_err(config)?;
+    let dsn = required_dsn(database.dsn).map_err(config)?;
     let runtime = runtime();
     let lines: Vec<String> = match what {
         InspectWhat::Event { id, show_canonical } => {

@@ -4,7 +4,7 @@ use clap::Args;
 
 use result_inbox::stats::{self, Stats};
 
-use crate::args::{parse_duration, any_engine_dsn, DatabaseArgs};
+use crate::args::{parse_duration, required_dsn, DatabaseArgs};
 use crate::exit::{config, database_failure, printed, read_only, Outcome};
 use crate::runtime::runtime;
 
@@ -23,7 +23,7 @@ pub(crate) struct StatsArgs {
 }
 
 pub(crate) fn run_stats(args: StatsArgs) -> Outcome {
-    let dsn = any_engine_dsn(args.database.dsn).map_err(config)?;
+    let dsn = required_dsn(args.database.dsn).map_err(config)?;
     let stats = runtime()
         .block_on(stats::run_with(&dsn, args.older_than))
         .map_err(|e| database_failure("stats", e, read_only))?;

@@ -9,6 +9,7 @@ pub(crate) mod session;
 pub(crate) mod task_view;
 mod tools;
 pub(crate) mod transaction;
+mod verify;
 
 use std::future::Future;
 use std::time::Duration;

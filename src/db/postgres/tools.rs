@@ -109,7 +109,11 @@ impl Tools for Postgres {
         )
     }
 
-    async fn has_rows_on(conn: &mut PgConnection, name: &str, queue: &str) -> Result<bool, DbError> {
+    async fn has_rows_on(
+        conn: &mut PgConnection,
+        name: &str,
+        queue: &str,
+    ) -> Result<bool, DbError> {
         let found: Option<i32> = sqlx::query_scalar(
             "SELECT 1 FROM receiver_inbox WHERE consumer_name = $1 AND queue_id = $2 LIMIT 1",
         )
