@@ -271,3 +271,35 @@ async fn on_postgres_a_database_crash_acks_nothing_keeps_running_and_applies_eve
     assert_eq!(totals, (total, total, total), "{}", consume.output());
     pool.close().await;
 }
+
+#[tokio::test]
+async fn on_postgres_the_demo_prints_its_lines_and_applies_its_event_once() {
+    let orbit = OrbitDev::start(30_000, 5);
+    let creds = orbit.bootstrap("pg-demo", None).await;
+    let db = initialized().await;
+
+    let demo = receiver()
+        .arg("demo")
+        .env("ORBIT_CREDENTIALS_FILE", &creds.file)
+        .env("ORBIT_RECEIVER_DSN", &db.dsn)
+        .output()
+        .unwrap();
+    let stdout = text(&demo.stdout);
+    assert!(demo.status.success(), "{stdout}{}", text(&demo.stderr));
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    let task = lines[0]
+        .strip_prefix("task=")
+        .and_then(|l| l.split(' ').next())
+        .unwrap();
+    assert_eq!(
+        lines[0],
+        format!("task={task} state=CANCELLED inbox_duplicate=true applied_events=1")
+    );
+    assert_eq!(
+        lines[1],
+        "ack_confirmed=1 pending=0 subscription_enabled=false"
+    );
+    // One inbox row, applied, and one view that advanced once.
+    assert_eq!(totals(&db).await, (1, 1, 1));
+}

@@ -1,6 +1,8 @@
 //! `receiver demo`: the whole path once (see [`crate::demo`]).
 
+use result_inbox::db::{Engine, EngineKind};
 use result_inbox::inbox::{InboxStore, StoreOptions};
+use result_inbox::sqlx::{MySql, Postgres};
 
 use super::orbit_client;
 use crate::args::Receiver;
@@ -10,12 +12,19 @@ use crate::runtime::until_shutdown;
 
 pub(crate) fn run_demo(receiver: Receiver) -> Outcome {
     let resolved = receiver.resolve().map_err(config)?;
-    crate::args::mysql_only(&resolved.dsn, "ORBIT_RECEIVER_DSN").map_err(config)?;
+    match resolved.dsn.engine() {
+        EngineKind::Postgres => demo_on::<Postgres>(resolved),
+        _ => demo_on::<MySql>(resolved),
+    }
+}
+
+/// The demo on a store of engine `E`.
+fn demo_on<E: Engine>(resolved: crate::args::Resolved) -> Outcome {
     let client = orbit_client(&resolved.orbit).map_err(config)?;
     until_shutdown(|shutdown| async move {
         // The demo's own check reports a database that cannot be reached.
         let store =
-            InboxStore::connect_lazy(&resolved.dsn, resolved.scope, StoreOptions::default())
+            InboxStore::<E>::open_lazy(&resolved.dsn, resolved.scope, StoreOptions::default())
                 .map_err(config)?;
         let outcome = tokio::select! {
             _ = shutdown.cancelled() => return Err(fail(EXIT_FAILED, "demo interrupted by a signal")),

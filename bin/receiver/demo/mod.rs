@@ -26,6 +26,7 @@ use tokio::time::Instant;
 use tower::ServiceBuilder;
 
 use result_inbox::consumer::{Consumer, ConsumerOptions};
+use result_inbox::db::Engine;
 use result_inbox::event::EventType;
 use result_inbox::inbox::{InboxLayer, InboxStore};
 use result_inbox::orbit::{OrbitClient, OrbitSource, Scope};
@@ -46,15 +47,18 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 ///
 /// Before creating anything it checks the database (tables, columns,
 /// grants) and the token's scopes.
-pub async fn run(client: OrbitClient, store: InboxStore) -> Result<DemoReport, DemoFailure> {
+pub async fn run<E: Engine>(
+    client: OrbitClient,
+    store: InboxStore<E>,
+) -> Result<DemoReport, DemoFailure> {
     let mut kept = Kept::default();
     let outcome = run_steps(client, store, &mut kept).await;
     outcome.map_err(|error| DemoFailure { error, kept })
 }
 
-async fn run_steps(
+async fn run_steps<E: Engine>(
     client: OrbitClient,
-    store: InboxStore,
+    store: InboxStore<E>,
     kept: &mut Kept,
 ) -> Result<DemoReport, DemoError> {
     let deadline = Instant::now() + DEADLINE;

@@ -11,6 +11,7 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 use tower::{Service, ServiceExt};
 
+use result_inbox::db::Engine;
 use result_inbox::delivery::{Delivery, DeliveryId};
 use result_inbox::event::Event;
 use result_inbox::ids::TaskId;
@@ -24,10 +25,9 @@ pub(super) type Seen = oneshot::Sender<Result<(DeliveryId, bool), DemoError>>;
 
 /// The demo's service: applies the event of its own task twice through the
 /// inbox and refuses every other event.
-#[derive(Clone)]
-pub(super) struct OnlyThisTask {
+pub(super) struct OnlyThisTask<E: Engine> {
     pub(super) task: TaskId,
-    pub(super) inbox: Inbox<TaskView>,
+    pub(super) inbox: Inbox<TaskView, E>,
     pub(super) seen: Arc<Mutex<Option<Seen>>>,
     /// Deliveries of other tasks refused so far.
     pub(super) refused: Arc<AtomicU64>,
@@ -38,7 +38,18 @@ pub(super) struct OnlyThisTask {
 #[error("event of another task refused by the demo")]
 struct OtherTask;
 
-impl Service<Delivery<Bytes>> for OnlyThisTask {
+impl<E: Engine> Clone for OnlyThisTask<E> {
+    fn clone(&self) -> Self {
+        OnlyThisTask {
+            task: self.task.clone(),
+            inbox: self.inbox.clone(),
+            seen: self.seen.clone(),
+            refused: self.refused.clone(),
+        }
+    }
+}
+
+impl<E: Engine> Service<Delivery<Bytes>> for OnlyThisTask<E> {
     type Response = ();
     type Error = BoxError;
     type Future = Pin<Box<dyn Future<Output = Result<(), BoxError>> + Send>>;
