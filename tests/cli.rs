@@ -152,26 +152,6 @@ fn init_without_a_database_in_the_dsn_fails_before_connecting() {
 }
 
 #[test]
-fn a_postgres_address_is_refused_by_the_commands_that_run_on_mysql_in_one_line_before_connecting() {
-    let address = "postgres://root:sentinel-pw@127.0.0.1:1/receiver";
-    let out = Command::new(receiver_bin())
-        .args(["prune", "--older-than", "30d"])
-        .env("ORBIT_RECEIVER_DSN", address)
-        .env("RECEIVER_PRUNE_DSN", address)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = text(&out.stderr);
-    assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(
-        err.contains("RECEIVER_PRUNE_DSN names a PostgreSQL server"),
-        "{err}"
-    );
-    assert!(err.contains("docs/postgres.md"), "{err}");
-    assert!(!err.contains("sentinel-pw"), "{err}");
-}
-
-#[test]
 fn an_unknown_subcommand_is_a_usage_error_in_one_line() {
     let out = receiver(&["frobnicate"], b"");
     assert_eq!(out.status.code(), Some(2));

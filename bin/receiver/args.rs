@@ -128,19 +128,9 @@ pub(crate) struct Resolved {
 /// of either engine.
 pub(crate) fn required_dsn(dsn: Option<String>) -> Result<Dsn, String> {
     let dsn = dsn.ok_or(
-        "ORBIT_RECEIVER_DSN is not set (or pass --dsn): the receiver's own database, mysql://user:password@host:port/database",
+        "ORBIT_RECEIVER_DSN is not set (or pass --dsn): the receiver's own database, mysql://user:password@host:port/database or postgres://user:password@host:port/database",
     )?;
     Dsn::parse(&dsn).map_err(|e| format!("ORBIT_RECEIVER_DSN: {e}"))
-}
-
-/// For a command that runs on MySQL only.
-pub(crate) fn mysql_only(dsn: &Dsn, variable: &str) -> Result<(), String> {
-    match dsn.engine() {
-        result_inbox::db::EngineKind::MySql => Ok(()),
-        _ => Err(format!(
-            "{variable} names a PostgreSQL server: this command runs on MySQL only (mysql://…); docs/postgres.md lists the commands that run on PostgreSQL"
-        )),
-    }
 }
 
 pub(crate) fn required_subscription(id: Option<String>) -> Result<SubscriptionId, String> {

@@ -22,7 +22,7 @@ use crate::scope::InboxScope;
 /// the `postgres` feature, `sqlx::Postgres`. Only this crate implements
 /// it; its statements are not part of the API.
 pub trait Engine:
-    sqlx::Database + Sync + sealed::Statements + sealed::Tools + sealed::Verify
+    sqlx::Database + Sync + sealed::Statements + sealed::Tools + sealed::Verify + sealed::Prune
 {
 }
 
@@ -31,13 +31,13 @@ impl Engine for sqlx::MySql {}
 #[cfg(feature = "postgres")]
 impl Engine for sqlx::Postgres {}
 
-pub(crate) use sealed::{Met, Statements, Tools, Verify, ViewRow};
+pub(crate) use sealed::{Met, Prune, Statements, Tools, Verify, ViewRow};
 
 mod sealed {
     use super::*;
     use crate::db::record::{
-        InboxPageRow, InboxRecord, InboxTotals, LastEventRow, PageKey, TaskTotal, ViewPageRow,
-        ViewRecord,
+        InboxPageRow, InboxRecord, InboxTotals, LastEventRow, LockedRow, PageKey, TaskTotal,
+        ViewPageRow, ViewRecord,
     };
 
     /// The statements of the inbox and the task view, in an engine's dialect.
@@ -337,6 +337,90 @@ mod sealed {
             unreadable: &'c [PageKey],
             each: &'c mut dyn FnMut(TaskTotal),
         ) -> impl Future<Output = Result<(), DbError>> + 'c;
+    }
+
+    /// The statements of `receiver prune`, on its own connection.
+    pub trait Prune: sqlx::Database {
+        /// Sets the connection up for prune: `READ COMMITTED`, and a
+        /// row-lock wait of `lock_wait_seconds`.
+        fn prune_session(
+            conn: &mut Self::Connection,
+            lock_wait_seconds: u32,
+        ) -> impl Future<Output = Result<(), DbError>> + Send;
+
+        /// The server's clock `micros` ago, as text the server reads back
+        /// as a time of `received_at`.
+        fn cutoff(
+            conn: &mut Self::Connection,
+            micros: u64,
+        ) -> impl Future<Output = Result<String, DbError>> + Send;
+
+        /// The scope's rows received before `cutoff`: rows, their text's
+        /// bytes, and how many of them are a view's last event.
+        fn count_window<'c>(
+            conn: &'c mut Self::Connection,
+            scope: &'c InboxScope,
+            cutoff: &'c str,
+        ) -> impl Future<Output = Result<(u64, u64, u64), DbError>> + Send + 'c;
+
+        /// Up to `limit` of the scope's rows received before `cutoff`,
+        /// after event id `after`, in key order, without locks: event id,
+        /// text bytes, and whether the view of the task its text names
+        /// has it as its last event.
+        fn candidates<'c>(
+            conn: &'c mut Self::Connection,
+            scope: &'c InboxScope,
+            cutoff: &'c str,
+            after: &'c str,
+            limit: u32,
+        ) -> impl Future<Output = Result<Vec<(String, u64, bool)>, DbError>> + Send + 'c;
+
+        /// Begins a batch's transaction.
+        fn begin_batch(
+            conn: &mut Self::Connection,
+        ) -> impl Future<Output = Result<(), DbError>> + Send;
+
+        /// Commits (or rolls back) a batch's transaction.
+        fn end_batch(
+            conn: &mut Self::Connection,
+            commit: bool,
+        ) -> impl Future<Output = Result<(), DbError>> + Send;
+
+        /// The scope's rows of `keys` still received before `cutoff`, in
+        /// key order: event id, digest, text, applied, received at
+        /// (`YYYY-MM-DD HH:MM:SS.ffffff`). Locked where the engine locks
+        /// before it deletes (MySQL); PostgreSQL's `DELETE` locks and
+        /// checks each row again itself.
+        fn batch_rows<'c>(
+            conn: &'c mut Self::Connection,
+            scope: &'c InboxScope,
+            cutoff: &'c str,
+            keys: &'c [String],
+        ) -> impl Future<Output = Result<Vec<LockedRow>, DbError>> + Send + 'c;
+
+        /// The last event of each of `tasks` that has a view: task, event.
+        fn last_events_of<'c>(
+            conn: &'c mut Self::Connection,
+            scope: &'c InboxScope,
+            tasks: &'c [&'c str],
+        ) -> impl Future<Output = Result<Vec<(String, String)>, DbError>> + Send + 'c;
+
+        /// Adds (task, events, applied, bytes) to each task's tally, in
+        /// the order given.
+        fn add_to_tally<'c>(
+            conn: &'c mut Self::Connection,
+            scope: &'c InboxScope,
+            per_task: &'c [(&'c str, u64, u64, u64)],
+        ) -> impl Future<Output = Result<(), DbError>> + Send + 'c;
+
+        /// Deletes the scope's rows of `keys` still received before
+        /// `cutoff`: the ids of the rows that went.
+        fn delete_rows<'c>(
+            conn: &'c mut Self::Connection,
+            scope: &'c InboxScope,
+            cutoff: &'c str,
+            keys: &'c [&'c str],
+        ) -> impl Future<Output = Result<Vec<String>, DbError>> + Send + 'c;
     }
 
     /// What the task view's statement met under the row's lock.

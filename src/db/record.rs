@@ -74,3 +74,7 @@ pub struct TaskTotal {
     /// Applied rows `receiver prune` deleted and counted.
     pub pruned: u64,
 }
+
+/// An inbox row `receiver prune` locked: event id, digest, text, applied,
+/// received at.
+pub(crate) type LockedRow = (String, String, String, bool, String);

@@ -15,18 +15,20 @@
 //!
 //! It works in batches by primary key, each its own short `READ
 //! COMMITTED` transaction, with a pause between them that grows with the
-//! time a batch took (so a prune yields more to a busy server): the rows of a batch
-//! are found without locks, then locked by their keys (never a range, so a
-//! consumer inserting new rows never waits on it), handed to the
-//! [`Archive`] (which returns once they are durable), counted per task in
-//! `receiver_pruned` and deleted, in that order, before one COMMIT. A
+//! time a batch took (so a prune yields more to a busy server): the rows of
+//! a batch are found without locks, then read again by their keys (never a
+//! range, so a consumer inserting new rows never waits on it; MySQL locks
+//! them there, PostgreSQL's `DELETE` locks and checks each one), deleted,
+//! handed to the [`Archive`] (which returns once they are durable) and
+//! counted per task in `receiver_pruned`, in that order, before one COMMIT:
+//! the archive and the tally hold exactly the rows the `DELETE` took. A
 //! crash can leave rows archived twice, never a row deleted and not
 //! archived, nor a count without its DELETE.
 //!
-//! The account needs `SELECT` and `DELETE` on `receiver_inbox`, `SELECT`
-//! on `receiver_task_views` and `SELECT`, `INSERT`, `UPDATE` on
-//! `receiver_pruned` ([`check_privileges`]); the runtime account never
-//! gets `DELETE`.
+//! The account needs, on either engine, `SELECT` and `DELETE` on
+//! `receiver_inbox`, `SELECT` on `receiver_task_views` and `SELECT`,
+//! `INSERT`, `UPDATE` on `receiver_pruned` ([`check_privileges`]); the
+//! runtime account never gets `DELETE`.
 
 mod archive;
 mod error;

@@ -2,10 +2,10 @@
 //! touch no row.
 
 use sqlx::mysql::MySqlConnection;
-use sqlx::Connection;
 
+use crate::db::any::{on_engine, AnyConnection};
 use crate::db::schema::{self, INBOX_TABLE, PRUNED_TABLE, TASK_VIEW_TABLE};
-use crate::db::{errno, DbError, Dsn};
+use crate::db::{errno, DbError, Dsn, Engine};
 
 use super::PruneError;
 
@@ -18,10 +18,11 @@ pub const PRIVILEGES: [(&str, &[&str]); 3] = [
 
 /// Connects as `receiver prune` would and checks every grant of
 /// [`PRIVILEGES`], changing nothing: what `receiver check --prune` runs.
+/// On the engine the address names.
 pub async fn check(dsn: &Dsn) -> Result<(), PruneError> {
-    let mut conn = dsn.connect().await?;
-    let outcome = check_privileges(&mut conn).await;
-    let _ = conn.close().await;
+    let mut conn = AnyConnection::open(dsn).await?;
+    let outcome = on_engine!(&mut conn, c => check_privileges_on::<E>(c).await);
+    conn.close().await;
     outcome
 }
 
@@ -30,23 +31,33 @@ pub async fn check(dsn: &Dsn) -> Result<(), PruneError> {
 /// wildcards or column lists are judged exactly as prune's own statements
 /// will be.
 pub async fn check_privileges(conn: &mut MySqlConnection) -> Result<(), PruneError> {
-    sqlx::query("START TRANSACTION").execute(&mut *conn).await?;
-    let outcome = probe_all(conn).await;
-    sqlx::query("ROLLBACK").execute(&mut *conn).await?;
+    check_privileges_on::<sqlx::MySql>(conn).await
+}
+
+/// [`check_privileges`] on a connection of engine `E`.
+pub(crate) async fn check_privileges_on<E: Engine>(
+    conn: &mut E::Connection,
+) -> Result<(), PruneError> {
+    E::begin(&mut *conn).await?;
+    let outcome = probe_all::<E>(&mut *conn).await;
+    E::end(conn, false).await?;
     outcome
 }
 
-async fn probe_all(conn: &mut MySqlConnection) -> Result<(), PruneError> {
+async fn probe_all<E: Engine>(conn: &mut E::Connection) -> Result<(), PruneError> {
     for (table, privileges) in PRIVILEGES {
         for &privilege in privileges {
             let statement = schema::privilege_probe(table, privilege);
-            if let Err(e) = sqlx::query(&statement).execute(&mut *conn).await {
+            if let Err(e) = E::probe(&mut *conn, &statement).await {
                 let e = DbError::from(e);
-                return Err(match e.number() {
-                    Some(errno::TABLE_ACCESS_DENIED | errno::COLUMN_ACCESS_DENIED) => {
-                        PruneError::MissingPrivilege { privilege, table }
-                    }
-                    _ => PruneError::Database(e),
+                let denied = matches!(
+                    e.number(),
+                    Some(errno::TABLE_ACCESS_DENIED | errno::COLUMN_ACCESS_DENIED)
+                ) || e.sqlstate() == Some("42501");
+                return Err(if denied {
+                    PruneError::MissingPrivilege { privilege, table }
+                } else {
+                    PruneError::Database(e)
                 });
             }
         }

@@ -1,19 +1,18 @@
 //! The prune itself: count, then batch after batch until the window is
 //! empty or a stop is asked for.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use sqlx::mysql::MySqlConnection;
-use sqlx::{Connection, Executor};
 use tokio_util::sync::CancellationToken;
 
-use crate::db::row::{get, text};
-use crate::db::{sql, DbError, Dsn};
+use crate::db::any::{on_engine, AnyConnection};
+use crate::db::{Dsn, Engine};
 use crate::event::Event;
 use crate::retry::Backoff;
 
-use super::{check_privileges, Archive, Plan, PruneError, PrunedRow};
+use super::privileges::check_privileges_on;
+use super::{Archive, Plan, PruneError, PrunedRow};
 
 /// How long a batch waits for a row lock: a consumer holds the row of a
 /// redelivered old event only for its own short transaction. Well inside
@@ -87,14 +86,19 @@ pub trait Report {
 }
 
 /// Counts what the window holds, deleting nothing (`--dry-run`). Needs
-/// only `SELECT`.
+/// only `SELECT`. On the engine the address names, as every prune.
 pub async fn count(dsn: &Dsn, plan: &Plan) -> Result<Count, PruneError> {
     plan.check()?;
-    let mut conn = connect(dsn).await?;
-    let cutoff = cutoff(&mut conn, plan.older_than).await?;
-    let counted = count_at(&mut conn, plan, &cutoff).await?;
-    let _ = conn.close().await;
-    Ok(counted)
+    let mut conn = AnyConnection::open(dsn).await?;
+    let counted = on_engine!(&mut conn, c => count_on::<E>(c, plan).await);
+    conn.close().await;
+    counted
+}
+
+async fn count_on<E: Engine>(conn: &mut E::Connection, plan: &Plan) -> Result<Count, PruneError> {
+    E::prune_session(&mut *conn, LOCK_WAIT_SECONDS).await?;
+    let cutoff = cutoff::<E>(&mut *conn, plan.older_than).await?;
+    count_at::<E>(conn, plan, &cutoff).await
 }
 
 /// Prunes the plan's scope: checks the window and the account's grants,
@@ -111,14 +115,33 @@ pub async fn run(
     stop: &CancellationToken,
 ) -> Result<Summary, PruneError> {
     plan.check()?;
+    match AnyConnection::open(dsn).await? {
+        AnyConnection::MySql(conn) => {
+            run_on::<sqlx::MySql>(conn, dsn, plan, archive, report, stop).await
+        }
+        #[cfg(feature = "postgres")]
+        AnyConnection::Postgres(conn) => {
+            run_on::<sqlx::Postgres>(conn, dsn, plan, archive, report, stop).await
+        }
+    }
+}
+
+async fn run_on<E: Engine>(
+    mut conn: E::Connection,
+    dsn: &Dsn,
+    plan: &Plan,
+    archive: &mut dyn Archive,
+    report: &mut dyn Report,
+    stop: &CancellationToken,
+) -> Result<Summary, PruneError> {
     let started = Instant::now();
-    let mut conn = connect(dsn).await?;
-    check_privileges(&mut conn).await?;
-    let cutoff = cutoff(&mut conn, plan.older_than).await?;
+    E::prune_session(&mut conn, LOCK_WAIT_SECONDS).await?;
+    check_privileges_on::<E>(&mut conn).await?;
+    let cutoff = cutoff::<E>(&mut conn, plan.older_than).await?;
     let mut summary = Summary::default();
     if report.wants_total() {
         tokio::select! {
-            counted = count_at(&mut conn, plan, &cutoff) => report.total(counted?.rows),
+            counted = count_at::<E>(&mut conn, plan, &cutoff) => report.total(counted?.rows),
             _ = stop.cancelled() => {}
         }
     }
@@ -129,7 +152,7 @@ pub async fn run(
             summary.stopped = true;
             break;
         }
-        let found = candidates(&mut conn, plan, &cutoff, &after).await?;
+        let found = candidates::<E>(&mut conn, plan, &cutoff, &after).await?;
         let Some(last) = found.last else {
             break;
         };
@@ -144,7 +167,7 @@ pub async fn run(
         let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(2));
         let batch_started = Instant::now();
         let done = loop {
-            match batch(&mut conn, plan, &cutoff, &keys, archive).await {
+            match batch::<E>(&mut conn, plan, &cutoff, &keys, archive).await {
                 Ok(done) => break done,
                 Err(PruneError::Database(e)) if e.is_rolled_back() && stop.is_cancelled() => {
                     summary.stopped = true;
@@ -155,7 +178,8 @@ pub async fn run(
                     tokio::time::sleep(backoff.next()).await;
                     attempt += 1;
                     if e.is_unavailable() {
-                        conn = connect(dsn).await?;
+                        conn = E::connect_one(dsn).await?;
+                        E::prune_session(&mut conn, LOCK_WAIT_SECONDS).await?;
                     }
                 }
                 Err(e) => return Err(e),
@@ -175,64 +199,30 @@ pub async fn run(
             }
         }
     }
-    let _ = conn.close().await;
+    let _ = sqlx::Connection::close(conn).await;
     summary.elapsed = started.elapsed();
     Ok(summary)
 }
 
-/// A connection of its own, `READ COMMITTED` (locks on the rows it reads
-/// by key, never on gaps), autocommit between batches.
-async fn connect(dsn: &Dsn) -> Result<MySqlConnection, PruneError> {
-    let mut conn = dsn.connect().await?;
-    conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-        .await?;
-    conn.execute(format!("SET SESSION innodb_lock_wait_timeout = {LOCK_WAIT_SECONDS}").as_str())
-        .await?;
-    Ok(conn)
-}
-
-/// The window's edge by the server's clock, as the server prints a
-/// `DATETIME(6)`.
-async fn cutoff(conn: &mut MySqlConnection, older_than: Duration) -> Result<String, PruneError> {
+/// The window's edge by the server's clock, as text the server reads back.
+async fn cutoff<E: Engine>(
+    conn: &mut E::Connection,
+    older_than: Duration,
+) -> Result<String, PruneError> {
     let micros = u64::try_from(older_than.as_micros()).unwrap_or(u64::MAX);
-    Ok(
-        sqlx::query_scalar("SELECT CAST(UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND AS CHAR)")
-            .bind(micros)
-            .fetch_one(conn)
-            .await?,
-    )
+    Ok(E::cutoff(conn, micros).await?)
 }
 
-async fn count_at(
-    conn: &mut MySqlConnection,
+async fn count_at<E: Engine>(
+    conn: &mut E::Connection,
     plan: &Plan,
     cutoff: &str,
 ) -> Result<Count, PruneError> {
-    let (rows, bytes): (i64, u64) = sqlx::query_as(
-        "SELECT COUNT(*), CAST(COALESCE(SUM(LENGTH(event_canonical)), 0) AS UNSIGNED) \
-         FROM receiver_inbox WHERE consumer_name = ? AND queue_id = ? AND received_at < ?",
-    )
-    .bind(plan.scope.receiver.as_str())
-    .bind(plan.scope.queue_id.as_str())
-    .bind(cutoff)
-    .fetch_one(&mut *conn)
-    .await?;
-    // Each view names its last event by primary key: one lookup per view.
-    let latest: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM receiver_task_views v JOIN receiver_inbox i \
-         ON i.consumer_name = v.consumer_name AND i.queue_id = v.queue_id \
-         AND i.event_id = v.last_event_id \
-         WHERE v.consumer_name = ? AND v.queue_id = ? AND i.received_at < ?",
-    )
-    .bind(plan.scope.receiver.as_str())
-    .bind(plan.scope.queue_id.as_str())
-    .bind(cutoff)
-    .fetch_one(&mut *conn)
-    .await?;
+    let (rows, bytes, latest) = E::count_window(conn, &plan.scope, cutoff).await?;
     Ok(Count {
-        rows: rows as u64,
+        rows,
         bytes,
-        latest: latest as u64,
+        latest,
     })
 }
 
@@ -254,41 +244,24 @@ struct Candidates {
 /// a row that some view names as its last event is that view's task's, so
 /// setting it aside is right whatever the guess; a row the guess misses
 /// is locked and checked again from its parsed event.
-async fn candidates(
-    conn: &mut MySqlConnection,
+async fn candidates<E: Engine>(
+    conn: &mut E::Connection,
     plan: &Plan,
     cutoff: &str,
     after: &str,
 ) -> Result<Candidates, PruneError> {
-    let rows = sqlx::query(
-        "SELECT i.event_id, LENGTH(i.event_canonical), \
-         COALESCE(v.last_event_id = i.event_id, FALSE) \
-         FROM receiver_inbox i LEFT JOIN receiver_task_views v \
-         ON v.consumer_name = i.consumer_name AND v.queue_id = i.queue_id \
-         AND v.task_id = SUBSTRING(i.event_canonical, \
-             LOCATE('\"task\":{\"id\":\"', i.event_canonical) + 14, 32) \
-         WHERE i.consumer_name = ? AND i.queue_id = ? AND i.event_id > ? AND i.received_at < ? \
-         ORDER BY i.event_id LIMIT ?",
-    )
-    .bind(plan.scope.receiver.as_str())
-    .bind(plan.scope.queue_id.as_str())
-    .bind(after)
-    .bind(cutoff)
-    .bind(plan.batch_rows)
-    .fetch_all(&mut *conn)
-    .await?;
+    let rows = E::candidates(conn, &plan.scope, cutoff, after, plan.batch_rows).await?;
     let mut found = Candidates {
         keys: Vec::with_capacity(rows.len()),
         latest: 0,
         last: None,
     };
     let mut bytes = 0u64;
-    for row in &rows {
-        let key = text(row, 0)?;
-        if get(row, 2)? {
+    for (key, size, latest) in rows {
+        if latest {
             found.latest += 1;
         } else {
-            bytes += get::<i64>(row, 1)? as u64;
+            bytes += size;
             if !found.keys.is_empty() && bytes > plan.batch_bytes {
                 break;
             }
@@ -308,27 +281,22 @@ struct Batch {
 }
 
 /// One batch in one transaction; rolled back on any error.
-async fn batch(
-    conn: &mut MySqlConnection,
+async fn batch<E: Engine>(
+    conn: &mut E::Connection,
     plan: &Plan,
     cutoff: &str,
     keys: &[String],
     archive: &mut dyn Archive,
 ) -> Result<Batch, PruneError> {
-    conn.execute("START TRANSACTION").await?;
-    match locked_batch(conn, plan, cutoff, keys, archive).await {
+    E::begin_batch(&mut *conn).await?;
+    match locked_batch::<E>(&mut *conn, plan, cutoff, keys, archive).await {
         Ok(done) => {
             // Nothing deleted: only locks to let go of.
-            let end = if done.deleted > 0 {
-                "COMMIT"
-            } else {
-                "ROLLBACK"
-            };
-            conn.execute(end).await?;
+            E::end_batch(conn, done.deleted > 0).await?;
             Ok(done)
         }
         Err(e) => {
-            let _ = conn.execute("ROLLBACK").await;
+            let _ = E::end_batch(conn, false).await;
             Err(e)
         }
     }
@@ -336,8 +304,8 @@ async fn batch(
 
 /// Locks the batch's rows by key, keeps the latest events and unreadable
 /// rows, archives, counts and deletes the rest.
-async fn locked_batch(
-    conn: &mut MySqlConnection,
+async fn locked_batch<E: Engine>(
+    conn: &mut E::Connection,
     plan: &Plan,
     cutoff: &str,
     keys: &[String],
@@ -347,38 +315,45 @@ async fn locked_batch(
     // A row deleted by another prune since it was found is not read; one
     // received again since (a redelivery after that prune) is newer than
     // the window and is not taken.
-    let sql = format!(
-        "SELECT event_id, event_digest, event_canonical, applied, CAST(received_at AS CHAR) \
-         FROM receiver_inbox WHERE consumer_name = ? AND queue_id = ? AND event_id IN ({}) \
-         AND received_at < ? ORDER BY event_id FOR UPDATE",
-        sql::list("?", keys.len())
-    );
-    let query = sqlx::query(&sql).bind(consumer).bind(queue);
-    let query = keys.iter().fold(query, |q, key| q.bind(key));
-    let rows = query.bind(cutoff).fetch_all(&mut *conn).await?;
+    let rows = E::batch_rows(&mut *conn, &plan.scope, cutoff, keys).await?;
 
     let mut read = Vec::with_capacity(rows.len());
     let mut kept_unreadable = 0;
-    for row in &rows {
+    for (event_id, event_digest, event_canonical, applied, received_at) in rows {
         let pruned = PrunedRow {
             consumer_name: consumer.to_owned(),
             queue_id: queue.to_owned(),
-            event_id: text(row, 0)?,
-            event_digest: text(row, 1)?,
-            event_canonical: text(row, 2)?,
-            applied: u8::from(get::<bool>(row, 3)?),
-            received_at: get(row, 4)?,
+            event_id,
+            event_digest,
+            event_canonical,
+            applied: u8::from(applied),
+            received_at,
         };
         match Event::from_json(pruned.event_canonical.as_bytes()) {
             Ok(event) => read.push((event.task().id.as_str().to_owned(), pruned)),
             Err(_) => kept_unreadable += 1,
         }
     }
-    let latest = last_events(conn, plan, &read).await?;
+    let latest = last_events::<E>(&mut *conn, plan, &read).await?;
     let (doomed, kept): (Vec<_>, Vec<_>) = read
         .into_iter()
         .partition(|(task, row)| latest.get(task) != Some(&row.event_id));
     let kept_latest = kept.len() as u64;
+    let mut doomed = doomed;
+    if !doomed.is_empty() {
+        // Deleted first, archived and counted next, committed last: the
+        // archive and the tally hold exactly the rows that went, and none
+        // of it counts before the COMMIT.
+        let keys: Vec<&str> = doomed
+            .iter()
+            .map(|(_, row)| row.event_id.as_str())
+            .collect();
+        let gone: HashSet<String> = E::delete_rows(&mut *conn, &plan.scope, cutoff, &keys)
+            .await?
+            .into_iter()
+            .collect();
+        doomed.retain(|(_, row)| gone.contains(&row.event_id));
+    }
     let (tasks, rows): (Vec<String>, Vec<PrunedRow>) = doomed.into_iter().unzip();
     if rows.is_empty() {
         return Ok(Batch {
@@ -388,23 +363,10 @@ async fn locked_batch(
             kept_unreadable,
         });
     }
-
     archive.keep(&rows).map_err(PruneError::Archive)?;
-    tally(conn, plan, &tasks, &rows).await?;
-    let sql = format!(
-        "DELETE FROM receiver_inbox WHERE consumer_name = ? AND queue_id = ? AND event_id IN ({})",
-        sql::list("?", rows.len())
-    );
-    let delete = sqlx::query(&sql).bind(consumer).bind(queue);
-    let delete = rows.iter().fold(delete, |q, row| q.bind(&row.event_id));
-    let deleted = delete.execute(&mut *conn).await?.rows_affected();
-    if deleted != rows.len() as u64 {
-        // The rows are locked: anything else means the table is not what
-        // this transaction read, and nothing of it may commit.
-        return Err(DbError::inconsistent().into());
-    }
+    tally::<E>(conn, plan, &tasks, &rows).await?;
     Ok(Batch {
-        deleted,
+        deleted: rows.len() as u64,
         bytes: rows.iter().map(|r| r.event_canonical.len() as u64).sum(),
         kept_latest,
         kept_unreadable,
@@ -414,8 +376,8 @@ async fn locked_batch(
 /// The last event of each task of the batch that has a view, by the
 /// views' primary key (read without locks: a view only moves to an event
 /// received now, never to one past the window).
-async fn last_events(
-    conn: &mut MySqlConnection,
+async fn last_events<E: Engine>(
+    conn: &mut E::Connection,
     plan: &Plan,
     read: &[(String, PrunedRow)],
 ) -> Result<HashMap<String, String>, PruneError> {
@@ -423,27 +385,18 @@ async fn last_events(
     if tasks.is_empty() {
         return Ok(HashMap::new());
     }
-    let sql = format!(
-        "SELECT task_id, last_event_id FROM receiver_task_views \
-         WHERE consumer_name = ? AND queue_id = ? AND task_id IN ({})",
-        sql::list("?", tasks.len())
-    );
-    let query = sqlx::query(&sql)
-        .bind(plan.scope.receiver.as_str())
-        .bind(plan.scope.queue_id.as_str());
-    let query = tasks.iter().fold(query, |q, task| q.bind(*task));
-    let mut latest = HashMap::with_capacity(tasks.len());
-    for row in query.fetch_all(&mut *conn).await? {
-        latest.insert(text(&row, 0)?, text(&row, 1)?);
-    }
-    Ok(latest)
+    let tasks: Vec<&str> = tasks.into_iter().collect();
+    Ok(E::last_events_of(conn, &plan.scope, &tasks)
+        .await?
+        .into_iter()
+        .collect())
 }
 
 /// Adds the batch's rows (each with its task, `tasks[i]` for `rows[i]`) to
 /// `receiver_pruned`, one row per task, in task order (two prunes lock the
 /// tally in the same order).
-async fn tally(
-    conn: &mut MySqlConnection,
+async fn tally<E: Engine>(
+    conn: &mut E::Connection,
     plan: &Plan,
     tasks: &[String],
     rows: &[PrunedRow],
@@ -455,25 +408,9 @@ async fn tally(
         entry.1 += u64::from(row.applied);
         entry.2 += row.event_canonical.len() as u64;
     }
-    let rows = format!(
-        "SELECT ? AS task_id, ? AS events, ? AS applied, ? AS bytes{}",
-        " UNION ALL SELECT ?, ?, ?, ?".repeat(per_task.len() - 1)
-    );
-    let sql = format!(
-        "INSERT INTO receiver_pruned (consumer_name, queue_id, task_id, pruned_events, \
-         pruned_applied, pruned_bytes, last_pruned_at) \
-         SELECT ?, ?, t.task_id, t.events, t.applied, t.bytes, UTC_TIMESTAMP(6) FROM ({rows}) AS t \
-         ON DUPLICATE KEY UPDATE pruned_events = receiver_pruned.pruned_events + t.events, \
-         pruned_applied = receiver_pruned.pruned_applied + t.applied, \
-         pruned_bytes = receiver_pruned.pruned_bytes + t.bytes, \
-         last_pruned_at = UTC_TIMESTAMP(6)"
-    );
-    let mut query = sqlx::query(&sql)
-        .bind(plan.scope.receiver.as_str())
-        .bind(plan.scope.queue_id.as_str());
-    for (task, (events, applied, bytes)) in &per_task {
-        query = query.bind(*task).bind(events).bind(applied).bind(bytes);
-    }
-    query.execute(&mut *conn).await?;
-    Ok(())
+    let per_task: Vec<(&str, u64, u64, u64)> = per_task
+        .into_iter()
+        .map(|(task, (events, applied, bytes))| (task, events, applied, bytes))
+        .collect();
+    Ok(E::add_to_tally(conn, &plan.scope, &per_task).await?)
 }

@@ -144,7 +144,6 @@ fn check_prune(dsn: Option<String>) -> Outcome {
         config("RECEIVER_PRUNE_DSN is not set (or pass --prune-dsn): the prune account's URL")
     })?;
     let dsn = Dsn::parse(&dsn).map_err(|e| config(format!("RECEIVER_PRUNE_DSN: {e}")))?;
-    crate::args::mysql_only(&dsn, "RECEIVER_PRUNE_DSN").map_err(config)?;
     let outcome = runtime().block_on(prune::check(&dsn)).map_err(|e| match e {
         PruneError::Database(e) => match e.missing_table() {
             Some(table) => Problem::MissingTable { table },

@@ -72,10 +72,9 @@ pub(crate) struct PruneArgs {
 
 pub(crate) fn run_prune(args: PruneArgs) -> Outcome {
     let dsn = args.dsn.clone().ok_or_else(|| {
-        config("RECEIVER_PRUNE_DSN is not set (or pass --dsn): the prune account's URL, mysql://user:password@host:port/database (see docs/operations.md for its grants)")
+        config("RECEIVER_PRUNE_DSN is not set (or pass --dsn): the prune account's URL, mysql://user:password@host:port/database or postgres://… (see docs/operations.md for its grants)")
     })?;
     let dsn = Dsn::parse(&dsn).map_err(|e| config(format!("RECEIVER_PRUNE_DSN: {e}")))?;
-    crate::args::mysql_only(&dsn, "RECEIVER_PRUNE_DSN").map_err(config)?;
     let plan = args.plan().map_err(config)?;
     plan.check().map_err(|e| config(format!("prune: {e}")))?;
     let runtime = runtime();

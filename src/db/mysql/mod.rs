@@ -4,6 +4,7 @@
 //! decide what to do with it; nothing here knows a delivery or an outcome.
 
 pub(crate) mod inbox;
+mod prune;
 pub(crate) mod schema;
 pub(crate) mod session;
 pub(crate) mod task_view;

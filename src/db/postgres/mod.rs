@@ -4,6 +4,7 @@
 
 pub(crate) mod address;
 pub(crate) mod inbox;
+mod prune;
 pub(crate) mod schema;
 pub(crate) mod session;
 pub(crate) mod task_view;
