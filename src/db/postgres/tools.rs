@@ -46,7 +46,7 @@ impl Tools for Postgres {
         event: &EventId,
     ) -> Result<Vec<InboxRecord>, DbError> {
         let sql = format!(
-            "SELECT {} FROM receiver_inbox WHERE event_id = $1 ORDER BY consumer_name, queue_id",
+            "SELECT {} FROM receiver_inbox WHERE event_id = $1::bpchar ORDER BY consumer_name, queue_id",
             inbox_columns()
         );
         let rows = sqlx::query(&sql)
@@ -75,7 +75,7 @@ impl Tools for Postgres {
         let sql = format!(
             "SELECT consumer_name, queue_id, task_id, task_version::text, last_event_id, \
              last_state, octet_length(last_result)::bigint, applied_events, {}, {} \
-             FROM receiver_task_views WHERE task_id = $1 ORDER BY consumer_name, queue_id",
+             FROM receiver_task_views WHERE task_id = $1::bpchar ORDER BY consumer_name, queue_id",
             rfc3339("created_at"),
             rfc3339("updated_at")
         );
@@ -115,7 +115,7 @@ impl Tools for Postgres {
         queue: &str,
     ) -> Result<bool, DbError> {
         let found: Option<i32> = sqlx::query_scalar(
-            "SELECT 1 FROM receiver_inbox WHERE consumer_name = $1 AND queue_id = $2 LIMIT 1",
+            "SELECT 1 FROM receiver_inbox WHERE consumer_name = $1 AND queue_id = $2::bpchar LIMIT 1",
         )
         .bind(name)
         .bind(queue)

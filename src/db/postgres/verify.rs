@@ -28,7 +28,7 @@ async fn page(
     let (start, at) = match after {
         None => (String::new(), 1),
         Some(_) => (
-            format!("WHERE (consumer_name, queue_id, {id}) > ($1, $2, $3) "),
+            format!("WHERE (consumer_name, queue_id, {id}) > ($1, $2::bpchar, $3::bpchar) "),
             4,
         ),
     };
@@ -143,9 +143,9 @@ impl Verify for Postgres {
         // (`task_view.rs`) for why not `event_id = ANY(...)`.
         sqlx::query(
             "SELECT i.consumer_name, i.queue_id, i.event_id, i.applied = 1, i.event_canonical \
-             FROM unnest($3::text[]) AS k(event_id) CROSS JOIN LATERAL ( \
+             FROM unnest($3::bpchar[]) AS k(event_id) CROSS JOIN LATERAL ( \
                SELECT * FROM receiver_inbox \
-               WHERE consumer_name = $1 AND queue_id = $2 AND event_id = k.event_id) AS i",
+               WHERE consumer_name = $1 AND queue_id = $2::bpchar AND event_id = k.event_id) AS i",
         )
         .bind(consumer)
         .bind(queue)
