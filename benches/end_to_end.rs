@@ -27,6 +27,15 @@
 //! e2e large_events=N event_bytes=… consume_peak_rss_kib=…
 //! ```
 //!
+//! With a PostgreSQL server beside the MySQL one (`make bench` starts
+//! both), each round also runs the Orbit path into a PostgreSQL database,
+//! and prints it against the same path on MySQL in that round:
+//!
+//! ```text
+//! e2e round=R postgres consume_deliveries_per_s=… mysql_consume_deliveries_per_s=… ratio=…
+//! e2e rounds=R postgres consume_deliveries_per_s=… mysql_consume_deliveries_per_s=… ratio=…
+//! ```
+//!
 //! and the same rounds again in batching mode, their lines marked
 //! `batch_max=16`: `receiver consume --batch-max 16` on both sources,
 //! against the inbox alone with 16 per transaction, 4 transactions and 64
@@ -148,9 +157,16 @@ async fn main() {
     // delivery, then batching mode.
     for batch in [None, Some(BATCH_MAX)] {
         let mode = mode(batch);
-        let (mut alone_s, mut orbit_s, mut nats_s) = (0.0, 0.0, 0.0);
+        let (mut alone_s, mut orbit_s, mut nats_s, mut pg_s) = (0.0, 0.0, 0.0, 0.0);
         for round in 1..=ROUNDS {
             let through_orbit = orbit_end_to_end(round, &orbit, &creds, &events, batch).await;
+            if let Some(pg) = postgres_end_to_end(&orbit, &creds, &events, batch).await {
+                pg_s += pg;
+                println!(
+                    "e2e round={round}{mode} postgres {}",
+                    against_mysql(DELIVERIES, pg, through_orbit)
+                );
+            }
             let alone = apply_alone(round, &creds, &events, batch).await;
             let through_nats = nats_end_to_end(round, &creds.queue_id, &events, batch).await;
             alone_s += alone;
@@ -170,6 +186,12 @@ async fn main() {
                 cfg!(feature = "nats").then_some(nats_s)
             )
         );
+        if pg_s > 0.0 {
+            println!(
+                "e2e rounds={ROUNDS}{mode} postgres {}",
+                against_mysql(DELIVERIES * ROUNDS, pg_s, orbit_s)
+            );
+        }
     }
 
     // Memory with the largest events the receiver accepts.
@@ -206,6 +228,17 @@ fn rates(deliveries: usize, alone: f64, orbit: f64, nats: Option<f64>) -> String
         );
     }
     line
+}
+
+/// The Orbit path on PostgreSQL against the same path on MySQL, from the
+/// wall seconds each took.
+fn against_mysql(deliveries: usize, postgres: f64, mysql: f64) -> String {
+    format!(
+        "consume_deliveries_per_s={:.0} mysql_consume_deliveries_per_s={:.0} ratio={:.2}",
+        deliveries as f64 / postgres,
+        deliveries as f64 / mysql,
+        mysql / postgres
+    )
 }
 
 /// The words a line of batching mode carries.
@@ -290,6 +323,50 @@ async fn orbit_end_to_end(
     );
     assert!(consume.terminate().success());
     elapsed
+}
+
+/// orbit-dev → `receiver consume` → inbox on PostgreSQL → ACK, on a fresh
+/// subscription and database; the wall seconds until Orbit counts every
+/// delivery ACKed. `None` without a PostgreSQL server.
+async fn postgres_end_to_end(
+    orbit: &OrbitDev,
+    creds: &QueueCredentials,
+    events: &[String],
+    batch: Option<usize>,
+) -> Option<f64> {
+    std::env::var("RESULT_INBOX_TEST_PG_ADMIN_DSN").ok()?;
+    let sub = orbit
+        .client(creds)
+        .create_subscription(&EventType::ALL)
+        .await
+        .unwrap();
+    for e in events {
+        orbit.inject(&sub.id, e).await;
+    }
+    let db = common::postgres::PgTestDb::new().await;
+    db.run_script(result_inbox::db::schema::POSTGRES_SCHEMA_SQL)
+        .await
+        .unwrap();
+    let batch = batch.map(|n| n.to_string());
+    let mut env = vec![("RECEIVER_LOG", "warn")];
+    if let Some(n) = &batch {
+        env.push(("RECEIVER_BATCH_MAX", n));
+    }
+    let started = Instant::now();
+    let mut consume = Consume::start(orbit, creds, &db.dsn, &sub.id, "bench", &env);
+    orbit
+        .wait_for_counts(creds, &sub.id, Duration::from_secs(600), |c| {
+            c["acked"] == events.len() as u64
+        })
+        .await;
+    let elapsed = started.elapsed().as_secs_f64();
+    assert!(consume.terminate().success());
+    let applied: i64 = sqlx::query_scalar("SELECT count(*) FROM receiver_inbox WHERE applied = 1")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(applied, events.len() as i64);
+    Some(elapsed)
 }
 
 /// The inbox alone, same events, same concurrency (4 transactions; in

@@ -1,9 +1,10 @@
 //! The architecture invariants of `ARCHITECTURE.md` ("Layers"), held by
 //! reading every `crate::…` path in `src/`: no module imports a layer
 //! above it or beside it, the modules form no circle, and only `lib.rs`
-//! gates modules by the `mysql` feature; the inbox and the task view send
-//! no statement of their own (the engine's are in `db`); and no file of the
-//! binary needs a scroll bar of 400 lines. No server needed.
+//! gates modules by the `mysql` feature; the inbox, the task view and the
+//! operator tools send no statement of their own (the engine's are in
+//! `db`), and the tools pick no engine; and no file of the binary needs a
+//! scroll bar of 400 lines. No server needed.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -303,6 +304,38 @@ fn the_inbox_and_the_task_view_send_no_statement_of_their_own() {
             if let Some(sign) = sends_a_statement(line) {
                 panic!(
                     "src/{} sends a statement ({sign}): the engine's statements live in db/mysql: {}",
+                    relative.display(),
+                    line.trim()
+                );
+            }
+        }
+    }
+}
+
+/// The operator tools of the library, written once over the engine.
+const TOOLS: &[&str] = &["verify", "stats", "inspect", "prune", "diagnosis"];
+
+#[test]
+fn the_operator_tools_send_no_statement_and_ask_no_engine_of_their_own() {
+    for (relative, text) in source_files() {
+        if !module_of(&relative).is_some_and(|m| TOOLS.contains(&m.as_str())) {
+            continue;
+        }
+        for line in code_lines(&text) {
+            let sign = sends_a_statement(line).or_else(|| {
+                [
+                    "Postgres",
+                    "PgConnection",
+                    "EngineKind",
+                    "AnyConnection::MySql",
+                ]
+                .into_iter()
+                .find(|name| line.contains(name))
+            });
+            if let Some(sign) = sign {
+                panic!(
+                    "src/{} speaks to an engine itself ({sign}): its statements live in \
+                     db/<engine>, and db::any picks the engine: {}",
                     relative.display(),
                     line.trim()
                 );

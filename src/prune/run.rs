@@ -115,15 +115,8 @@ pub async fn run(
     stop: &CancellationToken,
 ) -> Result<Summary, PruneError> {
     plan.check()?;
-    match AnyConnection::open(dsn).await? {
-        AnyConnection::MySql(conn) => {
-            run_on::<sqlx::MySql>(conn, dsn, plan, archive, report, stop).await
-        }
-        #[cfg(feature = "postgres")]
-        AnyConnection::Postgres(conn) => {
-            run_on::<sqlx::Postgres>(conn, dsn, plan, archive, report, stop).await
-        }
-    }
+    let conn = AnyConnection::open(dsn).await?;
+    on_engine!(conn, conn => run_on::<E>(conn, dsn, plan, archive, report, stop).await)
 }
 
 async fn run_on<E: Engine>(
