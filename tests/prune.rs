@@ -9,9 +9,14 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use common::orbit::receiver;
+use common::postgres::PgTestDb;
 use common::{random_hex, scope, EventSpec, TestDb};
-use result_inbox::inbox::InboxStore;
+use result_inbox::db::schema::{POSTGRES_RETENTION_SQL, POSTGRES_SCHEMA_SQL};
+use result_inbox::db::{Dsn, Engine};
+use result_inbox::inbox::{InboxStore, Outcome, StoreOptions};
 use result_inbox::scope::InboxScope;
+use sqlx::Postgres;
+use tower::ServiceExt;
 
 /// A result that must reach the archive unchanged: escapes, non-ASCII and
 /// a big integer the server's JSON type would turn into a double.
@@ -29,16 +34,30 @@ const RUNTIME_GRANTS: [&str; 2] = [
     "SELECT, INSERT, UPDATE ON `{db}`.receiver_task_views",
 ];
 
+/// The same grants on PostgreSQL, `{role}` standing for the role.
+const PG_PRUNE_GRANTS: &str = "GRANT SELECT, DELETE ON receiver_inbox TO {role}; \
+     GRANT SELECT ON receiver_task_views TO {role}; \
+     GRANT SELECT, INSERT, UPDATE ON receiver_pruned TO {role};";
+
+const PG_RUNTIME_GRANTS: &str =
+    "GRANT SELECT, INSERT, UPDATE ON receiver_inbox, receiver_task_views TO {role};";
+
 /// A receiver's tables with `tasks` tasks of three versions each, all
 /// received 30 days ago, one task received just now, and an old task of
 /// another queue under the same name.
 struct Aged {
-    db: TestDb,
+    server: Server,
     scope: InboxScope,
     other: InboxScope,
     /// Per old task, its three event ids, oldest first.
     events: Vec<[String; 3]>,
     prune_dsn: String,
+}
+
+/// The server an [`Aged`] database is on.
+enum Server {
+    MySql(Box<TestDb>),
+    Postgres(PgTestDb),
 }
 
 impl Aged {
@@ -57,22 +76,73 @@ impl Aged {
     async fn on(db: TestDb, tasks: usize, grants: &[&str]) -> Aged {
         let scope = scope("task-result-view");
         let other = InboxScope::new(scope.receiver.clone(), common::scope("x").queue_id);
-        let store = db.store(scope.clone()).await;
-        let mut events = Vec::new();
-        for _ in 0..tasks {
-            events.push(three_versions(&store, &scope).await);
-        }
-        three_versions(&db.store(other.clone()).await, &other).await;
-        age_everything(&db, 30).await;
+        let (store, other_store) = (db.store(scope.clone()).await, db.store(other.clone()).await);
+        let events = old_tasks(tasks, (&store, &scope), (&other_store, &other)).await;
+        sqlx::query("UPDATE receiver_inbox SET received_at = received_at - INTERVAL 30 DAY")
+            .execute(&db.pool().await)
+            .await
+            .unwrap();
         three_versions(&store, &scope).await;
         let (user, password) = db.user_with(grants).await;
         let prune_dsn = db.dsn_of(&user, &password);
         Aged {
-            db,
+            server: Server::MySql(Box::new(db)),
             scope,
             other,
             events,
             prune_dsn,
+        }
+    }
+
+    /// The same on PostgreSQL, with prune's tally and a prune role.
+    async fn on_postgres(tasks: usize) -> Aged {
+        let db = PgTestDb::new().await;
+        db.run_script(POSTGRES_SCHEMA_SQL).await.unwrap();
+        db.run_script(POSTGRES_RETENTION_SQL).await.unwrap();
+        let scope = scope("task-result-view");
+        let other = InboxScope::new(scope.receiver.clone(), common::scope("x").queue_id);
+        let (store, other_store) = (pg_store(&db, &scope).await, pg_store(&db, &other).await);
+        let events = old_tasks(tasks, (&store, &scope), (&other_store, &other)).await;
+        sqlx::query("UPDATE receiver_inbox SET received_at = received_at - interval '30 days'")
+            .execute(&db.pool)
+            .await
+            .unwrap();
+        three_versions(&store, &scope).await;
+        let prune_dsn = pg_role(&db, PG_PRUNE_GRANTS).await;
+        Aged {
+            server: Server::Postgres(db),
+            scope,
+            other,
+            events,
+            prune_dsn,
+        }
+    }
+
+    /// The MySQL database, for a test that runs only there.
+    fn db(&self) -> &TestDb {
+        match &self.server {
+            Server::MySql(db) => db,
+            Server::Postgres(_) => panic!("this test runs on MySQL"),
+        }
+    }
+
+    /// The administrator's DSN.
+    fn admin_dsn(&self) -> String {
+        match &self.server {
+            Server::MySql(db) => common::dsn_for(&db.name),
+            Server::Postgres(db) => db.dsn.clone(),
+        }
+    }
+
+    /// An account with the runtime's grants: its DSN, and its password
+    /// where it has one.
+    async fn runtime_account(&self) -> (String, Option<String>) {
+        match &self.server {
+            Server::MySql(db) => {
+                let (user, password) = db.user_with(&RUNTIME_GRANTS).await;
+                (db.dsn_of(&user, &password), Some(password))
+            }
+            Server::Postgres(db) => (pg_role(db, PG_RUNTIME_GRANTS).await, None),
         }
     }
 
@@ -92,39 +162,57 @@ impl Aged {
     }
 
     async fn rows_of(&self, scope: &InboxScope) -> i64 {
-        sqlx::query_scalar(
-            "SELECT COUNT(*) FROM receiver_inbox WHERE consumer_name = ? AND queue_id = ?",
-        )
-        .bind(scope.receiver.as_str())
-        .bind(scope.queue_id.as_str())
-        .fetch_one(&self.db.pool().await)
-        .await
-        .unwrap()
+        let (receiver, queue) = (scope.receiver.as_str(), scope.queue_id.as_str());
+        match &self.server {
+            Server::MySql(db) => sqlx::query_scalar(
+                "SELECT COUNT(*) FROM receiver_inbox WHERE consumer_name = ? AND queue_id = ?",
+            )
+            .bind(receiver)
+            .bind(queue)
+            .fetch_one(&db.pool().await)
+            .await
+            .unwrap(),
+            Server::Postgres(db) => sqlx::query_scalar(
+                "SELECT count(*) FROM receiver_inbox WHERE consumer_name = $1 AND queue_id = $2",
+            )
+            .bind(receiver)
+            .bind(queue)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap(),
+        }
     }
 
     async fn event_ids(&self) -> Vec<String> {
-        sqlx::query_scalar(
-            "SELECT CAST(event_id AS CHAR) FROM receiver_inbox WHERE consumer_name = ? AND queue_id = ?",
-        )
-        .bind(self.scope.receiver.as_str())
-        .bind(self.scope.queue_id.as_str())
-        .fetch_all(&self.db.pool().await)
-        .await
-        .unwrap()
+        self.all_rows().await.into_keys().collect()
     }
 
     /// Every row of the scope, every column, as text, by event id.
     async fn all_rows(&self) -> BTreeMap<String, serde_json::Value> {
-        let rows: Vec<(String, String, String, String, String, i8, String)> = sqlx::query_as(
-            "SELECT CAST(consumer_name AS CHAR), CAST(queue_id AS CHAR), CAST(event_id AS CHAR), \
-             CAST(event_digest AS CHAR), CAST(event_canonical AS CHAR), applied, \
-             CAST(received_at AS CHAR) FROM receiver_inbox WHERE consumer_name = ? AND queue_id = ?",
-        )
-        .bind(self.scope.receiver.as_str())
-        .bind(self.scope.queue_id.as_str())
-        .fetch_all(&self.db.pool().await)
-        .await
-        .unwrap();
+        let (receiver, queue) = (self.scope.receiver.as_str(), self.scope.queue_id.as_str());
+        let rows: Vec<(String, String, String, String, String, i16, String)> = match &self.server {
+            Server::MySql(db) => sqlx::query_as(
+                "SELECT CAST(consumer_name AS CHAR), CAST(queue_id AS CHAR), \
+                 CAST(event_id AS CHAR), CAST(event_digest AS CHAR), \
+                 CAST(event_canonical AS CHAR), applied, CAST(received_at AS CHAR) \
+                 FROM receiver_inbox WHERE consumer_name = ? AND queue_id = ?",
+            )
+            .bind(receiver)
+            .bind(queue)
+            .fetch_all(&db.pool().await)
+            .await
+            .unwrap(),
+            Server::Postgres(db) => sqlx::query_as(
+                "SELECT consumer_name, queue_id, event_id, event_digest, event_canonical, \
+                 applied, to_char(received_at, 'YYYY-MM-DD HH24:MI:SS.US') \
+                 FROM receiver_inbox WHERE consumer_name = $1 AND queue_id = $2",
+            )
+            .bind(receiver)
+            .bind(queue)
+            .fetch_all(&db.pool)
+            .await
+            .unwrap(),
+        };
         rows.into_iter()
             .map(|(c, q, e, d, t, a, r)| {
                 let row = serde_json::json!({
@@ -137,27 +225,87 @@ impl Aged {
     }
 
     async fn tally(&self) -> (u64, u64) {
-        sqlx::query_as(
-            "SELECT CAST(COALESCE(SUM(pruned_events), 0) AS UNSIGNED), \
-             CAST(COALESCE(SUM(pruned_applied), 0) AS UNSIGNED) FROM receiver_pruned",
-        )
-        .fetch_one(&self.db.pool().await)
-        .await
-        .unwrap()
+        let (events, applied): (i64, i64) = match &self.server {
+            Server::MySql(db) => sqlx::query_as(
+                "SELECT CAST(COALESCE(SUM(pruned_events), 0) AS SIGNED), \
+                 CAST(COALESCE(SUM(pruned_applied), 0) AS SIGNED) FROM receiver_pruned",
+            )
+            .fetch_one(&db.pool().await)
+            .await
+            .unwrap(),
+            Server::Postgres(db) => sqlx::query_as(
+                "SELECT coalesce(sum(pruned_events), 0)::bigint, \
+                 coalesce(sum(pruned_applied), 0)::bigint FROM receiver_pruned",
+            )
+            .fetch_one(&db.pool)
+            .await
+            .unwrap(),
+        };
+        (events as u64, applied as u64)
     }
 
     fn verify(&self) -> (Option<i32>, String) {
         let o = receiver()
             .arg("verify")
-            .env("ORBIT_RECEIVER_DSN", common::dsn_for(&self.db.name))
+            .env("ORBIT_RECEIVER_DSN", self.admin_dsn())
             .output()
             .unwrap();
         (o.status.code(), stdout(&o))
     }
+
+    /// Delivers `json` once more, as a source would after the prune.
+    async fn deliver(&self, json: &str) -> Outcome {
+        match &self.server {
+            Server::MySql(db) => apply(&db.store(self.scope.clone()).await, json).await,
+            Server::Postgres(db) => apply(&pg_store(db, &self.scope).await, json).await,
+        }
+    }
+}
+
+async fn pg_store(db: &PgTestDb, scope: &InboxScope) -> InboxStore<Postgres> {
+    let dsn = Dsn::parse(&db.dsn).unwrap();
+    InboxStore::open(&dsn, scope.clone(), StoreOptions::default())
+        .await
+        .unwrap()
+}
+
+/// A PostgreSQL role of its own with `grants` (`{role}` stands for it);
+/// its DSN.
+async fn pg_role(db: &PgTestDb, grants: &str) -> String {
+    let role = format!("r_{}", random_hex(4));
+    db.run_script(&format!(
+        "CREATE ROLE {role} LOGIN; {}",
+        grants.replace("{role}", &role)
+    ))
+    .await
+    .unwrap();
+    db.dsn.replacen("://postgres@", &format!("://{role}@"), 1)
+}
+
+/// `tasks` tasks of three versions in `scope`, and one in `other`.
+async fn old_tasks<E: Engine>(
+    tasks: usize,
+    (store, scope): (&InboxStore<E>, &InboxScope),
+    (other_store, other): (&InboxStore<E>, &InboxScope),
+) -> Vec<[String; 3]> {
+    let mut events = Vec::new();
+    for _ in 0..tasks {
+        events.push(three_versions(store, scope).await);
+    }
+    three_versions(other_store, other).await;
+    events
+}
+
+async fn apply<E: Engine>(store: &InboxStore<E>, json: &str) -> Outcome {
+    common::receiver(store)
+        .oneshot(common::delivery_of(json))
+        .await
+        .unwrap()
+        .outcome
 }
 
 /// Applies versions 1, 2 and 3 of a new task; returns their event ids.
-async fn three_versions(store: &InboxStore, scope: &InboxScope) -> [String; 3] {
+async fn three_versions<E: Engine>(store: &InboxStore<E>, scope: &InboxScope) -> [String; 3] {
     let task = random_hex(16);
     let queue = scope.queue_id.as_str();
     let v1 = EventSpec::submitted(queue, &task);
@@ -178,17 +326,9 @@ async fn three_versions(store: &InboxStore, scope: &InboxScope) -> [String; 3] {
         ..EventSpec::submitted(queue, &task)
     };
     for event in [&v1, &v2, &v3] {
-        common::apply_once(store, &event.json()).await.unwrap();
+        assert_eq!(apply(store, &event.json()).await, Outcome::Applied);
     }
     [v1.id, v2.id, v3.id]
-}
-
-async fn age_everything(db: &TestDb, days: u32) {
-    sqlx::query("UPDATE receiver_inbox SET received_at = received_at - INTERVAL ? DAY")
-        .bind(days)
-        .execute(&db.pool().await)
-        .await
-        .unwrap();
 }
 
 fn stdout(o: &Output) -> String {
@@ -208,7 +348,24 @@ fn field<'a>(line: &'a str, key: &str) -> &'a str {
 
 #[tokio::test]
 async fn prune_deletes_the_rows_past_the_window_of_its_scope_and_keeps_each_views_last_event() {
-    let aged = Aged::new(5).await;
+    prune_deletes_the_rows_past_the_window_of_its_scope_and_keeps_each_views_last_event_on(
+        Aged::new(5).await,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn on_postgres_prune_deletes_the_rows_past_the_window_of_its_scope_and_keeps_each_views_last_event(
+) {
+    prune_deletes_the_rows_past_the_window_of_its_scope_and_keeps_each_views_last_event_on(
+        Aged::on_postgres(5).await,
+    )
+    .await;
+}
+
+async fn prune_deletes_the_rows_past_the_window_of_its_scope_and_keeps_each_views_last_event_on(
+    aged: Aged,
+) {
     let o = aged.prune(&["--older-than", "7d"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let line = stdout(&o);
@@ -239,7 +396,16 @@ async fn prune_deletes_the_rows_past_the_window_of_its_scope_and_keeps_each_view
 
 #[tokio::test]
 async fn verify_still_passes_after_a_prune_and_counts_the_pruned_rows() {
-    let aged = Aged::new(4).await;
+    verify_still_passes_after_a_prune_and_counts_the_pruned_rows_on(Aged::new(4).await).await;
+}
+
+#[tokio::test]
+async fn on_postgres_verify_still_passes_after_a_prune_and_counts_the_pruned_rows() {
+    verify_still_passes_after_a_prune_and_counts_the_pruned_rows_on(Aged::on_postgres(4).await)
+        .await;
+}
+
+async fn verify_still_passes_after_a_prune_and_counts_the_pruned_rows_on(aged: Aged) {
     assert!(aged.prune(&["--older-than", "7d"]).status.success());
     let (code, out) = aged.verify();
     assert_eq!(code, Some(0), "{out}");
@@ -249,11 +415,36 @@ async fn verify_still_passes_after_a_prune_and_counts_the_pruned_rows() {
 }
 
 #[tokio::test]
+async fn a_pruned_events_copy_is_stale_and_a_kept_last_events_copy_a_duplicate() {
+    pruned_copies_on(Aged::new(2).await).await;
+}
+
+#[tokio::test]
+async fn on_postgres_a_pruned_events_copy_is_stale_and_a_kept_last_events_copy_a_duplicate() {
+    pruned_copies_on(Aged::on_postgres(2).await).await;
+}
+
+async fn pruned_copies_on(aged: Aged) {
+    let before = aged.all_rows().await;
+    assert!(aged.prune(&["--older-than", "7d"]).status.success());
+    let [v1, v2, v3] = &aged.events[0];
+    let copy = |id: &str| before[id]["event_canonical"].as_str().unwrap().to_owned();
+    for pruned in [v1, v2] {
+        assert_eq!(aged.deliver(&copy(pruned)).await, Outcome::Stale);
+    }
+    assert_eq!(
+        aged.deliver(&copy(v3)).await,
+        Outcome::Duplicate { applied: true }
+    );
+    assert_eq!(aged.verify().0, Some(0));
+}
+
+#[tokio::test]
 async fn verify_without_the_tally_grant_reports_pruned_tasks_and_names_the_grant() {
     let aged = Aged::new(2).await;
     assert!(aged.prune(&["--older-than", "7d"]).status.success());
     let (user, password) = aged
-        .db
+        .db()
         .user_with(&[
             "SELECT ON `{db}`.receiver_inbox",
             "SELECT ON `{db}`.receiver_task_views",
@@ -261,7 +452,7 @@ async fn verify_without_the_tally_grant_reports_pruned_tasks_and_names_the_grant
         .await;
     let o = receiver()
         .arg("verify")
-        .env("ORBIT_RECEIVER_DSN", aged.db.dsn_of(&user, &password))
+        .env("ORBIT_RECEIVER_DSN", aged.db().dsn_of(&user, &password))
         .output()
         .unwrap();
     let out = stdout(&o);
@@ -277,7 +468,16 @@ async fn verify_without_the_tally_grant_reports_pruned_tasks_and_names_the_grant
 
 #[tokio::test]
 async fn a_dry_run_counts_what_prune_would_delete_and_deletes_nothing() {
-    let aged = Aged::new(3).await;
+    a_dry_run_counts_what_prune_would_delete_and_deletes_nothing_on(Aged::new(3).await).await;
+}
+
+#[tokio::test]
+async fn on_postgres_a_dry_run_counts_what_prune_would_delete_and_deletes_nothing() {
+    a_dry_run_counts_what_prune_would_delete_and_deletes_nothing_on(Aged::on_postgres(3).await)
+        .await;
+}
+
+async fn a_dry_run_counts_what_prune_would_delete_and_deletes_nothing_on(aged: Aged) {
     let before = aged.event_ids().await.len();
     let o = aged.prune(&["--older-than", "7d", "--dry-run"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
@@ -348,23 +548,57 @@ async fn a_window_below_the_minimum_retention_is_refused_and_one_lowered_explici
 
 #[tokio::test]
 async fn the_runtime_account_asked_to_prune_fails_with_exit_2_naming_the_missing_grant() {
-    let aged = Aged::new(2).await;
-    let (user, password) = aged.db.user_with(&RUNTIME_GRANTS).await;
+    the_runtime_account_asked_to_prune_fails_with_exit_2_naming_the_missing_grant_on(
+        Aged::new(2).await,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn on_postgres_the_runtime_account_asked_to_prune_fails_with_exit_2_naming_the_missing_grant()
+{
+    the_runtime_account_asked_to_prune_fails_with_exit_2_naming_the_missing_grant_on(
+        Aged::on_postgres(2).await,
+    )
+    .await;
+}
+
+async fn the_runtime_account_asked_to_prune_fails_with_exit_2_naming_the_missing_grant_on(
+    aged: Aged,
+) {
+    let (runtime, password) = aged.runtime_account().await;
     let o = aged
         .prune_command(&["--older-than", "7d"])
-        .env("RECEIVER_PRUNE_DSN", aged.db.dsn_of(&user, &password))
+        .env("RECEIVER_PRUNE_DSN", runtime)
         .output()
         .unwrap();
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("may not DELETE receiver_inbox"), "{err}");
-    assert!(!err.contains(&password));
+    assert!(password.is_none_or(|p| !err.contains(&p)), "{err}");
     assert_eq!(aged.event_ids().await.len(), 2 * 3 + 3);
 }
 
 #[tokio::test]
 async fn check_prune_passes_the_prune_account_and_fails_the_runtime_account_on_its_grant() {
-    let aged = Aged::new(1).await;
+    check_prune_passes_the_prune_account_and_fails_the_runtime_account_on_its_grant_on(
+        Aged::new(1).await,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn on_postgres_check_prune_passes_the_prune_account_and_fails_the_runtime_account_on_its_grant(
+) {
+    check_prune_passes_the_prune_account_and_fails_the_runtime_account_on_its_grant_on(
+        Aged::on_postgres(1).await,
+    )
+    .await;
+}
+
+async fn check_prune_passes_the_prune_account_and_fails_the_runtime_account_on_its_grant_on(
+    aged: Aged,
+) {
     let check = |dsn: &str| {
         receiver()
             .args(["check", "--prune"])
@@ -379,8 +613,8 @@ async fn check_prune_passes_the_prune_account_and_fails_the_runtime_account_on_i
         "check=database ok\ncheck=schema ok\ncheck=privileges ok\n"
     );
 
-    let (user, password) = aged.db.user_with(&RUNTIME_GRANTS).await;
-    let o = check(&aged.db.dsn_of(&user, &password));
+    let (runtime, _) = aged.runtime_account().await;
+    let o = check(&runtime);
     assert_eq!(o.status.code(), Some(1));
     let out = stdout(&o);
     assert!(
@@ -391,8 +625,11 @@ async fn check_prune_passes_the_prune_account_and_fails_the_runtime_account_on_i
 
 /// Prunes with `--archive` into a file named `name`; the rows it read
 /// back with `read` must be exactly the deleted ones, column for column.
-async fn archive_holds_every_deleted_row(name: &str, read: fn(&std::path::Path) -> String) {
-    let aged = Aged::new(4).await;
+async fn archive_holds_every_deleted_row(
+    aged: Aged,
+    name: &str,
+    read: fn(&std::path::Path) -> String,
+) {
     let before = aged.all_rows().await;
     let dir = std::env::temp_dir().join(format!("prune-archive-{}", random_hex(6)));
     std::fs::create_dir_all(&dir).unwrap();
@@ -425,12 +662,19 @@ async fn archive_holds_every_deleted_row(name: &str, read: fn(&std::path::Path) 
 
 #[tokio::test]
 async fn the_archive_holds_every_deleted_row_byte_for_byte() {
-    archive_holds_every_deleted_row("pruned.jsonl", |p| std::fs::read_to_string(p).unwrap()).await;
+    let read = |p: &std::path::Path| std::fs::read_to_string(p).unwrap();
+    archive_holds_every_deleted_row(Aged::new(4).await, "pruned.jsonl", read).await;
+}
+
+#[tokio::test]
+async fn on_postgres_the_archive_holds_every_deleted_row_byte_for_byte() {
+    let read = |p: &std::path::Path| std::fs::read_to_string(p).unwrap();
+    archive_holds_every_deleted_row(Aged::on_postgres(4).await, "pruned.jsonl", read).await;
 }
 
 #[tokio::test]
 async fn a_gz_archive_is_gzip_that_zcat_reads_back_to_every_deleted_row() {
-    archive_holds_every_deleted_row("pruned.jsonl.gz", |p| {
+    archive_holds_every_deleted_row(Aged::new(4).await, "pruned.jsonl.gz", |p| {
         let o = Command::new("gzip").arg("-dc").arg(p).output().unwrap();
         assert!(o.status.success(), "{}", stderr(&o));
         String::from_utf8(o.stdout).unwrap()
@@ -455,12 +699,12 @@ async fn a_prune_that_deletes_nothing_or_is_refused_leaves_no_archive_that_a_too
     );
 
     // Refused before it starts: the runtime account, and a wrong password.
-    let (user, password) = aged.db.user_with(&RUNTIME_GRANTS).await;
+    let (user, password) = aged.db().user_with(&RUNTIME_GRANTS).await;
     for (name, dsn) in [
-        ("runtime.jsonl.gz", aged.db.dsn_of(&user, &password)),
+        ("runtime.jsonl.gz", aged.db().dsn_of(&user, &password)),
         (
             "password.jsonl.gz",
-            aged.db.dsn_of(&user, "not-the-password"),
+            aged.db().dsn_of(&user, "not-the-password"),
         ),
     ] {
         let refused = dir.join(name);
@@ -573,7 +817,16 @@ async fn a_prune_stopped_by_sigterm_exits_0_after_its_batch_and_a_second_run_fin
 
 #[tokio::test]
 async fn two_prunes_at_once_delete_each_row_once_and_count_it_once() {
-    let aged = Aged::new(150).await;
+    two_prunes_at_once_delete_each_row_once_and_count_it_once_on(Aged::new(150).await).await;
+}
+
+#[tokio::test]
+async fn on_postgres_two_prunes_at_once_delete_each_row_once_and_count_it_once() {
+    two_prunes_at_once_delete_each_row_once_and_count_it_once_on(Aged::on_postgres(150).await)
+        .await;
+}
+
+async fn two_prunes_at_once_delete_each_row_once_and_count_it_once_on(aged: Aged) {
     let start = || {
         aged.prune_command(&[
             "--older-than",
@@ -602,10 +855,18 @@ async fn two_prunes_at_once_delete_each_row_once_and_count_it_once() {
 
 #[tokio::test]
 async fn stats_shows_the_oldest_rows_age_and_what_is_past_a_window() {
-    let aged = Aged::new(2).await;
+    stats_shows_the_oldest_rows_age_and_what_is_past_a_window_on(Aged::new(2).await).await;
+}
+
+#[tokio::test]
+async fn on_postgres_stats_shows_the_oldest_rows_age_and_what_is_past_a_window() {
+    stats_shows_the_oldest_rows_age_and_what_is_past_a_window_on(Aged::on_postgres(2).await).await;
+}
+
+async fn stats_shows_the_oldest_rows_age_and_what_is_past_a_window_on(aged: Aged) {
     let o = receiver()
         .args(["stats", "--older-than", "7d"])
-        .env("ORBIT_RECEIVER_DSN", common::dsn_for(&aged.db.name))
+        .env("ORBIT_RECEIVER_DSN", aged.admin_dsn())
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
@@ -632,7 +893,7 @@ async fn a_database_initialized_without_the_tally_prunes_once_init_keep_existing
     let before = aged.all_rows().await;
     let o = receiver()
         .args(["init", "--keep-existing", "--retention"])
-        .env("ORBIT_RECEIVER_DSN", common::dsn_for(&aged.db.name))
+        .env("ORBIT_RECEIVER_DSN", aged.admin_dsn())
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
@@ -643,8 +904,8 @@ async fn a_database_initialized_without_the_tally_prunes_once_init_keep_existing
     assert_eq!(aged.all_rows().await, before, "init changed a row");
     assert_eq!(aged.tally().await, (0, 0));
 
-    let (user, password) = aged.db.user_with(&PRUNE_GRANTS).await;
-    aged.prune_dsn = aged.db.dsn_of(&user, &password);
+    let (user, password) = aged.db().user_with(&PRUNE_GRANTS).await;
+    aged.prune_dsn = aged.db().dsn_of(&user, &password);
     let o = aged.prune(&["--older-than", "7d"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert_eq!(field(&stdout(&o), "deleted"), "4");
@@ -755,14 +1016,14 @@ async fn a_prune_killed_at_any_point_has_archived_every_row_it_deleted() {
 #[tokio::test]
 async fn redeliveries_of_the_rows_a_prune_is_deleting_never_fail_and_never_apply() {
     let aged = Aged::new(60).await;
-    let store = aged.db.store(aged.scope.clone()).await;
+    let store = aged.db().store(aged.scope.clone()).await;
     let olds: Vec<String> = sqlx::query_scalar(
         "SELECT CAST(event_canonical AS CHAR) FROM receiver_inbox \
          WHERE consumer_name = ? AND queue_id = ? AND received_at < UTC_TIMESTAMP(6) - INTERVAL 7 DAY",
     )
     .bind(aged.scope.receiver.as_str())
     .bind(aged.scope.queue_id.as_str())
-    .fetch_all(&aged.db.pool().await)
+    .fetch_all(&aged.db().pool().await)
     .await
     .unwrap();
     let pruning = aged
@@ -821,7 +1082,7 @@ async fn redeliveries_of_the_rows_a_prune_is_deleting_never_fail_and_never_apply
         "SELECT task_version, applied_events FROM receiver_task_views WHERE queue_id = ?",
     )
     .bind(aged.scope.queue_id.as_str())
-    .fetch_all(&aged.db.pool().await)
+    .fetch_all(&aged.db().pool().await)
     .await
     .unwrap();
     assert!(views.iter().all(|v| *v == (3, 3)), "{views:?}");
@@ -834,7 +1095,7 @@ async fn without_the_tally_table_prune_and_its_check_say_to_run_init_keep_existi
     // server tells it the table is missing rather than refusing it.
     let aged = Aged::new(1).await;
     sqlx::query("DROP TABLE receiver_pruned")
-        .execute(&aged.db.pool().await)
+        .execute(&aged.db().pool().await)
         .await
         .unwrap();
     let o = aged.prune(&["--older-than", "7d"]);

@@ -26,8 +26,6 @@ mod orbit_failures;
 mod poison;
 #[path = "../postgres_e2e.rs"]
 mod postgres_e2e;
-#[path = "../postgres_prune.rs"]
-mod postgres_prune;
 #[path = "../postgres_tools.rs"]
 mod postgres_tools;
 #[path = "../prefetch.rs"]
