@@ -16,9 +16,12 @@
 #   RESULT_INBOX_TEST_PG_DIR        the server's temporary directory
 #   RESULT_INBOX_TEST_PG_BIN        the directory of initdb and pg_ctl (for tests that run a
 #                                   server of their own, to stop and restart it)
+#   RESULT_INBOX_TEST_PG_AUTOCTL    pg_auto_failover's pg_autoctl, for the failover test
+#                                   (a monitor and two nodes of its own)
 #
 # Debian's PostgreSQL (package postgresql) is installed when it is missing
-# and this runs as root. PostgreSQL refuses to run as root: as root, the
+# and this runs as root, and so is pg_auto_failover for that version
+# (postgresql-N-auto-failover, which brings pg_autoctl). PostgreSQL refuses to run as root: as root, the
 # server runs as the `postgres` account the package creates. No other
 # server on the machine is used or touched.
 set -euo pipefail
@@ -47,6 +50,18 @@ if [ -z "$bindir" ]; then
   fi
   if [ -z "$bindir" ]; then
     echo "with-postgres: no PostgreSQL server found; install the Debian package 'postgresql' (apt-get install postgresql)" >&2
+    exit 2
+  fi
+fi
+
+major=$("$bindir/pg_ctl" --version | sed -E 's/[^0-9]*([0-9]+).*/\1/')
+autoctl=$(command -v pg_autoctl || true)
+if [ -z "$autoctl" ] || [ ! -e "$bindir/../lib/pgautofailover.so" ]; then
+  echo "with-postgres: pg_auto_failover missing; trying Debian's postgresql-$major-auto-failover" >&2
+  apt_install_quietly "postgresql-$major-auto-failover" || true
+  autoctl=$(command -v pg_autoctl || true)
+  if [ -z "$autoctl" ] || [ ! -e "$bindir/../lib/pgautofailover.so" ]; then
+    echo "with-postgres: pg_auto_failover not found; install the Debian package 'postgresql-$major-auto-failover'" >&2
     exit 2
   fi
 fi
@@ -107,6 +122,7 @@ export RESULT_INBOX_TEST_PG_DSN="postgres://postgres@127.0.0.1:$port/orbit_recei
 export RESULT_INBOX_TEST_PG_PORT="$port"
 export RESULT_INBOX_TEST_PG_DIR="$tmp"
 export RESULT_INBOX_TEST_PG_BIN="$bindir"
+export RESULT_INBOX_TEST_PG_AUTOCTL="$autoctl"
 echo "with-postgres: throwaway server on 127.0.0.1:$port (database orbit_receiver_test)" >&2
 
 "$@"

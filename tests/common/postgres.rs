@@ -188,3 +188,229 @@ fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// A pg_auto_failover formation of a test's own: a monitor and two nodes
+/// on free loopback ports in a temporary directory, one primary and one
+/// synchronous secondary, with the database `database` on them. Its
+/// processes are stopped and its directory removed when it is dropped.
+pub struct Formation {
+    dir: std::path::PathBuf,
+    bin: std::path::PathBuf,
+    autoctl: std::path::PathBuf,
+    monitor_port: u16,
+    children: Vec<std::process::Child>,
+}
+
+impl Formation {
+    pub async fn start(database: &str) -> Formation {
+        let env = |k: &str| {
+            std::env::var(k)
+                .unwrap_or_else(|_| panic!("{k} is not set: run under scripts/with-postgres.sh"))
+        };
+        let dir = std::env::temp_dir().join(format!("result-inbox-paf-{}", random_hex(6)));
+        std::fs::create_dir_all(&dir).unwrap();
+        if is_root() {
+            let status = std::process::Command::new("chown")
+                .args(["postgres", dir.to_str().unwrap()])
+                .status()
+                .unwrap();
+            assert!(status.success());
+        }
+        let mut formation = Formation {
+            dir,
+            bin: env("RESULT_INBOX_TEST_PG_BIN").into(),
+            autoctl: env("RESULT_INBOX_TEST_PG_AUTOCTL").into(),
+            monitor_port: free_port(),
+            children: Vec::new(),
+        };
+        let port = formation.monitor_port.to_string();
+        formation.run("monitor", &["create", "monitor", "--pgport", &port]);
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+        while formation.states().await.is_err() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{}",
+                formation.logs()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        let monitor = formation.monitor_dsn();
+        let mut first = 0;
+        for node in ["node1", "node2"] {
+            let port = free_port();
+            if node == "node1" {
+                first = port;
+            }
+            let port = port.to_string();
+            formation.run(
+                node,
+                &[
+                    "create",
+                    "postgres",
+                    "--pgport",
+                    &port,
+                    "--dbname",
+                    database,
+                    "--monitor",
+                    &monitor,
+                ],
+            );
+            // The first node is a primary alone before the second joins.
+            if node == "node1" {
+                formation.wait_for(&["single"], 60).await;
+            } else {
+                // The second's base backup waits for a spread checkpoint
+                // of the first (minutes); asking for one hurries it.
+                let hurry = checkpoints(first);
+                formation.wait_for(&["primary", "secondary"], 120).await;
+                hurry.abort();
+            }
+        }
+        formation
+    }
+
+    /// Starts `pg_autoctl <args> --run` for the data directory `name`.
+    fn run(&mut self, name: &str, args: &[&str]) {
+        let pgdata = self.dir.join(name);
+        let log = std::fs::File::create(self.dir.join(format!("{name}.log"))).unwrap();
+        let child = as_server(&self.autoctl)
+            .args(args)
+            .args(["--pgdata", pgdata.to_str().unwrap()])
+            .args(["--pgctl", self.bin.join("pg_ctl").to_str().unwrap()])
+            .args(["--hostname", "127.0.0.1", "--listen", "127.0.0.1"])
+            .args(["--auth", "trust", "--no-ssl", "--run"])
+            .current_dir(&self.dir)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.children.push(child);
+    }
+
+    /// The monitor's DSN, as the nodes reach it.
+    pub fn monitor_dsn(&self) -> String {
+        format!(
+            "postgres://autoctl_node@127.0.0.1:{}/pg_auto_failover?sslmode=disable",
+            self.monitor_port
+        )
+    }
+
+    /// Each node's reported state, as the monitor has it.
+    pub async fn states(&self) -> Result<Vec<String>, sqlx::Error> {
+        use sqlx::Connection;
+        let mut monitor = sqlx::PgConnection::connect(&self.monitor_dsn()).await?;
+        let states = sqlx::query_scalar(
+            "SELECT reportedstate::text FROM pgautofailover.node \
+             WHERE reportedstate = goalstate ORDER BY nodeid",
+        )
+        .fetch_all(&mut monitor)
+        .await;
+        let _ = monitor.close().await;
+        states
+    }
+
+    /// Waits until the nodes report `states` (sorted), at most `secs`.
+    pub async fn wait_for(&self, states: &[&str], secs: u64) {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(secs);
+        loop {
+            let mut now = self.states().await.unwrap_or_default();
+            now.sort();
+            if now == states {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the formation never reached {states:?} (now {now:?}):\n{}",
+                self.logs()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        }
+    }
+
+    /// The current primary's port, as the monitor has it.
+    pub async fn primary_port(&self) -> Option<u16> {
+        use sqlx::Connection;
+        let mut monitor = sqlx::PgConnection::connect(&self.monitor_dsn())
+            .await
+            .ok()?;
+        let port: Option<i32> =
+            sqlx::query_scalar("SELECT primary_port FROM pgautofailover.get_primary('default', 0)")
+                .fetch_optional(&mut monitor)
+                .await
+                .ok()
+                .flatten();
+        let _ = monitor.close().await;
+        port.and_then(|p| u16::try_from(p).ok())
+    }
+
+    /// Asks the monitor for a failover and waits until it is done (a
+    /// blocking call: run it off the runtime's threads).
+    pub fn failover(&self) {
+        let out = as_server(&self.autoctl)
+            .args(["perform", "failover", "--formation", "default"])
+            .args(["--pgdata", self.dir.join("monitor").to_str().unwrap()])
+            .current_dir(&self.dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.logs()
+        );
+    }
+
+    /// The tail of each process's log, for a failure message.
+    fn logs(&self) -> String {
+        ["monitor", "node1", "node2"]
+            .iter()
+            .map(|name| {
+                let text = std::fs::read_to_string(self.dir.join(format!("{name}.log")))
+                    .unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(15).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                format!("--- {name}\n{}", tail.join("\n"))
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+/// `CHECKPOINT` on the server of `port` every second, until aborted.
+fn checkpoints(port: u16) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        use sqlx::{Connection, Executor};
+        let dsn = format!("postgres://postgres@127.0.0.1:{port}/postgres?sslmode=disable");
+        loop {
+            if let Ok(mut conn) = sqlx::PgConnection::connect(&dsn).await {
+                let _ = conn.execute("CHECKPOINT").await;
+                let _ = conn.close().await;
+            }
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        }
+    })
+}
+
+impl Drop for Formation {
+    fn drop(&mut self) {
+        for name in ["node2", "node1", "monitor"] {
+            let _ = as_server(&self.autoctl)
+                .args(["stop", "--immediate", "--pgdata"])
+                .arg(self.dir.join(name))
+                .current_dir(&self.dir)
+                .output();
+        }
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        for name in ["node2", "node1", "monitor"] {
+            let _ = as_server(&self.bin.join("pg_ctl"))
+                .args(["-D"])
+                .arg(self.dir.join(name))
+                .args(["-m", "immediate", "stop"])
+                .output();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -22,6 +22,8 @@ mod failures;
 mod observability;
 #[path = "../orbit_failures.rs"]
 mod orbit_failures;
+#[path = "../pg_failover.rs"]
+mod pg_failover;
 #[path = "../poison.rs"]
 mod poison;
 #[path = "../postgres_e2e.rs"]
