@@ -18,6 +18,17 @@
 //!
 //! Prints one line per case, its rate and its ratio to `raw`, and the CPU
 //! microseconds the server spent per delivery.
+//!
+//! Then the two ways an inbox row can be written inside a transaction
+//! that must go on whatever the row meets (a batch): `INSERT … ON CONFLICT
+//! DO NOTHING`, which the inbox uses, against a plain `INSERT` inside a
+//! savepoint that is rolled back on a duplicate key (23505). Both write
+//! transactions of 16 rows, one in four a copy of a row written before, on
+//! 4 connections, taking turns in rounds:
+//!
+//! ```text
+//! apply_postgres insert_in_batch on_conflict per_s=… savepoint per_s=… on_conflict/savepoint=…
+//! ```
 
 #[path = "../tests/common/mod.rs"]
 #[allow(unused_imports)]
@@ -269,4 +280,92 @@ async fn main() {
         if batch >= 2.0 * raw { "met" } else { "MISSED" },
         batch / raw
     );
+    insert_in_batch(&bench.pool, time).await;
+}
+
+/// A batch's inbox rows: `ON CONFLICT DO NOTHING` against a savepoint
+/// around a plain `INSERT`, each under its own receiver name.
+async fn insert_in_batch(pool: &PgPool, time: Duration) {
+    let mut rows = [0u64; 2];
+    for round in 0..ROUNDS {
+        for i in 0..2 {
+            let savepoint = (i + round as usize) % 2 == 1;
+            rows[usize::from(savepoint)] += rows_in_batches(pool, savepoint, round, time).await;
+        }
+    }
+    let per_s = |n: u64| n as f64 / (time * ROUNDS).as_secs_f64();
+    println!(
+        "apply_postgres insert_in_batch on_conflict per_s={:.0} savepoint per_s={:.0} on_conflict/savepoint={:.2}",
+        per_s(rows[0]),
+        per_s(rows[1]),
+        rows[0] as f64 / rows[1].max(1) as f64
+    );
+}
+
+/// Rows written in `time` by 4 connections, 16 per transaction, one in
+/// four a copy of an earlier row of the same round.
+async fn rows_in_batches(pool: &PgPool, savepoint: bool, round: u32, time: Duration) -> u64 {
+    const INSERT: &str = "INSERT INTO receiver_inbox (consumer_name, queue_id, event_id, \
+        event_digest, event_canonical, applied, received_at) \
+        VALUES ($1, $2, $3, repeat('0', 64), '{}', 1, (statement_timestamp() AT TIME ZONE 'UTC'))";
+    let name = if savepoint {
+        "savepoint"
+    } else {
+        "on-conflict"
+    };
+    let deadline = Instant::now() + time;
+    let tasks: Vec<_> = (0..CONNECTIONS)
+        .map(|connection| {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                let mut written = 0u64;
+                let mut n = 0u64;
+                let mut conn = pool.acquire().await.unwrap();
+                while Instant::now() < deadline {
+                    let mut tx = sqlx::Connection::begin(&mut *conn).await.unwrap();
+                    for i in 0..16u64 {
+                        // Every fourth row is a copy of the row written 16 before.
+                        let key = if i % 4 == 3 && n >= 16 { n - 16 } else { n };
+                        n += 1;
+                        let id = format!("{round:04x}{connection:04x}{key:024x}");
+                        if savepoint {
+                            tx.execute("SAVEPOINT row").await.unwrap();
+                            let inserted = sqlx::query(INSERT)
+                                .bind(name)
+                                .bind(QUEUE)
+                                .bind(&id)
+                                .execute(&mut *tx)
+                                .await;
+                            match inserted {
+                                Ok(_) => tx.execute("RELEASE SAVEPOINT row").await.map(drop),
+                                Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("23505") => {
+                                    tx.execute("ROLLBACK TO SAVEPOINT row").await.map(drop)
+                                }
+                                Err(e) => Err(e),
+                            }
+                            .unwrap();
+                        } else {
+                            sqlx::query(&format!(
+                                "{INSERT} ON CONFLICT (consumer_name, queue_id, event_id) DO NOTHING"
+                            ))
+                            .bind(name)
+                            .bind(QUEUE)
+                            .bind(&id)
+                            .execute(&mut *tx)
+                            .await
+                            .unwrap();
+                        }
+                    }
+                    tx.commit().await.unwrap();
+                    written += 16;
+                }
+                written
+            })
+        })
+        .collect();
+    let mut written = 0;
+    for task in tasks {
+        written += task.await.unwrap();
+    }
+    written
 }
