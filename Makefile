@@ -23,7 +23,7 @@ NEXTEST := $(CARGO) nextest run --workspace --locked $(CLI)
 # The crash-window and cluster tests once more, with the receiver in
 # batching mode (tests/common builds its layer from RECEIVER_BATCH_MAX,
 # as receiver consume does).
-BATCHING_TESTS := binary(crash) | test(/^(commit_loss|postgres_commit_loss|db_outage|cluster|cluster_node_loss)::/)
+BATCHING_TESTS := binary(crash) | test(/^(commit_loss|db_outage|cluster|cluster_node_loss)::/)
 
 ## test: formatting, lints, docs, then every test (against a throwaway MariaDB server, a throwaway PostgreSQL server, a throwaway three-node Galera cluster and throwaway nats-servers): the doctests, the batching-mode pass, then every test binary; the last lines are the count of passed and failed tests
 # One server and one cluster for both passes; the cluster starts while the

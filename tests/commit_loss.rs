@@ -1,8 +1,9 @@
 //! A COMMIT whose answer never arrives: the inbox reports it as
 //! `CommitUnconfirmed`, the consumer does not ACK it, and the redelivery finds
 //! out what really happened — a committed row is a duplicate, a rolled-back
-//! one is applied now. The network faults come from a MySQL-protocol proxy
-//! between the inbox and the throwaway server.
+//! one is applied now. The network faults come from a proxy between the
+//! inbox and the throwaway server that reads the server's protocol; every
+//! test runs on MySQL and on PostgreSQL.
 
 use crate::common;
 
@@ -15,10 +16,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::commit_proxy::{CommitProxy, Fault};
 use common::orbit::OrbitDev;
+use common::postgres::PgTestDb;
 use common::{random_hex, scope, EventSpec, TestDb};
 use futures::future::{join_all, BoxFuture};
 use result_inbox::consumer::{Consumer, ConsumerOptions, ConsumerReport};
-use result_inbox::db::Engine;
+use result_inbox::db::schema::POSTGRES_SCHEMA_SQL;
+use result_inbox::db::{Dsn, Engine};
 use result_inbox::delivery::{Delivery, DeliveryId};
 use result_inbox::ids::TaskId;
 use result_inbox::inbox::{
@@ -28,31 +31,155 @@ use result_inbox::orbit::OrbitSource;
 use result_inbox::scope::{InboxScope, ReceiverName};
 use result_inbox::task_view::{self, TaskView, TaskViewRow};
 use result_inbox::BoxError;
-use sqlx::{Connection, MySqlConnection, MySqlPool};
+use sqlx::{Connection, Executor, MySql, MySqlConnection, PgConnection, Postgres};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tower::{Service, ServiceExt};
 
+/// What these tests need of a server: a database of their own with the
+/// receiver's tables, a proxy of the server's protocol in front of it, and
+/// what was committed, read straight from the server.
+trait Server: Engine {
+    type Db: Sync;
+    async fn database() -> Self::Db;
+    async fn proxy() -> CommitProxy;
+    fn name(db: &Self::Db) -> &str;
+    fn dsn(db: &Self::Db) -> Dsn;
+    async fn view(db: &Self::Db, scope: &InboxScope, task: &TaskId) -> Option<TaskViewRow>;
+    /// The committed inbox row's `applied` flag, if the row exists.
+    async fn inbox_applied(db: &Self::Db, event: &str) -> Option<bool>;
+    /// The event's inbox rows once any transaction that still holds its
+    /// key on the server has ended (at most 2 s): a plain read would not
+    /// wait for an abandoned transaction's uncommitted row.
+    async fn settled_inbox_rows(db: &Self::Db, scope: &InboxScope, event: &str) -> i64;
+}
+
+impl Server for MySql {
+    type Db = TestDb;
+
+    async fn database() -> TestDb {
+        TestDb::initialized().await
+    }
+
+    async fn proxy() -> CommitProxy {
+        CommitProxy::mysql().await
+    }
+
+    fn name(db: &TestDb) -> &str {
+        &db.name
+    }
+
+    fn dsn(db: &TestDb) -> Dsn {
+        db.dsn.clone()
+    }
+
+    async fn view(db: &TestDb, scope: &InboxScope, task: &TaskId) -> Option<TaskViewRow> {
+        task_view::load(&db.pool().await, scope, task)
+            .await
+            .unwrap()
+    }
+
+    async fn inbox_applied(db: &TestDb, event: &str) -> Option<bool> {
+        sqlx::query_scalar("SELECT applied FROM receiver_inbox WHERE event_id = ?")
+            .bind(event)
+            .fetch_optional(&db.pool().await)
+            .await
+            .unwrap()
+    }
+
+    /// A locking read waits for the row lock of a transaction still open.
+    async fn settled_inbox_rows(db: &TestDb, scope: &InboxScope, event: &str) -> i64 {
+        let options = db.dsn.mysql_options().expect("a MySQL address");
+        let mut conn = MySqlConnection::connect_with(&options).await.unwrap();
+        conn.execute("SET SESSION innodb_lock_wait_timeout = 2")
+            .await
+            .unwrap();
+        let mut tx = conn.begin().await.unwrap();
+        let rows = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM receiver_inbox \
+             WHERE consumer_name = ? AND queue_id = ? AND event_id = ? FOR UPDATE",
+        )
+        .bind(scope.receiver.as_str())
+        .bind(scope.queue_id.as_str())
+        .bind(event)
+        .fetch_one(&mut *tx)
+        .await
+        .expect("the abandoned transaction ends within 2 s");
+        tx.rollback().await.unwrap();
+        rows
+    }
+}
+
+impl Server for Postgres {
+    type Db = PgTestDb;
+
+    async fn database() -> PgTestDb {
+        let db = PgTestDb::new().await;
+        db.run_script(POSTGRES_SCHEMA_SQL).await.unwrap();
+        db
+    }
+
+    async fn proxy() -> CommitProxy {
+        CommitProxy::postgres().await
+    }
+
+    fn name(db: &PgTestDb) -> &str {
+        &db.name
+    }
+
+    fn dsn(db: &PgTestDb) -> Dsn {
+        Dsn::parse(&db.dsn).unwrap()
+    }
+
+    async fn view(db: &PgTestDb, scope: &InboxScope, task: &TaskId) -> Option<TaskViewRow> {
+        task_view::load(&db.pool, scope, task).await.unwrap()
+    }
+
+    async fn inbox_applied(db: &PgTestDb, event: &str) -> Option<bool> {
+        sqlx::query_scalar("SELECT applied = 1 FROM receiver_inbox WHERE event_id = $1")
+            .bind(event)
+            .fetch_optional(&db.pool)
+            .await
+            .unwrap()
+    }
+
+    /// An uncommitted row is invisible to a read, locking or not; a second
+    /// insert of its key is what waits for its transaction.
+    async fn settled_inbox_rows(db: &PgTestDb, scope: &InboxScope, event: &str) -> i64 {
+        let mut conn = PgConnection::connect(&db.dsn).await.unwrap();
+        conn.execute("SET lock_timeout = '2s'").await.unwrap();
+        let mut tx = conn.begin().await.unwrap();
+        let inserted = sqlx::query(
+            "INSERT INTO receiver_inbox (consumer_name, queue_id, event_id, event_digest, \
+             event_canonical, applied, received_at) \
+             VALUES ($1, $2, $3, repeat('0', 64), '{}', 0, now()) ON CONFLICT DO NOTHING",
+        )
+        .bind(scope.receiver.as_str())
+        .bind(scope.queue_id.as_str())
+        .bind(event)
+        .execute(&mut *tx)
+        .await
+        .expect("the abandoned transaction ends within 2 s");
+        tx.rollback().await.unwrap();
+        1 - inserted.rows_affected() as i64
+    }
+}
+
 /// One test's database, proxy, scope and task.
-struct Fixture {
-    db: TestDb,
+struct Fixture<E: Server> {
+    db: E::Db,
     proxy: CommitProxy,
     scope: InboxScope,
-    /// Straight to the server, for reading what was committed.
-    pool: MySqlPool,
     task: String,
     event_id: String,
 }
 
-impl Fixture {
-    async fn new(scope: InboxScope) -> Fixture {
-        let db = TestDb::initialized().await;
-        let pool = db.pool().await;
+impl<E: Server> Fixture<E> {
+    async fn new(scope: InboxScope) -> Self {
         Fixture {
-            db,
-            proxy: CommitProxy::mysql().await,
+            db: E::database().await,
+            proxy: E::proxy().await,
             scope,
-            pool,
             task: random_hex(16),
             event_id: random_hex(16),
         }
@@ -73,16 +200,22 @@ impl Fixture {
     }
 
     /// A store whose connections all go through the proxy.
-    async fn proxied_store(&self) -> InboxStore {
-        let dsn = self.proxy.dsn_for(&self.db.name);
-        InboxStore::connect(&dsn, self.scope.clone(), StoreOptions::default())
+    async fn proxied_store(&self) -> InboxStore<E> {
+        let dsn = self.proxy.dsn_for(E::name(&self.db));
+        InboxStore::open(&dsn, self.scope.clone(), StoreOptions::default())
             .await
             .expect("connect through the proxy")
     }
 
     /// A new store straight to the server, as a restarted receiver would have.
-    async fn direct_store(&self) -> InboxStore {
-        self.db.store(self.scope.clone()).await
+    async fn direct_store(&self) -> InboxStore<E> {
+        InboxStore::open(
+            &E::dsn(&self.db),
+            self.scope.clone(),
+            StoreOptions::default(),
+        )
+        .await
+        .unwrap()
     }
 
     /// Attempt `attempt` of the event's delivery (same delivery id each time).
@@ -95,60 +228,38 @@ impl Fixture {
     }
 
     async fn view(&self) -> Option<TaskViewRow> {
-        let task = TaskId::parse(&self.task).unwrap();
-        task_view::load(&self.pool, &self.scope, &task)
-            .await
-            .unwrap()
+        E::view(&self.db, &self.scope, &TaskId::parse(&self.task).unwrap()).await
     }
 
-    /// The committed inbox row's `applied` flag, if the row exists.
     async fn inbox_applied(&self) -> Option<bool> {
-        sqlx::query_scalar("SELECT applied FROM receiver_inbox WHERE event_id = ?")
-            .bind(&self.event_id)
-            .fetch_optional(&self.pool)
-            .await
-            .unwrap()
+        E::inbox_applied(&self.db, &self.event_id).await
     }
 
-    /// The event's inbox rows as a locking read counts them. Unlike a plain
-    /// read, which never sees uncommitted rows anyway, it waits for the row
-    /// lock of a transaction still open on the server, so it answers only
-    /// once an abandoned transaction has really been rolled back (or
-    /// committed). The wait is bounded at 2 s: a transaction the server
-    /// never ends fails the test with a lock wait timeout.
     async fn settled_inbox_rows(&self) -> i64 {
-        let mut conn =
-            MySqlConnection::connect_with(&self.db.dsn.mysql_options().expect("a MySQL address"))
-                .await
-                .unwrap();
-        sqlx::query("SET SESSION innodb_lock_wait_timeout = 2")
-            .execute(&mut conn)
-            .await
-            .unwrap();
-        let mut tx = conn.begin().await.unwrap();
-        let rows = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM receiver_inbox \
-             WHERE consumer_name = ? AND queue_id = ? AND event_id = ? FOR UPDATE",
-        )
-        .bind(self.scope.receiver.as_str())
-        .bind(self.scope.queue_id.as_str())
-        .bind(&self.event_id)
-        .fetch_one(&mut *tx)
-        .await
-        .expect("the abandoned transaction ends within 2 s");
-        tx.rollback().await.unwrap();
-        rows
+        E::settled_inbox_rows(&self.db, &self.scope, &self.event_id).await
     }
 }
 
 /// The receiver's service: the inbox over the task view.
-async fn apply(store: &InboxStore, delivery: Delivery<Bytes>) -> Result<Receipt, InboxError> {
+async fn apply<E: Engine>(
+    store: &InboxStore<E>,
+    delivery: Delivery<Bytes>,
+) -> Result<Receipt, InboxError> {
     common::receiver(store).oneshot(delivery).await
 }
 
 #[tokio::test]
 async fn a_lost_commit_ok_is_reported_unconfirmed_and_the_data_is_committed() {
-    let f = Fixture::new(scope("task-result-view")).await;
+    a_lost_commit_ok_is_reported_unconfirmed_and_the_data_is_committed_on::<MySql>().await;
+}
+
+#[tokio::test]
+async fn on_postgres_a_lost_commit_ok_is_reported_unconfirmed_and_the_data_is_committed() {
+    a_lost_commit_ok_is_reported_unconfirmed_and_the_data_is_committed_on::<Postgres>().await;
+}
+
+async fn a_lost_commit_ok_is_reported_unconfirmed_and_the_data_is_committed_on<E: Server>() {
+    let f = Fixture::<E>::new(scope("task-result-view")).await;
     let store = f.proxied_store().await;
     f.proxy.arm(Fault::DropCommitOk);
 
@@ -171,7 +282,20 @@ async fn a_lost_commit_ok_is_reported_unconfirmed_and_the_data_is_committed() {
 
 #[tokio::test]
 async fn a_commit_dropped_before_the_server_saw_it_is_unconfirmed_and_nothing_is_committed() {
-    let f = Fixture::new(scope("task-result-view")).await;
+    a_commit_dropped_before_the_server_saw_it_is_unconfirmed_and_nothing_is_committed_on::<MySql>()
+        .await;
+}
+
+#[tokio::test]
+async fn on_postgres_a_commit_dropped_before_the_server_saw_it_is_unconfirmed_and_nothing_is_committed(
+) {
+    a_commit_dropped_before_the_server_saw_it_is_unconfirmed_and_nothing_is_committed_on::<Postgres>().await;
+}
+
+async fn a_commit_dropped_before_the_server_saw_it_is_unconfirmed_and_nothing_is_committed_on<
+    E: Server,
+>() {
+    let f = Fixture::<E>::new(scope("task-result-view")).await;
     let store = f.proxied_store().await;
     f.proxy.arm(Fault::DropCommitBeforeServer);
 
@@ -194,9 +318,19 @@ async fn a_commit_dropped_before_the_server_saw_it_is_unconfirmed_and_nothing_is
 
 #[tokio::test]
 async fn the_consumer_does_not_ack_an_unconfirmed_commit_and_the_redelivery_dedups() {
+    the_consumer_does_not_ack_an_unconfirmed_commit_and_the_redelivery_dedups_on::<MySql>().await;
+}
+
+#[tokio::test]
+async fn on_postgres_the_consumer_does_not_ack_an_unconfirmed_commit_and_the_redelivery_dedups() {
+    the_consumer_does_not_ack_an_unconfirmed_commit_and_the_redelivery_dedups_on::<Postgres>()
+        .await;
+}
+
+async fn the_consumer_does_not_ack_an_unconfirmed_commit_and_the_redelivery_dedups_on<E: Server>() {
     let (orbit, creds, sub) = OrbitDev::subscribed(1_500, 5, "inbox-commit-loss").await;
     let name = ReceiverName::parse("task-result-view").unwrap();
-    let f = Fixture::new(InboxScope::new(name, creds.queue())).await;
+    let f = Fixture::<E>::new(InboxScope::new(name, creds.queue())).await;
     let delivery = orbit.inject(&sub, &f.event_json()).await;
 
     let store = f.proxied_store().await;
@@ -366,7 +500,22 @@ pub(crate) async fn a_batch_of_three_meets<E: Engine>(
 
 #[tokio::test]
 async fn a_batch_whose_commit_answer_is_lost_is_unconfirmed_for_every_delivery_and_committed() {
-    let f = Fixture::new(scope("task-result-view")).await;
+    a_batch_whose_commit_answer_is_lost_is_unconfirmed_for_every_delivery_and_committed_on::<MySql>().await;
+}
+
+#[tokio::test]
+async fn on_postgres_a_batch_whose_commit_answer_is_lost_is_unconfirmed_for_every_delivery_and_committed(
+) {
+    a_batch_whose_commit_answer_is_lost_is_unconfirmed_for_every_delivery_and_committed_on::<
+        Postgres,
+    >()
+    .await;
+}
+
+async fn a_batch_whose_commit_answer_is_lost_is_unconfirmed_for_every_delivery_and_committed_on<
+    E: Server,
+>() {
+    let f = Fixture::<E>::new(scope("task-result-view")).await;
     let store = f.proxied_store().await;
     let (answers, jsons) = a_batch_of_three_meets(
         store,
@@ -392,5 +541,41 @@ async fn a_batch_whose_commit_answer_is_lost_is_unconfirmed_for_every_delivery_a
     for json in &jsons {
         let receipt = apply(&direct, common::delivery_of(json)).await.unwrap();
         assert_eq!(receipt.outcome, Outcome::Duplicate { applied: true });
+    }
+}
+
+#[tokio::test]
+async fn a_batch_whose_commit_never_reached_the_server_is_unconfirmed_and_applied_on_redelivery() {
+    batch_commit_dropped_on::<MySql>().await;
+}
+
+#[tokio::test]
+async fn on_postgres_a_batch_whose_commit_never_reached_the_server_is_unconfirmed_and_applied_on_redelivery(
+) {
+    batch_commit_dropped_on::<Postgres>().await;
+}
+
+async fn batch_commit_dropped_on<E: Server>() {
+    let f = Fixture::<E>::new(scope("task-result-view")).await;
+    let store = f.proxied_store().await;
+    let (answers, jsons) = a_batch_of_three_meets(
+        store,
+        &f.proxy,
+        Fault::DropCommitBeforeServer,
+        f.scope.queue_id.as_str(),
+    )
+    .await;
+    for answer in &answers {
+        assert!(
+            matches!(answer, Err(InboxError::CommitUnconfirmed)),
+            "{answer:?}"
+        );
+    }
+    assert_eq!(f.proxy.fired(), 1);
+
+    let direct = f.direct_store().await;
+    for json in &jsons {
+        let receipt = apply(&direct, common::delivery_of(json)).await.unwrap();
+        assert_eq!(receipt.outcome, Outcome::Applied);
     }
 }

@@ -26,8 +26,6 @@ mod fuzz_regressions;
 mod inbox;
 #[path = "../postgres.rs"]
 mod postgres;
-#[path = "../postgres_commit_loss.rs"]
-mod postgres_commit_loss;
 #[path = "../postgres_inbox.rs"]
 mod postgres_inbox;
 #[path = "../privileges.rs"]
