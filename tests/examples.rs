@@ -52,6 +52,29 @@ async fn own_table_writes_its_row_in_the_inbox_transaction_once() {
 }
 
 #[tokio::test]
+async fn own_table_postgres_writes_its_row_in_the_inbox_transaction_once() {
+    let db = common::postgres::PgTestDb::new().await;
+    db.run_script(result_inbox::db::schema::POSTGRES_SCHEMA_SQL)
+        .await
+        .unwrap();
+    let out = example("own_table_postgres")
+        .env("ORBIT_RECEIVER_DSN", &db.dsn)
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert!(
+        text.contains("attempt 1: applied\nattempt 2: duplicate\n"),
+        "{text}"
+    );
+    assert!(text.contains(" status=SUCCEEDED"), "{text}");
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM example_orders")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 1);
+}
+
+#[tokio::test]
 async fn tower_stack_applies_eight_copies_once() {
     let db = TestDb::initialized().await;
     let out = example("tower_stack")

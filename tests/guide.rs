@@ -88,6 +88,29 @@ fn a_crate_with_exactly_the_readme_s_dependencies_builds_every_example_the_guide
             ),
         profiles()
     );
+    // An example on PostgreSQL needs the feature the README's "On
+    // PostgreSQL" names, in the dependency line it gives.
+    let postgres_line = "result-inbox = { version = \"0.1\", features = [\"postgres\"] }";
+    let readme = std::fs::read_to_string(repo.join("README.md")).unwrap();
+    assert!(
+        readme.contains(postgres_line),
+        "the README's line for PostgreSQL"
+    );
+    let manifest = if examples.iter().any(|name| name.ends_with("_postgres")) {
+        manifest.replacen(
+            &format!(
+                "result-inbox = {{ path = {:?} }}",
+                repo.display().to_string()
+            ),
+            &format!(
+                "result-inbox = {{ path = {:?}, features = [\"postgres\"] }}",
+                repo.display().to_string()
+            ),
+            1,
+        )
+    } else {
+        manifest
+    };
     std::fs::write(dir.join("Cargo.toml"), manifest).unwrap();
     std::fs::write(dir.join("src/lib.rs"), "").unwrap();
     // The versions this repository was tested with.
