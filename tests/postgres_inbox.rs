@@ -468,3 +468,75 @@ async fn a_role_with_select_insert_and_update_on_the_two_tables_runs_every_path(
     assert!(answers.iter().all(Result::is_ok), "{answers:?}");
     assert_eq!(f.view().await.task_version, 6);
 }
+
+#[tokio::test]
+async fn a_deadlock_victim_is_retried_inside_the_budget_and_counted() {
+    let f = Fixture::new().await;
+    f.apply(&f.event(1, "task.submitted", "PENDING").json())
+        .await
+        .unwrap();
+    let next = f.event(2, "task.cancelled", "CANCELLED");
+
+    // A rival takes the view row, then waits for the inbox row the apply
+    // inserts first. Its own deadlock check comes later than the apply's
+    // (1 s), so the apply's transaction is the one rolled back (40P01).
+    let mut rival = f.db.pool.begin().await.unwrap();
+    rival
+        .execute("SET LOCAL deadlock_timeout = '10s'")
+        .await
+        .unwrap();
+    sqlx::query("SELECT 1 FROM receiver_task_views WHERE task_id = $1 FOR UPDATE")
+        .bind(&f.task)
+        .fetch_one(&mut *rival)
+        .await
+        .unwrap();
+    let applying = tokio::spawn({
+        let receiver = f.receiver();
+        let json = next.json();
+        async move { receiver.oneshot(delivery_of(&json)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    sqlx::query("INSERT INTO receiver_inbox VALUES ($1, $2, $3, repeat('0', 64), '{}', 0, now())")
+        .bind(f.scope.receiver.as_str())
+        .bind(f.scope.queue_id.as_str())
+        .bind(&next.id)
+        .execute(&mut *rival)
+        .await
+        .expect("the rival survives the deadlock");
+    rival.rollback().await.unwrap();
+
+    let receipt = applying.await.unwrap().unwrap();
+    assert_eq!(receipt.outcome, Outcome::Applied);
+    assert_eq!(f.store.stats().deadlock_retries, 1);
+    assert_eq!(f.view().await.applied_events, 2);
+}
+
+#[tokio::test]
+async fn a_duplicate_key_of_the_inner_service_s_own_table_is_an_error_never_the_duplicate_path() {
+    let f = Fixture::new().await;
+    f.db.pool
+        .execute("CREATE TABLE orders (id int PRIMARY KEY); INSERT INTO orders VALUES (1)")
+        .await
+        .unwrap();
+    // 23505 as the inbox's own duplicate key is, but on another table.
+    let service = tower::service_fn(
+        |delivery: Delivery<result_inbox::inbox::Applying<Postgres>>| async move {
+            let mut applying = delivery.into_body();
+            sqlx::query("INSERT INTO orders VALUES (1)")
+                .execute(applying.connection())
+                .await?;
+            Ok::<_, sqlx::Error>(applying.applied())
+        },
+    );
+    let inbox = ServiceBuilder::new()
+        .layer(InboxLayer::new(f.store.clone()))
+        .service(service);
+    let event = f.event(2, "task.succeeded", "SUCCEEDED").json();
+    // The inner service's error, as it is: not a duplicate, not retried.
+    let err = inbox.oneshot(delivery_of(&event)).await.unwrap_err();
+    assert!(
+        matches!(&err, InboxError::Database(e) if e.sqlstate() == Some("23505")),
+        "{err:?}"
+    );
+    assert_eq!(f.inbox_rows().await, 0, "the inbox row was rolled back");
+}
