@@ -1,7 +1,7 @@
 //! A failover of PostgreSQL under a running `receiver consume`: a
 //! pg_auto_failover formation of the test's own (a monitor, a primary and a
-//! synchronous secondary on loopback), the receiver reaching whichever node
-//! is primary through an address that moves with it, and a failover while
+//! synchronous secondary on loopback), the receiver given the monitor's
+//! address of every node (`pg_autoctl show uri`), and a failover while
 //! events are applied at full rate: every event applied once, every
 //! delivery ACKed, nothing lost on the new primary.
 
@@ -13,61 +13,24 @@ use common::consume::Consume;
 use common::orbit::{receiver, OrbitDev};
 use common::postgres::Formation;
 use sqlx::{Connection, PgConnection};
-use tokio::net::{TcpListener, TcpStream};
 
 const NAME: &str = "task-result-view";
 const EVENTS: u64 = 600;
 
-/// The address that moves with the primary: each connection is relayed to
-/// the node the monitor names primary when it arrives (what a virtual IP
-/// or a proxy in front of pg_auto_failover does for a client that, as
-/// sqlx, connects to one host).
-async fn primary_address(formation: &Formation) -> (u16, tokio::task::JoinHandle<()>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let monitor = formation.monitor_dsn();
-    let relay = tokio::spawn(async move {
-        let mut relays = tokio::task::JoinSet::new();
-        while let Ok((mut client, _)) = listener.accept().await {
-            while relays.try_join_next().is_some() {}
-            let monitor = monitor.clone();
-            relays.spawn(async move {
-                let Some(port) = primary_port(&monitor).await else {
-                    return;
-                };
-                if let Ok(mut server) = TcpStream::connect(("127.0.0.1", port)).await {
-                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
-                }
-            });
-        }
-    });
-    (port, relay)
-}
-
-async fn primary_port(monitor: &str) -> Option<u16> {
-    let mut conn = PgConnection::connect(monitor).await.ok()?;
-    let port: Option<i32> =
-        sqlx::query_scalar("SELECT primary_port FROM pgautofailover.get_primary('default', 0)")
-            .fetch_optional(&mut conn)
-            .await
-            .ok()
-            .flatten();
-    let _ = conn.close().await;
-    port.and_then(|p| u16::try_from(p).ok())
-}
-
-// Several threads: the relay runs beside the test's blocking calls (the
-// `receiver init` process connects through it, a failover waits).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn on_pg_auto_failover_a_failover_at_full_rate_loses_nothing_and_applies_nothing_twice() {
     let formation = Formation::start("receiver").await;
     let first_primary = formation.primary_port().await.unwrap();
-    let (port, _relay) = primary_address(&formation).await;
-    let dsn = format!("postgres://postgres@127.0.0.1:{port}/receiver?sslmode=disable");
+    let dsn = formation.uri();
+    assert!(dsn.contains(",127.0.0.1:"), "every node: {dsn}");
 
     // What the receiver needs of the cluster: a COMMIT it is told of is on
     // the synchronous standby too.
-    let mut primary = PgConnection::connect(&dsn).await.unwrap();
+    let mut primary = PgConnection::connect(&format!(
+        "postgres://postgres@127.0.0.1:{first_primary}/receiver?sslmode=disable"
+    ))
+    .await
+    .unwrap();
     let (standbys, commit): (String, String) = sqlx::query_as(
         "SELECT current_setting('synchronous_standby_names'), current_setting('synchronous_commit')",
     )
@@ -99,7 +62,7 @@ async fn on_pg_auto_failover_a_failover_at_full_rate_loses_nothing_and_applies_n
             c["acked"].as_u64().unwrap_or(0) >= EVENTS / 4
         })
         .await;
-    tokio::task::block_in_place(|| formation.failover());
+    formation.failover();
     formation.wait_for(&["primary", "secondary"], 120).await;
     let new_primary = formation.primary_port().await.unwrap();
     assert_ne!(new_primary, first_primary, "the failover moved the primary");

@@ -59,10 +59,13 @@ pub struct Dsn {
 
 /// The server a [`Dsn`] names, with the options of its driver.
 #[derive(Clone)]
+// A few per process: the size of the larger variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 enum Address {
     MySql(MySqlConnectOptions),
+    /// One set of options per host the address names (at least one).
     #[cfg(feature = "postgres")]
-    Postgres(sqlx::postgres::PgConnectOptions),
+    Postgres(Vec<sqlx::postgres::PgConnectOptions>),
 }
 
 /// Which engine a [`Dsn`] names: `mysql://` (or `mariadb://`), or
@@ -220,7 +223,7 @@ impl Dsn {
         match &self.address {
             Address::MySql(options) => options.get_database().unwrap_or_default(),
             #[cfg(feature = "postgres")]
-            Address::Postgres(options) => options.get_database().unwrap_or_default(),
+            Address::Postgres(hosts) => hosts[0].get_database().unwrap_or_default(),
         }
     }
 
@@ -241,7 +244,9 @@ impl Dsn {
         let address = match &self.address {
             Address::MySql(options) => Address::MySql(options.clone().database(database)),
             #[cfg(feature = "postgres")]
-            Address::Postgres(options) => Address::Postgres(options.clone().database(database)),
+            Address::Postgres(hosts) => {
+                Address::Postgres(hosts.iter().map(|o| o.clone().database(database)).collect())
+            }
         };
         Dsn { address, redacted }
     }
@@ -258,9 +263,16 @@ impl Dsn {
     /// sqlx's connection options, for a PostgreSQL address.
     #[cfg(feature = "postgres")]
     pub fn postgres_options(&self) -> Option<sqlx::postgres::PgConnectOptions> {
+        self.postgres_hosts().first().cloned()
+    }
+
+    /// The options of each host a PostgreSQL address names, in its order
+    /// (empty for a MySQL address).
+    #[cfg(feature = "postgres")]
+    pub fn postgres_hosts(&self) -> &[sqlx::postgres::PgConnectOptions] {
         match &self.address {
-            Address::Postgres(options) => Some(options.clone()),
-            Address::MySql(_) => None,
+            Address::Postgres(hosts) => hosts,
+            Address::MySql(_) => &[],
         }
     }
 
@@ -301,8 +313,9 @@ pub const ACCEPTED_OPTIONS: [&str; 9] = [
 /// The query options the PostgreSQL driver (sqlx) understands, as libpq
 /// spells them; sqlx also takes `ssl-mode`, `ssl-root-cert`, `ssl-ca`,
 /// `ssl-cert`, `ssl-key` and `options[name]`.
-pub const POSTGRES_OPTIONS: [&str; 13] = [
+pub const POSTGRES_OPTIONS: [&str; 14] = [
     "sslmode",
+    "target_session_attrs",
     "sslrootcert",
     "sslcert",
     "sslkey",

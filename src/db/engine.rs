@@ -52,6 +52,13 @@ mod sealed {
         /// See [`SCHEMA_SQL`](Self::SCHEMA_SQL).
         const RETENTION_SQL: &'static str;
 
+        /// For an address that names several hosts: the options of the one
+        /// that takes writes now (not a standby), asked of each in turn;
+        /// `None` for an address of one host, or when none answers as one.
+        fn writable_options(
+            dsn: &Dsn,
+        ) -> impl Future<Output = Option<<Self::Connection as sqlx::Connection>::Options>> + Send;
+
         /// One connection of its own to the server `dsn` names.
         fn connect_one(
             dsn: &Dsn,

@@ -62,6 +62,9 @@ impl Default for StoreOptions {
 #[derive(Debug)]
 pub struct InboxStore<E: Engine = MySql> {
     shelf: Arc<Shelf<E>>,
+    /// The address, for a probe that looks for the host that takes writes
+    /// when it names several.
+    dsn: Arc<Dsn>,
     scope: InboxScope,
     transaction_timeout: Duration,
     stats: Arc<Counters>,
@@ -71,6 +74,7 @@ impl<E: Engine> Clone for InboxStore<E> {
     fn clone(&self) -> Self {
         Self {
             shelf: self.shelf.clone(),
+            dsn: self.dsn.clone(),
             scope: self.scope.clone(),
             transaction_timeout: self.transaction_timeout,
             stats: self.stats.clone(),
@@ -141,8 +145,9 @@ impl<E: Engine> InboxStore<E> {
         options: StoreOptions,
     ) -> Result<Self, DbError> {
         let connect = E::connect_options(dsn).ok_or_else(|| DbError::wrong_engine(dsn.engine()))?;
+        let connect = E::writable_options(dsn).await.unwrap_or(connect);
         let pool = pool_options::<E>(&options).connect_with(connect).await?;
-        Ok(Self::with_pool(pool, scope, &options))
+        Ok(Self::with_pool(pool, dsn, scope, &options))
     }
 
     /// Like [`open`](Self::open), but opens no connection yet (see
@@ -150,14 +155,15 @@ impl<E: Engine> InboxStore<E> {
     pub fn open_lazy(dsn: &Dsn, scope: InboxScope, options: StoreOptions) -> Result<Self, DbError> {
         let connect = E::connect_options(dsn).ok_or_else(|| DbError::wrong_engine(dsn.engine()))?;
         let pool = pool_options::<E>(&options).connect_lazy_with(connect);
-        Ok(Self::with_pool(pool, scope, &options))
+        Ok(Self::with_pool(pool, dsn, scope, &options))
     }
 }
 
 impl<E: Engine> InboxStore<E> {
-    fn with_pool(pool: Pool<E>, scope: InboxScope, options: &StoreOptions) -> Self {
+    fn with_pool(pool: Pool<E>, dsn: &Dsn, scope: InboxScope, options: &StoreOptions) -> Self {
         Self {
             shelf: Arc::new(Shelf::new(pool)),
+            dsn: Arc::new(dsn.clone()),
             scope,
             transaction_timeout: options.transaction_timeout,
             stats: Arc::default(),
@@ -363,7 +369,16 @@ impl<E: Engine> Probe for InboxStore<E> {
     fn probe(&self) -> futures::future::BoxFuture<'static, Result<(), crate::BoxError>> {
         let store = self.clone();
         Box::pin(async move {
-            store.ping().await?;
+            if let Err(e) = store.ping().await {
+                // An address of several hosts: a failover may have moved
+                // the one that takes writes.
+                let Some(moved) = E::writable_options(&store.dsn).await else {
+                    return Err(e.into());
+                };
+                store.pool().set_connect_options(moved);
+                store.shelf.clear();
+                store.ping().await?;
+            }
             store.mark_reachable();
             Ok(())
         })

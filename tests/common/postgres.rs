@@ -343,6 +343,25 @@ impl Formation {
         port.and_then(|p| u16::try_from(p).ok())
     }
 
+    /// The formation's address as the monitor gives it (`pg_autoctl show
+    /// uri`): every node, `target_session_attrs=read-write`; with the
+    /// `postgres` role, which the URI leaves to the client.
+    pub fn uri(&self) -> String {
+        let out = as_server(&self.autoctl)
+            .args(["show", "uri", "--formation", "default"])
+            .args(["--pgdata", self.dir.join("monitor").to_str().unwrap()])
+            .current_dir(&self.dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let uri = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+        uri.replacen("postgres://", "postgres://postgres@", 1)
+    }
+
     /// Asks the monitor for a failover and waits until it is done (a
     /// blocking call: run it off the runtime's threads).
     pub fn failover(&self) {

@@ -33,6 +33,13 @@ impl Statements for MySql {
     const SCHEMA_SQL: &'static str = crate::db::schema::SCHEMA_SQL;
     const RETENTION_SQL: &'static str = crate::db::schema::RETENTION_SQL;
 
+    /// A MySQL address names one host.
+    fn writable_options(
+        _dsn: &Dsn,
+    ) -> impl Future<Output = Option<sqlx::mysql::MySqlConnectOptions>> + Send {
+        std::future::ready(None)
+    }
+
     fn connect_one(dsn: &Dsn) -> impl Future<Output = Result<MySqlConnection, sqlx::Error>> + Send {
         dsn.connect()
     }

@@ -9,9 +9,12 @@ use sqlx::postgres::{PgConnectOptions, PgSslMode};
 
 use crate::db::dsn::{check_ca_file, form_decode, DsnError, POSTGRES_OPTIONS};
 
-/// The options and the redacted form (no password, no options but
-/// `sslmode` when given) of a PostgreSQL address.
-pub(crate) fn parse(s: &str) -> Result<(PgConnectOptions, String), DsnError> {
+/// The options of each host and the redacted form (no password, no
+/// options but `sslmode` when given) of a PostgreSQL address. An address
+/// may name several hosts, as libpq's do (`postgres://u@h1:5432,h2:5432/db`,
+/// what `pg_autoctl show uri` prints): the receiver writes to the one that
+/// is not a standby (`target_session_attrs=read-write` is all it accepts).
+pub(crate) fn parse(s: &str) -> Result<(Vec<PgConnectOptions>, String), DsnError> {
     let (without_fragment, _) = s.split_once('#').unwrap_or((s, ""));
     let (base, query) = without_fragment
         .split_once('?')
@@ -26,6 +29,14 @@ pub(crate) fn parse(s: &str) -> Result<(PgConnectOptions, String), DsnError> {
                 ca = Some(PathBuf::from(form_decode(value)));
             }
             "ssl-cert" | "ssl-key" => {}
+            "target_session_attrs" => match form_decode(value).as_str() {
+                "read-write" | "primary" => {}
+                other => {
+                    return Err(DsnError::UnknownPostgresOption {
+                        option: format!("target_session_attrs={other}"),
+                    })
+                }
+            },
             known if POSTGRES_OPTIONS.contains(&known) => {}
             named if named.starts_with("options[") && named.ends_with(']') => {}
             unknown => {
@@ -48,10 +59,15 @@ pub(crate) fn parse(s: &str) -> Result<(PgConnectOptions, String), DsnError> {
     if path.is_empty() {
         return Err(DsnError::NoDatabase);
     }
-    let options = PgConnectOptions::from_str(s).map_err(|_| DsnError::Invalid)?;
+    let hosts = one_url_per_host(base, query)?;
+    let options = hosts
+        .iter()
+        .map(|url| PgConnectOptions::from_str(url).map_err(|_| DsnError::Invalid))
+        .collect::<Result<Vec<_>, _>>()?;
+    let first = &options[0];
     if let Some(ca) = &ca {
         let verifying = matches!(
-            options.get_ssl_mode(),
+            first.get_ssl_mode(),
             PgSslMode::Require | PgSslMode::VerifyCa | PgSslMode::VerifyFull
         );
         if !verifying {
@@ -59,18 +75,49 @@ pub(crate) fn parse(s: &str) -> Result<(PgConnectOptions, String), DsnError> {
         }
         check_ca_file(ca)?;
     }
+    let hosts: Vec<String> = options
+        .iter()
+        .map(|o| format!("{}:{}", o.get_host(), o.get_port()))
+        .collect();
     let mut redacted = format!(
-        "postgres://{}@{}:{}/{}",
-        options.get_username(),
-        options.get_host(),
-        options.get_port(),
-        options.get_database().unwrap_or_default(),
+        "postgres://{}@{}/{}",
+        first.get_username(),
+        hosts.join(","),
+        first.get_database().unwrap_or_default(),
     );
     if let Some(mode) = mode {
         redacted.push_str("?sslmode=");
         redacted.push_str(mode_name(mode));
     }
     Ok((options, redacted))
+}
+
+/// The address once per host it names, each with one host (sqlx reads
+/// one), without `target_session_attrs` (sqlx does not know it).
+fn one_url_per_host(base: &str, query: &str) -> Result<Vec<String>, DsnError> {
+    let (scheme, rest) = base.split_once("://").ok_or(DsnError::Invalid)?;
+    let (authority, path) = rest.split_once('/').ok_or(DsnError::NoDatabase)?;
+    let (user, hosts) = match authority.rsplit_once('@') {
+        Some((user, hosts)) => (format!("{user}@"), hosts),
+        None => (String::new(), authority),
+    };
+    let query: Vec<&str> = query
+        .split('&')
+        .filter(|pair| !pair.is_empty() && !pair.starts_with("target_session_attrs="))
+        .collect();
+    let query = if query.is_empty() {
+        String::new()
+    } else {
+        format!("?{}", query.join("&"))
+    };
+    let urls: Vec<String> = hosts
+        .split(',')
+        .map(|host| format!("{scheme}://{user}{host}/{path}{query}"))
+        .collect();
+    if hosts.split(',').any(str::is_empty) {
+        return Err(DsnError::Invalid);
+    }
+    Ok(urls)
 }
 
 fn mode_name(mode: PgSslMode) -> &'static str {
@@ -134,6 +181,44 @@ mod tests {
         let e = Dsn::parse("postgres://r@db/inbox?sslmode=verify-identity").unwrap_err();
         assert_eq!(e, DsnError::PgSslMode);
         assert!(!e.to_string().contains("verify-identity"), "{e}");
+    }
+
+    #[test]
+    fn an_address_of_several_hosts_keeps_each_and_shows_them_without_the_password() {
+        let dsn = Dsn::parse(
+            "postgres://receiver:s3cret@10.0.0.1:5432,10.0.0.2:5433/inbox?target_session_attrs=read-write&sslmode=prefer",
+        )
+        .unwrap();
+        let hosts: Vec<(String, u16)> = dsn
+            .postgres_hosts()
+            .iter()
+            .map(|o| (o.get_host().to_owned(), o.get_port()))
+            .collect();
+        assert_eq!(
+            hosts,
+            [("10.0.0.1".to_owned(), 5432), ("10.0.0.2".to_owned(), 5433)]
+        );
+        assert!(dsn
+            .postgres_hosts()
+            .iter()
+            .all(|o| o.get_database() == Some("inbox")));
+        let shown = dsn.to_string();
+        assert_eq!(
+            shown,
+            "postgres://receiver@10.0.0.1:5432,10.0.0.2:5433/inbox?sslmode=prefer"
+        );
+    }
+
+    #[test]
+    fn a_session_attribute_other_than_read_write_is_refused() {
+        let e = Dsn::parse("postgres://r@h1,h2/inbox?target_session_attrs=standby").unwrap_err();
+        assert_eq!(
+            e,
+            DsnError::UnknownPostgresOption {
+                option: "target_session_attrs=standby".into()
+            }
+        );
+        assert!(Dsn::parse("postgres://r@h1,,h2/inbox").is_err());
     }
 
     #[test]

@@ -94,9 +94,17 @@ impl Statements for Postgres {
     const SCHEMA_SQL: &'static str = crate::db::schema::POSTGRES_SCHEMA_SQL;
     const RETENTION_SQL: &'static str = crate::db::schema::POSTGRES_RETENTION_SQL;
 
+    async fn writable_options(dsn: &Dsn) -> Option<PgConnectOptions> {
+        session::writable(dsn.postgres_hosts()).await
+    }
+
     async fn connect_one(dsn: &Dsn) -> Result<PgConnection, sqlx::Error> {
         use sqlx::Connection;
-        match dsn.postgres_options() {
+        let writable = match dsn.postgres_hosts() {
+            [_, _, ..] => session::writable(dsn.postgres_hosts()).await,
+            _ => None,
+        };
+        match writable.or_else(|| dsn.postgres_options()) {
             Some(options) => PgConnection::connect_with(&options).await,
             None => Err(sqlx::Error::Configuration(
                 "the DSN names a MySQL server".into(),

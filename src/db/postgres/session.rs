@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnection, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
 use sqlx::Executor;
 
 /// The pool of an inbox store: as on MySQL, each connection runs `READ
@@ -30,11 +30,38 @@ pub(crate) fn pool_options(max_connections: u32, transaction_timeout: Duration) 
 }
 
 /// `SELECT 1`: whether the server answers on this connection.
+/// A standby answers too, but takes no write: it answers as one that is
+/// read-only (25006), which the breaker takes for unreachable, so that a
+/// consumer does not take deliveries from a primary a failover demoted.
 pub(crate) async fn ping(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
-    sqlx::query_scalar::<_, i32>("SELECT 1")
-        .fetch_one(conn)
-        .await
-        .map(drop)
+    conn.execute(
+        "DO $$ BEGIN IF pg_is_in_recovery() THEN \
+           RAISE EXCEPTION USING ERRCODE = '25006', MESSAGE = 'the server is a standby'; \
+         END IF; END $$",
+    )
+    .await
+    .map(drop)
+}
+
+/// The options of the first of `hosts` that takes writes (not a standby),
+/// each asked within 2 s.
+pub(crate) async fn writable(hosts: &[PgConnectOptions]) -> Option<PgConnectOptions> {
+    use sqlx::Connection;
+    for options in hosts {
+        let connected =
+            tokio::time::timeout(Duration::from_secs(2), PgConnection::connect_with(options)).await;
+        let Ok(Ok(mut conn)) = connected else {
+            continue;
+        };
+        let standby: Result<bool, _> = sqlx::query_scalar("SELECT pg_is_in_recovery()")
+            .fetch_one(&mut conn)
+            .await;
+        let _ = conn.close().await;
+        if matches!(standby, Ok(false)) {
+            return Some(options.clone());
+        }
+    }
+    None
 }
 
 /// The connection's isolation level (`read committed`), row-lock wait,
