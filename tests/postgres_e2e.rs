@@ -303,3 +303,47 @@ async fn on_postgres_the_demo_prints_its_lines_and_applies_its_event_once() {
     // One inbox row, applied, and one view that advanced once.
     assert_eq!(totals(&db).await, (1, 1, 1));
 }
+
+#[tokio::test]
+async fn on_postgres_consume_and_the_demo_run_with_only_select_insert_update_on_the_two_tables() {
+    // No DELETE, and no CREATE on the schema (PostgreSQL 15 gives that to
+    // the owner only): a statement that needed either would fail here.
+    let db = initialized().await;
+    let role = format!("runtime_{}", common::random_hex(4));
+    db.run_script(&format!(
+        "CREATE ROLE {role} LOGIN; \
+         GRANT SELECT, INSERT, UPDATE ON receiver_inbox, receiver_task_views TO {role};"
+    ))
+    .await
+    .unwrap();
+    let dsn = db.dsn.replacen("://postgres@", &format!("://{role}@"), 1);
+    let (orbit, creds, sub) = OrbitDev::subscribed(30_000, 5, "pg-least-privilege").await;
+
+    for batch_max in [None, Some("16")] {
+        for _ in 0..5 {
+            orbit.inject_new_task(&creds, &sub).await;
+        }
+        let extra: Vec<(&str, &str)> = batch_max
+            .map(|n| vec![("RECEIVER_BATCH_MAX", n)])
+            .unwrap_or_default();
+        let mut consume = Consume::start(&orbit, &creds, &dsn, &sub, NAME, &extra);
+        let acked = if batch_max.is_some() { 10 } else { 5 };
+        orbit
+            .wait_for_counts(&creds, &sub, Duration::from_secs(30), |c| {
+                c["acked"] == acked
+            })
+            .await;
+        assert!(consume.terminate().success(), "{}", consume.output());
+    }
+    // After the consumer: the demo's events reach the subscription above
+    // too, and nothing consumes them there any more.
+    let demo = receiver()
+        .arg("demo")
+        .env("ORBIT_CREDENTIALS_FILE", &creds.file)
+        .env("ORBIT_RECEIVER_DSN", &dsn)
+        .output()
+        .unwrap();
+    assert!(demo.status.success(), "{}", text(&demo.stderr));
+    // The ten consumed and the demo's event, each applied once.
+    assert_eq!(totals(&db).await, (11, 11, 11));
+}
