@@ -37,7 +37,7 @@ use sha2::{Digest as _, Sha256};
 use crate::db::any::{on_engine, AnyConnection};
 use crate::db::record::{PageKey, TaskTotal, ViewPageRow};
 use crate::db::schema::PRUNED_TABLE;
-use crate::db::{DbError, DbErrorKind, Dsn, Engine};
+use crate::db::{DbError, Dsn, Engine};
 use crate::digest;
 use crate::event::Event;
 use crate::ids::TaskId;
@@ -419,7 +419,7 @@ async fn pruned_rows<E: Engine>(conn: &mut E::Connection) -> Result<Tally, DbErr
     match E::pruned_total(conn).await {
         Ok(n) => Ok(Tally::Counted(n)),
         Err(e) if e.missing_table() == Some(PRUNED_TABLE) => Ok(Tally::Absent),
-        Err(e) if e.kind() == DbErrorKind::PermissionDenied => Ok(Tally::Unreadable),
+        Err(e) if e.lacks_table_privilege() => Ok(Tally::Unreadable),
         Err(e) => Err(e),
     }
 }

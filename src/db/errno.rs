@@ -99,3 +99,6 @@ pub(crate) fn is_duplicate_key(e: &sqlx::Error) -> bool {
 
 /// PostgreSQL's `invalid_catalog_name`: unknown database.
 pub(crate) const INVALID_CATALOG_NAME: &str = "3D000";
+/// PostgreSQL's SQLSTATE `insufficient_privilege`: the role lacks a
+/// privilege on a table (or other object) the statement names.
+pub(crate) const INSUFFICIENT_PRIVILEGE: &str = "42501";

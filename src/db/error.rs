@@ -183,6 +183,16 @@ impl DbError {
             || self.sqlstate.as_deref() == Some(errno::INVALID_CATALOG_NAME)
     }
 
+    /// Whether the statement was refused because the account lacks a
+    /// privilege on a table it names (or on its columns): MySQL's 1142 or
+    /// 1143, PostgreSQL's 42501. Not a refused login.
+    pub(crate) fn lacks_table_privilege(&self) -> bool {
+        matches!(
+            self.number,
+            Some(errno::TABLE_ACCESS_DENIED | errno::COLUMN_ACCESS_DENIED)
+        ) || self.sqlstate.as_deref() == Some(errno::INSUFFICIENT_PRIVILEGE)
+    }
+
     /// Whether the database cannot be reached at all right now (rather than
     /// refusing this one statement): the connection failed or broke, or no
     /// connection came in time.

@@ -100,7 +100,9 @@ impl From<sqlx::Error> for InitError {
         let e = DbError::from(e);
         // 1142 is "CREATE command denied", PostgreSQL's 42501 "permission
         // denied for schema": the account is fine otherwise.
-        if e.number() == Some(errno::TABLE_ACCESS_DENIED) || e.sqlstate() == Some("42501") {
+        if e.number() == Some(errno::TABLE_ACCESS_DENIED)
+            || e.sqlstate() == Some(errno::INSUFFICIENT_PRIVILEGE)
+        {
             InitError::PermissionDenied(e)
         } else {
             InitError::Database(e)

@@ -4,7 +4,7 @@
 
 use super::InboxStore;
 use crate::db::schema::{self, TABLES};
-use crate::db::{errno, DbError, Engine};
+use crate::db::{DbError, Engine};
 
 /// The privileges the runtime needs on each table; never `DELETE`.
 const RUNTIME_PRIVILEGES: [&str; 3] = ["SELECT", "INSERT", "UPDATE"];
@@ -79,11 +79,7 @@ impl<E: Engine> InboxStore<E> {
                 let statement = schema::privilege_probe(table, privilege);
                 if let Err(e) = E::probe(conn, &statement).await {
                     let e = DbError::from(e);
-                    let denied = matches!(
-                        e.number(),
-                        Some(errno::TABLE_ACCESS_DENIED | errno::COLUMN_ACCESS_DENIED)
-                    ) || e.sqlstate() == Some("42501");
-                    return Err(if denied {
+                    return Err(if e.lacks_table_privilege() {
                         Unready::MissingPrivilege { privilege, table }
                     } else {
                         Unready::Database(e)

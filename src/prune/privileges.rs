@@ -5,7 +5,7 @@ use sqlx::mysql::MySqlConnection;
 
 use crate::db::any::{on_engine, AnyConnection};
 use crate::db::schema::{self, INBOX_TABLE, PRUNED_TABLE, TASK_VIEW_TABLE};
-use crate::db::{errno, DbError, Dsn, Engine};
+use crate::db::{DbError, Dsn, Engine};
 
 use super::PruneError;
 
@@ -50,11 +50,7 @@ async fn probe_all<E: Engine>(conn: &mut E::Connection) -> Result<(), PruneError
             let statement = schema::privilege_probe(table, privilege);
             if let Err(e) = E::probe(&mut *conn, &statement).await {
                 let e = DbError::from(e);
-                let denied = matches!(
-                    e.number(),
-                    Some(errno::TABLE_ACCESS_DENIED | errno::COLUMN_ACCESS_DENIED)
-                ) || e.sqlstate() == Some("42501");
-                return Err(if denied {
+                return Err(if e.lacks_table_privilege() {
                     PruneError::MissingPrivilege { privilege, table }
                 } else {
                     PruneError::Database(e)

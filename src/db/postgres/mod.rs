@@ -45,7 +45,9 @@ pub(crate) fn kind_of_sqlstate(code: &str) -> DbErrorKind {
         "55P03" => DbErrorKind::LockWaitTimeout,
         "57P01" | "57P02" | "57P03" | "25006" => DbErrorKind::Connection,
         c if c.starts_with("08") => DbErrorKind::Connection,
-        "28000" | "28P01" | "42501" => DbErrorKind::PermissionDenied,
+        "28000" | "28P01" | crate::db::errno::INSUFFICIENT_PRIVILEGE => {
+            DbErrorKind::PermissionDenied
+        }
         _ => DbErrorKind::Server,
     }
 }
@@ -55,7 +57,7 @@ pub(crate) fn detail_of_sqlstate(code: &str) -> Option<&'static str> {
     match code {
         "28P01" | "28000" => Some("wrong user or password, or no access"),
         crate::db::errno::INVALID_CATALOG_NAME => Some("unknown database"),
-        "42501" => Some("the account lacks a privilege"),
+        crate::db::errno::INSUFFICIENT_PRIVILEGE => Some("the account lacks a privilege"),
         "57P01" | "57P02" => Some("the server is shutting down"),
         "57P03" => Some("the server is starting up or not accepting connections"),
         "25006" => Some("the server is a read-only standby (a failover moved the primary)"),
