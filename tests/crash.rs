@@ -14,7 +14,7 @@ mod common;
 use std::future::Future;
 use std::io::{BufRead, BufReader, Write};
 use std::pin::Pin;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -308,13 +308,15 @@ async fn one_cancelled_task(
     (sub.id, task, id)
 }
 
-async fn killed_after_commit_before_ack() {
-    // The real 30 s lease of Orbit's default.
-    let orbit = OrbitDev::start(30_000, 5);
-    let creds = orbit.bootstrap("crash-kill", None).await;
-    let db = Db::mysql().await;
-    let (sub, task, delivery_id) = one_cancelled_task(&orbit, &creds).await;
-
+/// The child consumer of `crash child-barrier-consume` on `sub` and `db`,
+/// once it says it committed `delivery_id` (and holds it, un-ACKed).
+async fn held_after_commit(
+    orbit: &OrbitDev,
+    creds: &QueueCredentials,
+    db: &Db,
+    sub: &SubscriptionId,
+    delivery_id: &str,
+) -> Child {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .arg("child-barrier-consume")
         .env("ORBIT_URL", &orbit.url)
@@ -339,6 +341,29 @@ async fn killed_after_commit_before_ack() {
         line.trim(),
         format!("BARRIER committed delivery={delivery_id}")
     );
+    child
+}
+
+/// Kills `child` with SIGKILL and reaps it.
+fn sigkill(mut child: Child) {
+    use std::os::unix::process::ExitStatusExt;
+    child.kill().unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(
+        status.signal(),
+        Some(9),
+        "the consumer was SIGKILLed and reaped"
+    );
+}
+
+async fn killed_after_commit_before_ack() {
+    // The real 30 s lease of Orbit's default.
+    let orbit = OrbitDev::start(30_000, 5);
+    let creds = orbit.bootstrap("crash-kill", None).await;
+    let db = Db::mysql().await;
+    let (sub, task, delivery_id) = one_cancelled_task(&orbit, &creds).await;
+
+    let child = held_after_commit(&orbit, &creds, &db, &sub, &delivery_id).await;
 
     // The business transaction is committed…
     let v = view(&db, &creds, task.as_str())
@@ -352,14 +377,7 @@ async fn killed_after_commit_before_ack() {
         (Some("LEASED"), Some(1))
     );
 
-    child.kill().unwrap();
-    let status = child.wait().unwrap();
-    use std::os::unix::process::ExitStatusExt;
-    assert_eq!(
-        status.signal(),
-        Some(9),
-        "the consumer was SIGKILLed and reaped"
-    );
+    sigkill(child);
 
     // A fresh, normal consumer with the same name gets the redelivery once
     // the lease has run out, finds the inbox row and ACKs.
@@ -580,38 +598,12 @@ async fn killed_after_commit_before_ack_on_postgres() {
     let db = Db::postgres().await;
     let (sub, task, delivery_id) = one_cancelled_task(&orbit, &creds).await;
 
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .arg("child-barrier-consume")
-        .env("ORBIT_URL", &orbit.url)
-        .env("ORBIT_TOKEN", &creds.token)
-        .env("ORBIT_QUEUE_ID", &creds.queue_id)
-        .env("ORBIT_SUBSCRIPTION_ID", sub.as_str())
-        .env("ORBIT_RECEIVER_DSN", db.dsn())
-        .env("RECEIVER_NAME", NAME)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let line = tokio::task::spawn_blocking(move || {
-        let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).unwrap();
-        line
-    })
-    .await
-    .unwrap();
-    assert_eq!(
-        line.trim(),
-        format!("BARRIER committed delivery={delivery_id}")
-    );
+    let child = held_after_commit(&orbit, &creds, &db, &sub, &delivery_id).await;
     let v = view(&db, &creds, task.as_str())
         .await
         .expect("view committed");
     assert_eq!((v.last_state.as_str(), v.applied_events), ("CANCELLED", 1));
-    child.kill().unwrap();
-    let status = child.wait().unwrap();
-    use std::os::unix::process::ExitStatusExt;
-    assert_eq!(status.signal(), Some(9));
+    sigkill(child);
 
     fresh_consumer_dedups_and_acks(&orbit, &creds, &db, &sub, &task, &delivery_id, 30).await;
 }
