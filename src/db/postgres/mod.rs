@@ -97,16 +97,18 @@ impl Statements for Postgres {
     const RETENTION_SQL: &'static str = crate::db::schema::POSTGRES_RETENTION_SQL;
 
     async fn writable_options(dsn: &Dsn) -> Option<PgConnectOptions> {
-        session::writable(dsn.postgres_hosts()).await
+        use sqlx::Connection;
+        let (options, conn) = session::writable(dsn.postgres_hosts()).await?;
+        let _ = conn.close().await;
+        Some(options)
     }
 
     async fn connect_one(dsn: &Dsn) -> Result<PgConnection, sqlx::Error> {
         use sqlx::Connection;
-        let writable = match dsn.postgres_hosts() {
-            [_, _, ..] => session::writable(dsn.postgres_hosts()).await,
-            _ => None,
-        };
-        match writable.or_else(|| dsn.postgres_options()) {
+        if let Some((_, conn)) = session::writable(dsn.postgres_hosts()).await {
+            return Ok(conn);
+        }
+        match dsn.postgres_options() {
             Some(options) => PgConnection::connect_with(&options).await,
             None => Err(sqlx::Error::Configuration(
                 "the DSN names a MySQL server".into(),

@@ -43,10 +43,16 @@ pub(crate) async fn ping(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
     .map(drop)
 }
 
-/// The options of the first of `hosts` that takes writes (not a standby),
-/// each asked within 2 s.
-pub(crate) async fn writable(hosts: &[PgConnectOptions]) -> Option<PgConnectOptions> {
+/// For an address of several hosts: the first that takes writes (not a
+/// standby), each asked within 2 s, and the connection that asked it.
+/// `None` for one host, which is used as it is.
+pub(crate) async fn writable(
+    hosts: &[PgConnectOptions],
+) -> Option<(PgConnectOptions, PgConnection)> {
     use sqlx::Connection;
+    if hosts.len() < 2 {
+        return None;
+    }
     for options in hosts {
         let connected =
             tokio::time::timeout(Duration::from_secs(2), PgConnection::connect_with(options)).await;
@@ -56,10 +62,10 @@ pub(crate) async fn writable(hosts: &[PgConnectOptions]) -> Option<PgConnectOpti
         let standby: Result<bool, _> = sqlx::query_scalar("SELECT pg_is_in_recovery()")
             .fetch_one(&mut conn)
             .await;
-        let _ = conn.close().await;
         if matches!(standby, Ok(false)) {
-            return Some(options.clone());
+            return Some((options.clone(), conn));
         }
+        let _ = conn.close().await;
     }
     None
 }
