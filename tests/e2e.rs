@@ -67,6 +67,27 @@ async fn applied_rows(db: &TestDb, event_ids: &[String]) -> i64 {
     n
 }
 
+/// The task of a demo whose report is `stdout`, once the report says its
+/// event was applied once, its copy a duplicate, its ACK confirmed and its
+/// subscription paused.
+pub(crate) fn demo_task(stdout: &str) -> String {
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    let task = lines[0]
+        .strip_prefix("task=")
+        .and_then(|l| l.split(' ').next())
+        .unwrap();
+    assert_eq!(
+        lines[0],
+        format!("task={task} state=CANCELLED inbox_duplicate=true applied_events=1")
+    );
+    assert_eq!(
+        lines[1],
+        "ack_confirmed=1 pending=0 subscription_enabled=false"
+    );
+    task.to_owned()
+}
+
 #[tokio::test]
 async fn the_demo_prints_its_three_lines_and_leaves_the_subscription_paused() {
     let orbit = OrbitDev::start(30_000, 5);
@@ -93,20 +114,8 @@ async fn the_demo_prints_its_three_lines_and_leaves_the_subscription_paused() {
     let (stdout, stderr) = text(&demo);
     assert!(demo.status.success(), "{stderr}");
     assert!(started.elapsed() < Duration::from_secs(20));
-    let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines.len(), 2, "{stdout}");
-    let task = lines[0]
-        .strip_prefix("task=")
-        .and_then(|l| l.split(' ').next())
-        .unwrap();
-    assert_eq!(
-        lines[0],
-        format!("task={task} state=CANCELLED inbox_duplicate=true applied_events=1")
-    );
-    assert_eq!(
-        lines[1],
-        "ack_confirmed=1 pending=0 subscription_enabled=false"
-    );
+    let task = demo_task(&stdout);
+    let task = task.as_str();
 
     // Orbit agrees: one delivery, ACKed on its first attempt, subscription paused.
     let subs = orbit.get(&creds, "/v1/subscriptions").await;

@@ -286,20 +286,7 @@ async fn on_postgres_the_demo_prints_its_lines_and_applies_its_event_once() {
         .unwrap();
     let stdout = text(&demo.stdout);
     assert!(demo.status.success(), "{stdout}{}", text(&demo.stderr));
-    let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines.len(), 2, "{stdout}");
-    let task = lines[0]
-        .strip_prefix("task=")
-        .and_then(|l| l.split(' ').next())
-        .unwrap();
-    assert_eq!(
-        lines[0],
-        format!("task={task} state=CANCELLED inbox_duplicate=true applied_events=1")
-    );
-    assert_eq!(
-        lines[1],
-        "ack_confirmed=1 pending=0 subscription_enabled=false"
-    );
+    crate::e2e::demo_task(&stdout);
     // One inbox row, applied, and one view that advanced once.
     assert_eq!(totals(&db).await, (1, 1, 1));
 }
