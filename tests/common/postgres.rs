@@ -347,36 +347,34 @@ impl Formation {
     /// uri`): every node, `target_session_attrs=read-write`; with the
     /// `postgres` role, which the URI leaves to the client.
     pub fn uri(&self) -> String {
-        let out = as_server(&self.autoctl)
-            .args(["show", "uri", "--formation", "default"])
-            .args(["--pgdata", self.dir.join("monitor").to_str().unwrap()])
-            .current_dir(&self.dir)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let uri = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+        let out = self.ask_monitor(&["show", "uri"]);
+        let uri = String::from_utf8(out).unwrap().trim().to_owned();
         uri.replacen("postgres://", "postgres://postgres@", 1)
     }
 
-    /// Asks the monitor for a failover and waits until it is done (a
-    /// blocking call: run it off the runtime's threads).
+    /// Asks the monitor for a failover and waits until it is done (it
+    /// blocks the thread meanwhile).
     pub fn failover(&self) {
+        self.ask_monitor(&["perform", "failover"]);
+    }
+
+    /// `pg_autoctl <args>` of the formation, through the monitor: what it
+    /// printed, once it succeeded.
+    fn ask_monitor(&self, args: &[&str]) -> Vec<u8> {
         let out = as_server(&self.autoctl)
-            .args(["perform", "failover", "--formation", "default"])
-            .args(["--pgdata", self.dir.join("monitor").to_str().unwrap()])
+            .args(args)
+            .args(["--formation", "default", "--pgdata"])
+            .arg(self.dir.join("monitor"))
             .current_dir(&self.dir)
             .output()
             .unwrap();
         assert!(
             out.status.success(),
-            "{}{}",
+            "pg_autoctl {args:?}: {}{}",
             String::from_utf8_lossy(&out.stderr),
             self.logs()
         );
+        out.stdout
     }
 
     /// The tail of each process's log, for a failure message.
