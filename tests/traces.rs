@@ -11,6 +11,7 @@ use std::time::Duration;
 use common::consume::Consume;
 use common::orbit::OrbitDev;
 use common::otlp::{OtlpReceiver, ReceivedSpan, KIND_CLIENT, KIND_CONSUMER};
+use common::postgres::PgTestDb;
 use common::{random_hex, EventSpec, TestDb};
 
 /// The result body no span may carry.
@@ -25,9 +26,21 @@ fn children<'a>(spans: &'a [ReceivedSpan], parent: &ReceivedSpan) -> Vec<&'a Rec
 
 #[tokio::test]
 async fn each_delivery_is_one_trace_with_its_transaction_statements_and_acknowledgement() {
+    let db = TestDb::initialized().await;
+    one_trace_per_delivery(&common::dsn_for(&db.name), "mysql").await;
+}
+
+#[tokio::test]
+async fn on_postgres_each_delivery_is_the_same_trace_and_its_statements_name_postgresql() {
+    let db = PgTestDb::initialized().await;
+    one_trace_per_delivery(&db.dsn, "postgresql").await;
+}
+
+/// One delivery consumed into the database at `dsn`, whose statements'
+/// spans name `system`, read back from the collector.
+async fn one_trace_per_delivery(dsn: &str, system: &str) {
     let otlp = OtlpReceiver::start().await;
     let (orbit, creds, sub) = OrbitDev::subscribed(30_000, 5, "traces").await;
-    let db = TestDb::initialized().await;
     let task = random_hex(16);
     let mut event = EventSpec::submitted(&creds.queue_id, &task);
     event.version = 2;
@@ -36,11 +49,12 @@ async fn each_delivery_is_one_trace_with_its_transaction_statements_and_acknowle
     event.result = Some(SECRET_RESULT);
     let event = event;
     let delivery = orbit.inject(&sub, &event.json()).await;
-    let mut consume = Consume::on_test_db(
+    let mut consume = Consume::start(
         &orbit,
         &creds,
-        &db,
+        dsn,
         &sub,
+        "task-result-view",
         &[("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.endpoint().as_str())],
     );
     orbit
@@ -123,7 +137,13 @@ async fn each_delivery_is_one_trace_with_its_transaction_statements_and_acknowle
         .find(|s| s.name == "INSERT receiver_inbox")
         .unwrap();
     assert_eq!(insert.parent_span_id, transaction.span_id);
-    assert_eq!(insert.attribute("db.system.name"), Some("mysql"));
+    assert_eq!(insert.attribute("db.system.name"), Some(system));
+    assert!(
+        statements
+            .iter()
+            .all(|s| s.attribute("db.system.name") == Some(system)),
+        "{statements:#?}"
+    );
     assert_eq!(insert.attribute("db.operation.name"), Some("INSERT"));
     assert_eq!(
         insert.attribute("db.collection.name"),
@@ -138,7 +158,6 @@ async fn each_delivery_is_one_trace_with_its_transaction_statements_and_acknowle
         .any(|s| s.name == "INSERT receiver_task_views"));
 
     // Nothing secret in any span, event or resource.
-    let password = common::dsn_for(&db.name);
     for span in &spans {
         let texts = span
             .attributes
@@ -151,7 +170,7 @@ async fn each_delivery_is_one_trace_with_its_transaction_statements_and_acknowle
             assert!(!text.contains("sentinel-result"), "{text}");
             assert!(!text.contains(&creds.token), "{text}");
             assert!(!text.contains("lease_proof"), "{text}");
-            assert!(!text.contains(&password), "{text}");
+            assert!(!text.contains(dsn), "{text}");
         }
     }
 }
@@ -278,6 +297,63 @@ async fn a_collector_that_is_down_never_stops_a_delivery_and_the_lost_spans_are_
         "{:?}",
         stopping.elapsed()
     );
+}
+
+#[tokio::test]
+async fn the_export_s_threads_run_at_the_lowest_priority_and_deliveries_at_the_normal_one() {
+    let otlp = OtlpReceiver::start().await;
+    let (orbit, creds, sub) = OrbitDev::subscribed(30_000, 5, "traces-nice").await;
+    let db = TestDb::initialized().await;
+    orbit.inject_new_task(&creds, &sub).await;
+    let mut consume = Consume::on_test_db(
+        &orbit,
+        &creds,
+        &db,
+        &sub,
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.endpoint().as_str()),
+            // A batch goes out 100 ms after its first span, while the
+            // receiver still runs.
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ],
+    );
+    otlp.wait_for(Duration::from_secs(20), |spans| {
+        spans.iter().any(|s| s.name.starts_with("settle"))
+    })
+    .await;
+    let threads = nice_of_threads(consume.child.id());
+    assert!(consume.terminate().success(), "{}", consume.output());
+    let nice = |prefix: &str| -> Vec<i64> {
+        threads
+            .iter()
+            .filter(|(name, _)| name.starts_with(prefix))
+            .map(|(_, nice)| *nice)
+            .collect()
+    };
+    let all = |prefix: &str, value: i64| {
+        let found = nice(prefix);
+        !found.is_empty() && found.iter().all(|n| *n == value)
+    };
+    // The batch processor's thread (which builds each request) and the
+    // runtime that sends it.
+    assert!(all("OpenTelemetry", 19), "{threads:?}");
+    assert!(all("otel-export", 19), "{threads:?}");
+    // The thread that handles deliveries keeps its priority.
+    assert!(all("receiver", 0), "{threads:?}");
+}
+
+/// Each thread of a process by name, with its nice value (the 19th field
+/// of `/proc/<pid>/task/<tid>/stat`).
+fn nice_of_threads(pid: u32) -> Vec<(String, i64)> {
+    let mut threads = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let stat = std::fs::read_to_string(task.unwrap().path().join("stat")).unwrap();
+        let (head, rest) = stat.rsplit_once(") ").unwrap();
+        let name = head.split_once(" (").unwrap().1.to_owned();
+        let nice = rest.split(' ').nth(16).unwrap().parse().unwrap();
+        threads.push((name, nice));
+    }
+    threads
 }
 
 #[tokio::test]

@@ -11,8 +11,9 @@
 //!
 //! The export never stands in a delivery's way: spans go to a bounded
 //! queue that a thread of the SDK drains, its requests run on a small
-//! runtime of their own, a collector that is down or slow only makes the
-//! queue drop spans, and the flush at shutdown has a bound of its own.
+//! runtime of their own, both threads run at the lowest scheduling
+//! priority, a collector that is down or slow only makes the queue drop
+//! spans, and the flush at shutdown has a bound of its own.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -175,6 +176,7 @@ impl OnOwnRuntime {
             tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(1)
                 .thread_name("otel-export")
+                .on_thread_start(yield_to_deliveries)
                 .enable_all()
                 .build()
                 .expect("a runtime for the trace exporter")
@@ -256,6 +258,9 @@ struct Counted<E>(E);
 
 impl<E: SpanExporter> SpanExporter for Counted<E> {
     async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        // Polled on the batch processor's thread, which turns the spans
+        // into the request here.
+        yield_to_deliveries();
         let spans = batch.len();
         let exported = self.0.export(batch).await;
         PENDING.fetch_sub(spans, Ordering::SeqCst);
@@ -277,3 +282,25 @@ impl<E: SpanExporter> SpanExporter for Counted<E> {
         self.0.set_resource(resource);
     }
 }
+
+/// Lowers the calling thread to the lowest scheduling priority (nice 19),
+/// once: the export's work (spans turned into OTLP requests, the requests
+/// sent) then runs on the CPU time that deliveries leave, and a machine
+/// short of it drops spans (counted) rather than slowing deliveries. On
+/// Linux a nice value belongs to one thread; elsewhere it would lower the
+/// whole process, so nothing is changed there.
+fn yield_to_deliveries() {
+    #[cfg(target_os = "linux")]
+    {
+        thread_local!(static LOWERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) });
+        if !LOWERED.replace(true) {
+            // SAFETY: setpriority takes three integers and touches no
+            // memory of this process; `0` names the calling thread.
+            let _ = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, NICEST) };
+        }
+    }
+}
+
+/// The lowest scheduling priority a thread may take.
+#[cfg(target_os = "linux")]
+const NICEST: libc::c_int = 19;

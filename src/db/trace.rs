@@ -13,9 +13,14 @@ use std::future::Future;
 
 use tracing::{field, Span};
 
-/// A CLIENT span for one statement: `operation` (`INSERT`, `SELECT`,
+/// A CLIENT span for one statement to a server of `system` (the
+/// conventions' `mysql` or `postgresql`): `operation` (`INSERT`, `SELECT`,
 /// `COMMIT`, …) on `table`, if the statement names one.
-pub(crate) fn statement(operation: &'static str, table: Option<&'static str>) -> Span {
+pub(crate) fn statement(
+    system: &'static str,
+    operation: &'static str,
+    table: Option<&'static str>,
+) -> Span {
     let name = match table {
         Some(table) => format!("{operation} {table}"),
         None => operation.to_owned(),
@@ -24,7 +29,7 @@ pub(crate) fn statement(operation: &'static str, table: Option<&'static str>) ->
         "db",
         otel.name = %name,
         otel.kind = "client",
-        db.system.name = "mysql",
+        db.system.name = system,
         db.operation.name = operation,
         db.collection.name = table,
         db.response.status_code = field::Empty,
@@ -49,19 +54,32 @@ pub(crate) async fn traced<T>(
     result
 }
 
-/// Marks `span` as failed by `e`: the server's error number when it sent
-/// one, otherwise the kind of failure (connection, timeout, …).
+/// Marks `span` as failed by `e`: the server's code when it sent one
+/// (MySQL's error number, PostgreSQL's SQLSTATE), otherwise the kind of
+/// failure (connection, timeout, …).
 pub(crate) fn failed(span: &Span, e: &sqlx::Error) {
-    match super::errno::number_of(e) {
-        Some(number) => {
-            span.record("db.response.status_code", number.to_string());
-            span.record("error.type", number.to_string());
+    match status_code(e) {
+        Some(code) => {
+            span.record("db.response.status_code", code.as_str());
+            span.record("error.type", code.as_str());
         }
         None => {
             span.record("error.type", error_type(e));
         }
     }
     span.record("otel.status_code", "ERROR");
+}
+
+/// The code the server answered `e` with, as the conventions' status code.
+fn status_code(e: &sqlx::Error) -> Option<String> {
+    if let Some(number) = super::errno::number_of(e) {
+        return Some(number.to_string());
+    }
+    #[cfg(feature = "postgres")]
+    if let Some(state) = super::postgres::sqlstate(e) {
+        return Some(state);
+    }
+    None
 }
 
 /// A failure the server did not number, as one word.

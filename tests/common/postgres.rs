@@ -50,6 +50,16 @@ impl PgTestDb {
         Self { name, dsn, pool }
     }
 
+    /// A fresh database with the receiver's schema.
+    pub async fn initialized() -> Self {
+        let db = Self::new().await;
+        let dsn = result_inbox::db::Dsn::parse(&db.dsn).unwrap();
+        result_inbox::db::schema::init(&dsn)
+            .await
+            .expect("schema init");
+        db
+    }
+
     /// Runs a script of statements (a DDL file), in one transaction.
     pub async fn run_script(&self, script: &str) -> Result<(), sqlx::Error> {
         let mut tx = self.pool.begin().await?;

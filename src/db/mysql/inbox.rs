@@ -4,8 +4,9 @@
 use sqlx::mysql::{MySqlConnection, MySqlTransactionManager};
 use sqlx::TransactionManager;
 
+use super::statement;
 use super::transaction::depth;
-use crate::db::trace::{statement, traced};
+use crate::db::trace::traced;
 use crate::db::{errno, sql, DbError};
 use crate::digest::Digest;
 use crate::event::Event;

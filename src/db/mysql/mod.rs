@@ -211,3 +211,8 @@ impl Statements for MySql {
         task_view::update_rows(conn, scope, rows)
     }
 }
+
+/// The span of one statement to a MySQL server (see [`crate::db::trace`]).
+fn statement(operation: &'static str, table: Option<&'static str>) -> tracing::Span {
+    crate::db::trace::statement("mysql", operation, table)
+}

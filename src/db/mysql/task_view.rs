@@ -6,8 +6,9 @@ use sqlx::mysql::{MySql, MySqlArguments, MySqlConnection};
 use sqlx::query::Query;
 use sqlx::{Encode, Row, Type};
 
+use super::statement;
 use crate::db::engine::{Met, ViewRow};
-use crate::db::trace::{statement, traced};
+use crate::db::trace::traced;
 use crate::db::{errno, row, sql, DbError};
 use crate::event::Event;
 use crate::ids::TaskId;

@@ -9,7 +9,8 @@
 use sqlx::mysql::{MySqlConnection, MySqlTransactionManager};
 use sqlx::{Executor, TransactionManager};
 
-use crate::db::trace::{statement, traced};
+use super::statement;
+use crate::db::trace::traced;
 
 /// How deep sqlx knows the connection's transaction: 0 when it knows none
 /// (none is open, or one the server opened by itself), 1 for its own, more

@@ -282,6 +282,11 @@ impl Statements for Postgres {
     }
 }
 
+/// The span of one statement to a PostgreSQL server (see [`crate::db::trace`]).
+fn statement(operation: &'static str, table: Option<&'static str>) -> tracing::Span {
+    crate::db::trace::statement("postgresql", operation, table)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

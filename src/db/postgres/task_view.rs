@@ -10,9 +10,10 @@ use sqlx::postgres::PgConnection;
 use sqlx::Row;
 
 use super::inbox::NOW;
+use super::statement;
 use super::{is_unique_violation, placeholders};
 use crate::db::engine::{Met, ViewRow};
-use crate::db::trace::{statement, traced};
+use crate::db::trace::traced;
 use crate::db::DbError;
 use crate::event::Event;
 use crate::ids::TaskId;

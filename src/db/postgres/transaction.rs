@@ -6,7 +6,8 @@
 use sqlx::postgres::{PgConnection, PgTransactionManager};
 use sqlx::{Executor, TransactionManager};
 
-use crate::db::trace::{statement, traced};
+use super::statement;
+use crate::db::trace::traced;
 
 /// How deep sqlx knows the connection's transaction.
 pub(crate) fn depth(conn: &PgConnection) -> usize {
