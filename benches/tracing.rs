@@ -41,7 +41,7 @@
 //! got no span, if a delivery was not applied and confirmed exactly once,
 //! or if a stop took longer than the 10 s shutdown limit.
 //!
-//! `TRACING_BENCH_DELIVERIES` (default 5000) and `TRACING_BENCH_ROUNDS`
+//! `TRACING_BENCH_DELIVERIES` (default 10 000) and `TRACING_BENCH_ROUNDS`
 //! (default 5) change the size of the run.
 
 #[path = "../tests/common/mod.rs"]
@@ -60,7 +60,7 @@ use result_inbox::ids::SubscriptionId;
 
 /// Deliveries per variant and round: enough that the receiver's start and
 /// the last poll are a small part of each measurement.
-const DELIVERIES: usize = 5_000;
+const DELIVERIES: usize = 10_000;
 const ROUNDS: usize = 5;
 /// The target of the issue: exporting every trace keeps at least this
 /// share of the throughput without an endpoint.
