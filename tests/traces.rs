@@ -448,25 +448,78 @@ async fn a_submitter_s_trace_context_makes_every_attempt_a_child_of_its_span_and
 
 #[tokio::test]
 async fn a_transaction_rolled_back_by_a_lock_wait_shows_each_retry_with_its_cause() {
+    lock_wait_is_retried(Server::MySql(Box::new(TestDb::initialized().await)), "1205").await;
+}
+
+#[tokio::test]
+async fn on_postgres_a_lock_wait_s_retry_names_the_sqlstate_that_ended_it() {
+    lock_wait_is_retried(Server::Postgres(PgTestDb::initialized().await), "55P03").await;
+}
+
+/// A test database on either server.
+enum Server {
+    MySql(Box<TestDb>),
+    Postgres(PgTestDb),
+}
+
+impl Server {
+    fn dsn(&self) -> String {
+        match self {
+            Server::MySql(db) => common::dsn_for(&db.name),
+            Server::Postgres(db) => db.dsn.clone(),
+        }
+    }
+
+    /// An uncommitted row under the event's key; rolled back by the
+    /// future it returns.
+    async fn hold_inbox_key(
+        &self,
+        queue_id: &str,
+        event: &str,
+    ) -> futures::future::BoxFuture<'static, ()> {
+        use futures::FutureExt;
+        match self {
+            Server::MySql(db) => {
+                let blocker = db.hold_inbox_key(queue_id, event).await;
+                async move { blocker.rollback().await.unwrap() }.boxed()
+            }
+            Server::Postgres(db) => {
+                let mut blocker = db.pool.begin().await.unwrap();
+                sqlx::query("INSERT INTO receiver_inbox VALUES ($1, $2, $3, $4, '{}', 1, now())")
+                    .bind("task-result-view")
+                    .bind(queue_id)
+                    .bind(event)
+                    .bind("0".repeat(64))
+                    .execute(&mut *blocker)
+                    .await
+                    .unwrap();
+                async move { blocker.rollback().await.unwrap() }.boxed()
+            }
+        }
+    }
+}
+
+/// A delivery whose first run waits on an uncommitted row of its key past
+/// one lock wait (2 s) and is rolled back with `code`, then applied by a
+/// retry within the 5 s budget.
+async fn lock_wait_is_retried(db: Server, code: &str) {
     let otlp = OtlpReceiver::start().await;
     let (orbit, creds, sub) = OrbitDev::subscribed(30_000, 5, "traces-retry").await;
-    let db = TestDb::initialized().await;
     let (event, _) = orbit.inject_new_task(&creds, &sub).await;
-    // An uncommitted row under the event's key, held past one lock wait
-    // (2 s) and released within the 5 s budget.
-    let blocker = db.hold_inbox_key(&creds.queue_id, &event).await;
-    let mut consume = Consume::on_test_db(
+    let release = db.hold_inbox_key(&creds.queue_id, &event).await;
+    let mut consume = Consume::start(
         &orbit,
         &creds,
-        &db,
+        &db.dsn(),
         &sub,
+        "task-result-view",
         &[("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.endpoint().as_str())],
     );
     orbit
         .wait_for_counts(&creds, &sub, Duration::from_secs(20), |c| c["leased"] == 1)
         .await;
     tokio::time::sleep(Duration::from_millis(3_000)).await;
-    blocker.rollback().await.unwrap();
+    release.await;
     orbit
         .wait_for_counts(&creds, &sub, Duration::from_secs(20), |c| c["acked"] == 1)
         .await;
@@ -500,7 +553,7 @@ async fn a_transaction_rolled_back_by_a_lock_wait_shows_each_retry_with_its_caus
         .into_iter()
         .find(|s| s.name == "INSERT receiver_inbox")
         .unwrap();
-    assert_eq!(waited.attribute("db.response.status_code"), Some("1205"));
+    assert_eq!(waited.attribute("db.response.status_code"), Some(code));
     assert_eq!(waited.status, 2);
     // ... which the first retry names as its cause.
     let first = retries
@@ -508,7 +561,7 @@ async fn a_transaction_rolled_back_by_a_lock_wait_shows_each_retry_with_its_caus
         .find(|s| s.attribute("retry") == Some("1"))
         .unwrap();
     assert!(
-        first.attribute("cause").is_some_and(|c| c.contains("1205")),
+        first.attribute("cause").is_some_and(|c| c.contains(code)),
         "{first:#?}"
     );
     // The last retry applied the delivery: its own statements succeeded.
