@@ -826,6 +826,7 @@ async fn receiver_subscribe_with_source_nats_creates_the_consumer_that_consume_t
             reason: FailureReason::Terminated,
             deliveries: 1,
             body: Some("{not json".into()),
+            trace: None,
         }]
     );
 }
@@ -1175,12 +1176,14 @@ async fn failed_messages_lists_what_reached_max_deliver_or_was_terminated_and_re
                 reason: FailureReason::MaxDeliveries,
                 deliveries: 2,
                 body: Some(exhausted.to_vec().into()),
+                trace: None,
             },
             FailedMessage {
                 stream_sequence: terminated_seq,
                 reason: FailureReason::Terminated,
                 deliveries: 1,
                 body: Some(terminated_body.clone().into()),
+                trace: None,
             },
         ]
     );
@@ -1230,6 +1233,53 @@ async fn failed_messages_lists_what_reached_max_deliver_or_was_terminated_and_re
 }
 
 #[tokio::test]
+async fn a_replayed_copy_carries_the_trace_context_of_the_message_it_copies() {
+    const PARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    const STATE: &str = "vendor=opaque";
+    let s = Setup::new(Duration::from_secs(1), 2).await;
+    let settings = s.settings();
+    provision(&settings, CALL, &ConsumerSpec::default())
+        .await
+        .unwrap();
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("traceparent", PARENT);
+    headers.insert("tracestate", STATE);
+    s.queue
+        .js
+        .publish_with_headers(
+            s.queue.subject.clone(),
+            headers,
+            s.submitted(&random_hex(16)).into(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let consumer = s.queue.pull_consumer().await;
+    let delivered = pull(&consumer, 1, Duration::from_secs(5)).await;
+    delivered[0].ack_with(AckKind::Term).await.unwrap();
+    let listed = wait_failed(&settings, 1).await;
+    assert_eq!(
+        listed[0].trace,
+        result_inbox::delivery::TraceContext::parse(PARENT, Some(STATE))
+    );
+    assert!(listed[0].trace.is_some());
+
+    replay(&settings, CALL, &listed[0]).await.unwrap();
+    let delivered = pull(&consumer, 1, Duration::from_secs(5)).await;
+    let header = |name: &str| {
+        delivered[0]
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(name))
+            .map(|v| v.as_str().to_owned())
+    };
+    assert_eq!(header("traceparent").as_deref(), Some(PARENT));
+    assert_eq!(header("tracestate").as_deref(), Some(STATE));
+    delivered[0].ack().await.unwrap();
+}
+
+#[tokio::test]
 async fn without_a_failures_stream_or_a_body_nothing_is_listed_or_replayed_and_the_error_says_why()
 {
     let s = Setup::new(Duration::from_secs(30), 3).await;
@@ -1264,6 +1314,7 @@ async fn without_a_failures_stream_or_a_body_nothing_is_listed_or_replayed_and_t
             reason: FailureReason::Terminated,
             deliveries: 1,
             body: None,
+            trace: None,
         }]
     );
     let refused = replay(&settings, CALL, &listed[0]).await.unwrap_err();

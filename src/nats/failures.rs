@@ -18,6 +18,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use super::{JetStreamSource, NatsError, NatsSettings};
+use crate::delivery::TraceContext;
 
 /// The name of the failures stream of `consumer` on `stream`:
 /// `<stream>_<consumer>_FAILURES`, with anything but ASCII letters, digits,
@@ -105,6 +106,10 @@ pub struct FailedMessage {
     /// when the stream no longer holds it (its limits removed it, or it was
     /// deleted).
     pub body: Option<Bytes>,
+    /// The producer's trace context its headers carried (`traceparent`,
+    /// `tracestate`), read with its body: [`replay`] gives it to the copy,
+    /// whose delivery then joins the producer's trace.
+    pub trace: Option<TraceContext>,
 }
 
 impl fmt::Debug for FailedMessage {
@@ -123,6 +128,7 @@ impl fmt::Debug for FailedMessage {
                     }
                 ),
             )
+            .field("trace", &self.trace)
             .finish()
     }
 }
@@ -262,9 +268,12 @@ pub async fn failed_messages(
     let stream = source.stream_handle().await?;
     let mut messages = Vec::with_capacity(found.len());
     for (stream_sequence, failure) in found {
-        let body = match stream.get_raw_message(stream_sequence).await {
-            Ok(message) => Some(message.payload),
-            Err(e) if matches!(e.kind(), RawMessageErrorKind::NoMessageFound) => None,
+        let (body, trace) = match stream.get_raw_message(stream_sequence).await {
+            Ok(message) => (
+                Some(message.payload),
+                super::pull::trace_context(Some(&message.headers)),
+            ),
+            Err(e) if matches!(e.kind(), RawMessageErrorKind::NoMessageFound) => (None, None),
             Err(e) => {
                 return Err(NatsError::JetStream(format!(
                     "stream {}, message {stream_sequence}: {e}",
@@ -277,6 +286,7 @@ pub async fn failed_messages(
             reason: failure.reason,
             deliveries: failure.deliveries,
             body,
+            trace,
         });
     }
     Ok(messages)
@@ -288,9 +298,10 @@ pub const REPLAY_OF_HEADER: &str = "Result-Inbox-Replay-Of";
 
 /// Publishes a failed message's body again on the queue's subject, so that
 /// the durable consumer delivers it as a new message (a new stream
-/// sequence, a fresh delivery budget), then records in the failures stream
-/// that it was replayed, which takes it off [`failed_messages`]. Returns
-/// the new stream sequence.
+/// sequence, a fresh delivery budget), with the producer's trace context
+/// the original carried, then records in the failures stream that it was
+/// replayed, which takes it off [`failed_messages`]. Returns the new
+/// stream sequence.
 ///
 /// The copy carries no `Nats-Msg-Id`: the stream's duplicate window would
 /// otherwise drop a copy of a message whose id it still remembers. A copy
@@ -337,6 +348,12 @@ pub async fn replay(
         REPLAY_OF_HEADER,
         format!("{}:{}", source.stream, message.stream_sequence).as_str(),
     );
+    if let Some(trace) = &message.trace {
+        headers.insert("traceparent", trace.traceparent());
+        if let Some(state) = trace.tracestate() {
+            headers.insert("tracestate", state);
+        }
+    }
     let ack = publish_checked(
         &source,
         source.subject.clone(),
@@ -469,6 +486,7 @@ mod tests {
             reason: FailureReason::MaxDeliveries,
             deliveries: 2,
             body: Some(Bytes::from_static(b"secret-result")),
+            trace: None,
         };
         let shown = format!("{message:?}");
         assert!(!shown.contains("secret"), "{shown}");

@@ -120,7 +120,7 @@ impl PullStream {
 /// unless exactly one valid `traceparent` came; several `tracestate`s are
 /// one list. Header names are matched in any case, as HTTP's are, since a
 /// publisher may have copied them from HTTP with its own spelling.
-fn trace_context(headers: Option<&async_nats::HeaderMap>) -> Option<TraceContext> {
+pub(super) fn trace_context(headers: Option<&async_nats::HeaderMap>) -> Option<TraceContext> {
     let headers = headers?;
     let values = |name: &'static str| {
         headers
