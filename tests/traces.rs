@@ -9,10 +9,11 @@ use crate::common;
 use std::time::Duration;
 
 use common::consume::Consume;
-use common::orbit::OrbitDev;
+use common::orbit::{OrbitDev, QueueCredentials};
 use common::otlp::{OtlpReceiver, ReceivedSpan, KIND_CLIENT, KIND_CONSUMER};
 use common::postgres::PgTestDb;
 use common::{random_hex, EventSpec, TestDb};
+use result_inbox::ids::SubscriptionId;
 
 /// The result body no span may carry.
 const SECRET_RESULT: &str = r#"{"secret":"sentinel-result-in-a-span"}"#;
@@ -22,6 +23,22 @@ fn children<'a>(spans: &'a [ReceivedSpan], parent: &ReceivedSpan) -> Vec<&'a Rec
         .iter()
         .filter(|s| s.parent_span_id == parent.span_id && s.trace_id == parent.trace_id)
         .collect()
+}
+
+/// `receiver consume` (the default receiver name) on `dsn`, exporting its
+/// traces to `otlp`, with `extra` variables besides.
+fn traced(
+    orbit: &OrbitDev,
+    creds: &QueueCredentials,
+    dsn: &str,
+    sub: &SubscriptionId,
+    otlp: &OtlpReceiver,
+    extra: &[(&str, &str)],
+) -> Consume {
+    let endpoint = otlp.endpoint();
+    let mut env = vec![("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str())];
+    env.extend_from_slice(extra);
+    Consume::start(orbit, creds, dsn, sub, "task-result-view", &env)
 }
 
 #[tokio::test]
@@ -49,14 +66,7 @@ async fn one_trace_per_delivery(dsn: &str, system: &str) {
     event.result = Some(SECRET_RESULT);
     let event = event;
     let delivery = orbit.inject(&sub, &event.json()).await;
-    let mut consume = Consume::start(
-        &orbit,
-        &creds,
-        dsn,
-        &sub,
-        "task-result-view",
-        &[("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.endpoint().as_str())],
-    );
+    let mut consume = traced(&orbit, &creds, dsn, &sub, &otlp, &[]);
     orbit
         .wait_for_counts(&creds, &sub, Duration::from_secs(20), |c| c["acked"] == 1)
         .await;
@@ -183,15 +193,14 @@ async fn in_batching_mode_the_shared_transaction_and_each_delivery_are_linked_bo
     for _ in 0..6 {
         orbit.inject_new_task(&creds, &sub).await;
     }
-    let mut consume = Consume::on_test_db(
+    let dsn = common::dsn_for(&db.name);
+    let mut consume = traced(
         &orbit,
         &creds,
-        &db,
+        &dsn,
         &sub,
-        &[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.endpoint().as_str()),
-            ("RECEIVER_BATCH_MAX", "4"),
-        ],
+        &otlp,
+        &[("RECEIVER_BATCH_MAX", "4")],
     );
     orbit
         .wait_for_counts(&creds, &sub, Duration::from_secs(20), |c| c["acked"] == 6)
@@ -305,18 +314,11 @@ async fn the_export_s_threads_run_at_the_lowest_priority_and_deliveries_at_the_n
     let (orbit, creds, sub) = OrbitDev::subscribed(30_000, 5, "traces-nice").await;
     let db = TestDb::initialized().await;
     orbit.inject_new_task(&creds, &sub).await;
-    let mut consume = Consume::on_test_db(
-        &orbit,
-        &creds,
-        &db,
-        &sub,
-        &[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.endpoint().as_str()),
-            // A batch goes out 100 ms after its first span, while the
-            // receiver still runs.
-            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
-        ],
-    );
+    // A batch goes out 100 ms after its first span, while the receiver
+    // still runs.
+    let dsn = common::dsn_for(&db.name);
+    let extra = [("OTEL_BSP_SCHEDULE_DELAY", "100")];
+    let mut consume = traced(&orbit, &creds, &dsn, &sub, &otlp, &extra);
     otlp.wait_for(Duration::from_secs(20), |spans| {
         spans.iter().any(|s| s.name.starts_with("settle"))
     })
@@ -364,13 +366,8 @@ async fn a_submitter_s_trace_context_makes_every_attempt_a_child_of_its_span_and
     // the second applies; both must join the submitter's trace.
     let (orbit, creds, sub) = OrbitDev::subscribed(1_000, 5, "traces-parent").await;
     let db = TestDb::initialized().await;
-    let mut consume = Consume::on_test_db(
-        &orbit,
-        &creds,
-        &db,
-        &sub,
-        &[("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.endpoint().as_str())],
-    );
+    let dsn = common::dsn_for(&db.name);
+    let mut consume = traced(&orbit, &creds, &dsn, &sub, &otlp, &[]);
     // Its start-up checks read the tables: the lock comes after them.
     consume
         .wait_for_output(Duration::from_secs(20), |out| {
@@ -507,14 +504,7 @@ async fn lock_wait_is_retried(db: Server, code: &str) {
     let (orbit, creds, sub) = OrbitDev::subscribed(30_000, 5, "traces-retry").await;
     let (event, _) = orbit.inject_new_task(&creds, &sub).await;
     let release = db.hold_inbox_key(&creds.queue_id, &event).await;
-    let mut consume = Consume::start(
-        &orbit,
-        &creds,
-        &db.dsn(),
-        &sub,
-        "task-result-view",
-        &[("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.endpoint().as_str())],
-    );
+    let mut consume = traced(&orbit, &creds, &db.dsn(), &sub, &otlp, &[]);
     orbit
         .wait_for_counts(&creds, &sub, Duration::from_secs(20), |c| c["leased"] == 1)
         .await;
