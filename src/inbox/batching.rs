@@ -13,7 +13,6 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use bytes::Bytes;
 use futures::future::BoxFuture;
 use sqlx::mysql::MySql;
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
@@ -21,7 +20,6 @@ use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 use super::batch::{self, Inner, Job};
 use super::{InboxError, InboxStore, Receipt};
 use crate::db::Engine;
-use crate::delivery::Delivery;
 use crate::event::Event;
 use crate::scope::InboxScope;
 use crate::telemetry;
@@ -167,19 +165,8 @@ impl<S: Inner<E>, E: Engine> Gather<S, E> {
 
     /// Queues one delivery (validated, polled ready) and waits for the
     /// answer of the transaction that took it.
-    pub(super) async fn submit(
-        self: Arc<Self>,
-        inner: S,
-        delivery: Delivery<Bytes>,
-        event: Arc<Event>,
-    ) -> Result<Receipt, InboxError> {
+    pub(super) async fn submit(self: Arc<Self>, job: Job<S>) -> Result<Receipt, InboxError> {
         let (reply, answer) = oneshot::channel();
-        let job = Job {
-            inner,
-            delivery,
-            event,
-            span: tracing::Span::current(),
-        };
         self.lock().push_back(Queued { job, reply });
         self.start();
         // Only a transaction that was torn down (a panic, a runtime shutting

@@ -410,22 +410,18 @@ async fn apply<S: Inner<E>, E: Engine>(
     );
     let answer = match event.check_queue(&store.scope().queue_id) {
         Err(e) => Err(e.into()),
-        Ok(()) => match gather {
-            Some(gather) => gather.submit(inner, delivery, Arc::new(event)).await,
-            None => {
-                let event = Arc::new(event);
-                batch::alone(
-                    &store,
-                    Job {
-                        inner,
-                        delivery,
-                        event,
-                        span: tracing::Span::current(),
-                    },
-                )
-                .await
+        Ok(()) => {
+            let job = Job {
+                inner,
+                delivery,
+                event: Arc::new(event),
+                span: span.clone(),
+            };
+            match gather {
+                Some(gather) => gather.submit(job).await,
+                None => batch::alone(&store, job).await,
             }
-        },
+        }
     };
     // Whether the database answered: a COMMIT whose answer was lost or never
     // came counts as no answer, and until a probe sees it answer nothing
