@@ -235,10 +235,7 @@ impl Server for Postgres {
     type Db = PgTestDb;
 
     async fn database() -> PgTestDb {
-        let db = PgTestDb::new().await;
-        db.run_script(result_inbox::db::schema::POSTGRES_SCHEMA_SQL)
-            .await
-            .unwrap();
+        let db = PgTestDb::initialized().await;
         db
     }
 

@@ -20,7 +20,6 @@ use common::postgres::PgTestDb;
 use common::{random_hex, scope, EventSpec, TestDb};
 use futures::future::{join_all, BoxFuture};
 use result_inbox::consumer::{Consumer, ConsumerOptions, ConsumerReport};
-use result_inbox::db::schema::POSTGRES_SCHEMA_SQL;
 use result_inbox::db::{Dsn, Engine};
 use result_inbox::delivery::{Delivery, DeliveryId};
 use result_inbox::ids::TaskId;
@@ -114,8 +113,7 @@ impl Server for Postgres {
     type Db = PgTestDb;
 
     async fn database() -> PgTestDb {
-        let db = PgTestDb::new().await;
-        db.run_script(POSTGRES_SCHEMA_SQL).await.unwrap();
+        let db = PgTestDb::initialized().await;
         db
     }
 

@@ -257,10 +257,7 @@ impl Db {
     }
 
     async fn postgres() -> Db {
-        let db = PgTestDb::new().await;
-        db.run_script(result_inbox::db::schema::POSTGRES_SCHEMA_SQL)
-            .await
-            .unwrap();
+        let db = PgTestDb::initialized().await;
         Db::Postgres(db)
     }
 

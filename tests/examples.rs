@@ -53,10 +53,7 @@ async fn own_table_writes_its_row_in_the_inbox_transaction_once() {
 
 #[tokio::test]
 async fn own_table_postgres_writes_its_row_in_the_inbox_transaction_once() {
-    let db = common::postgres::PgTestDb::new().await;
-    db.run_script(result_inbox::db::schema::POSTGRES_SCHEMA_SQL)
-        .await
-        .unwrap();
+    let db = common::postgres::PgTestDb::initialized().await;
     let out = example("own_table_postgres")
         .env("ORBIT_RECEIVER_DSN", &db.dsn)
         .output()

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use common::postgres::PgTestDb;
 use common::{delivery_of, random_hex, scope, EventSpec};
-use result_inbox::db::schema::POSTGRES_SCHEMA_SQL;
 use result_inbox::db::Dsn;
 use result_inbox::delivery::Delivery;
 use result_inbox::inbox::{
@@ -33,8 +32,7 @@ impl Fixture {
     }
 
     async fn with(options: StoreOptions) -> Fixture {
-        let db = PgTestDb::new().await;
-        db.run_script(POSTGRES_SCHEMA_SQL).await.unwrap();
+        let db = PgTestDb::initialized().await;
         let scope = scope("pg-inbox");
         let dsn = Dsn::parse(&db.dsn).unwrap();
         let store = InboxStore::<Postgres>::open(&dsn, scope.clone(), options)

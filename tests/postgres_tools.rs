@@ -11,7 +11,6 @@ use common::consume::Consume;
 use common::orbit::{receiver, OrbitDev, QueueCredentials};
 use common::postgres::PgTestDb;
 use common::{random_hex, EventSpec};
-use result_inbox::db::schema::POSTGRES_SCHEMA_SQL;
 use result_inbox::ids::SubscriptionId;
 use sqlx::{Connection, Executor, PgConnection};
 
@@ -24,8 +23,7 @@ fn text(bytes: &[u8]) -> String {
 /// A receiver database on PostgreSQL, and the DSN of a role of its own
 /// that may only read the two tables.
 async fn database_and_reader() -> (PgTestDb, String) {
-    let db = PgTestDb::new().await;
-    db.run_script(POSTGRES_SCHEMA_SQL).await.unwrap();
+    let db = PgTestDb::initialized().await;
     let role = format!("reader_{}", random_hex(4));
     db.run_script(&format!(
         "CREATE ROLE {role} LOGIN; \

@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::orbit::receiver;
 use common::postgres::PgTestDb;
 use common::{random_hex, scope, EventSpec, TestDb};
-use result_inbox::db::schema::{POSTGRES_RETENTION_SQL, POSTGRES_SCHEMA_SQL};
+use result_inbox::db::schema::POSTGRES_RETENTION_SQL;
 use result_inbox::db::{Dsn, Engine};
 use result_inbox::inbox::{InboxStore, Outcome, StoreOptions};
 use result_inbox::scope::InboxScope;
@@ -96,8 +96,7 @@ impl Aged {
 
     /// The same on PostgreSQL, with prune's tally and a prune role.
     async fn on_postgres(tasks: usize) -> Aged {
-        let db = PgTestDb::new().await;
-        db.run_script(POSTGRES_SCHEMA_SQL).await.unwrap();
+        let db = PgTestDb::initialized().await;
         db.run_script(POSTGRES_RETENTION_SQL).await.unwrap();
         let scope = scope("task-result-view");
         let other = InboxScope::new(scope.receiver.clone(), common::scope("x").queue_id);

@@ -9,7 +9,7 @@ use std::process::Output;
 use common::orbit::{receiver, OrbitDev};
 use common::postgres::PgTestDb;
 use common::{random_hex, scope, EventSpec, TestDb};
-use result_inbox::db::schema::{POSTGRES_RETENTION_SQL, POSTGRES_SCHEMA_SQL};
+use result_inbox::db::schema::POSTGRES_RETENTION_SQL;
 use result_inbox::db::{Dsn, Engine};
 use result_inbox::inbox::{InboxStore, StoreOptions};
 use result_inbox::scope::InboxScope;
@@ -96,8 +96,7 @@ impl Filled {
     /// The same on PostgreSQL, with prune's tally, read by a role with
     /// SELECT on all three tables.
     async fn on_postgres() -> Filled {
-        let db = PgTestDb::new().await;
-        db.run_script(POSTGRES_SCHEMA_SQL).await.unwrap();
+        let db = PgTestDb::initialized().await;
         db.run_script(POSTGRES_RETENTION_SQL).await.unwrap();
         let scope = scope("task-result-view");
         let dsn = Dsn::parse(&db.dsn).unwrap();
