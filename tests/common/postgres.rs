@@ -83,15 +83,7 @@ impl PgPrivateServer {
         let bin = std::path::PathBuf::from(std::env::var("RESULT_INBOX_TEST_PG_BIN").unwrap_or_else(
             |_| panic!("RESULT_INBOX_TEST_PG_BIN is not set: run under scripts/with-postgres.sh (make test)"),
         ));
-        let dir = std::env::temp_dir().join(format!("result-inbox-pg-{}", random_hex(6)));
-        std::fs::create_dir_all(&dir).unwrap();
-        if is_root() {
-            let status = std::process::Command::new("chown")
-                .args(["postgres", dir.to_str().unwrap()])
-                .status()
-                .unwrap();
-            assert!(status.success());
-        }
+        let dir = server_dir("result-inbox-pg");
         let out = as_server(&bin.join("initdb"))
             .args([
                 "-D",
@@ -179,6 +171,22 @@ fn is_root() -> bool {
     unsafe { libc::getuid() == 0 }
 }
 
+/// A new directory under the system's temporary one, named `prefix` and a
+/// random suffix, that the server may write: owned by the `postgres`
+/// account when this is root.
+fn server_dir(prefix: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("{prefix}-{}", random_hex(6)));
+    std::fs::create_dir_all(&dir).unwrap();
+    if is_root() {
+        let status = std::process::Command::new("chown")
+            .args(["postgres", dir.to_str().unwrap()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    dir
+}
+
 /// `program`, run as the `postgres` account when this is root (PostgreSQL
 /// refuses to run as root).
 fn as_server(program: &std::path::Path) -> std::process::Command {
@@ -217,15 +225,7 @@ impl Formation {
             std::env::var(k)
                 .unwrap_or_else(|_| panic!("{k} is not set: run under scripts/with-postgres.sh"))
         };
-        let dir = std::env::temp_dir().join(format!("result-inbox-paf-{}", random_hex(6)));
-        std::fs::create_dir_all(&dir).unwrap();
-        if is_root() {
-            let status = std::process::Command::new("chown")
-                .args(["postgres", dir.to_str().unwrap()])
-                .status()
-                .unwrap();
-            assert!(status.success());
-        }
+        let dir = server_dir("result-inbox-paf");
         let mut formation = Formation {
             dir,
             bin: env("RESULT_INBOX_TEST_PG_BIN").into(),
