@@ -40,7 +40,6 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::postgres::PgTestDb;
-use result_inbox::db::schema::POSTGRES_SCHEMA_SQL;
 use result_inbox::db::Dsn;
 use result_inbox::delivery::Delivery;
 use result_inbox::ids::QueueId;
@@ -206,8 +205,7 @@ impl Bench {
 
 #[tokio::main]
 async fn main() {
-    let db = PgTestDb::new().await;
-    db.run_script(POSTGRES_SCHEMA_SQL).await.unwrap();
+    let db = PgTestDb::initialized().await;
     db.pool
         .execute(
             "CREATE TABLE raw_events (id char(32) COLLATE \"C\" PRIMARY KEY, \

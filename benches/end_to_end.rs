@@ -343,10 +343,7 @@ async fn postgres_end_to_end(
     for e in events {
         orbit.inject(&sub.id, e).await;
     }
-    let db = common::postgres::PgTestDb::new().await;
-    db.run_script(result_inbox::db::schema::POSTGRES_SCHEMA_SQL)
-        .await
-        .unwrap();
+    let db = common::postgres::PgTestDb::initialized().await;
     let batch = batch.map(|n| n.to_string());
     let mut env = vec![("RECEIVER_LOG", "warn")];
     if let Some(n) = &batch {
