@@ -14,6 +14,8 @@ mod common;
 mod db_outage;
 #[path = "../e2e.rs"]
 mod e2e;
+#[path = "../escaped_events.rs"]
+mod escaped_events;
 #[path = "../examples.rs"]
 mod examples;
 #[path = "../failures.rs"]

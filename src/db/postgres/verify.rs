@@ -170,6 +170,15 @@ impl Verify for Postgres {
     /// So the rows whose text the caller could not read as an event are
     /// left out by key, and the cast sits inside a `CASE`, which decides
     /// before it runs.
+    ///
+    /// PostgreSQL cannot turn the escape `\u0000` into text, and `->`
+    /// turns every key of the object it searches into text: one such key
+    /// anywhere (a result's, valid JSON the inbox stores) would fail the
+    /// whole statement (22P05). The canonical form writes U+0000 only as
+    /// that escape, so each `\u0000` becomes `\u0001` first: the JSON stays
+    /// valid and keeps its shape (after an escaped backslash the six
+    /// characters were never an escape and stay plain text), and only the
+    /// task's id and version, which hold no escape, are read from it.
     async fn task_totals(
         conn: &mut PgConnection,
         tally: bool,
@@ -198,7 +207,7 @@ FROM (
   FROM (
     SELECT consumer_name, queue_id, applied,
            CASE WHEN consumer_name || ' ' || queue_id || ' ' || event_id <> ALL($1)
-                THEN event_canonical::json -> 'task' END AS t
+                THEN replace(event_canonical, '\\u0000', '\\u0001')::json -> 'task' END AS t
     FROM receiver_inbox
   ) AS r
 ) AS i
