@@ -48,6 +48,10 @@ pub const DATABASE_REACHABLE: &str = "receiver_database_reachable";
 /// cannot be reached (1) or takes them (0).
 pub const BREAKER_OPEN: &str = "receiver_breaker_open";
 
+/// How many standbys a COMMIT of the database waits for now (where the
+/// server has standbys); 0 means a failover can lose acknowledged commits.
+pub const SYNCHRONOUS_STANDBYS: &str = "receiver_database_synchronous_standbys";
+
 /// Gives every series its help text and unit, for exporters that show them.
 /// Call once after installing a recorder; recording works without it.
 pub fn describe() {
@@ -79,6 +83,10 @@ pub fn describe() {
     describe_gauge!(
         DATABASE_REACHABLE,
         "1 while the database answers its probe."
+    );
+    describe_gauge!(
+        SYNCHRONOUS_STANDBYS,
+        "Standbys a COMMIT waits for, where the database has standbys."
     );
     describe_gauge!(
         BREAKER_OPEN,

@@ -20,6 +20,7 @@ mod failed;
 mod health;
 mod logging;
 mod otel;
+mod replication;
 mod runtime;
 
 use std::path::PathBuf;

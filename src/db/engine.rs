@@ -105,6 +105,18 @@ mod sealed {
             conn: &mut Self::Connection,
         ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
 
+        /// Whether [`replication`](Self::replication) asks the server
+        /// anything.
+        const REPORTS_REPLICATION: bool;
+
+        /// What the server says of its standbys (see [`Replication`]);
+        /// `None` where the engine reports none.
+        ///
+        /// [`Replication`]: crate::db::Replication
+        fn replication(
+            conn: &mut Self::Connection,
+        ) -> impl Future<Output = Result<Option<crate::db::Replication>, sqlx::Error>> + Send;
+
         /// The connection's isolation level, row-lock wait and autocommit, as
         /// the server reports them.
         fn settings(

@@ -14,6 +14,7 @@ pub(crate) mod mysql;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 pub(crate) mod record;
+mod replication;
 pub mod row;
 pub mod schema;
 pub(crate) mod sql;
@@ -22,3 +23,4 @@ pub(crate) mod trace;
 pub use self::dsn::{Dsn, DsnError, EngineKind, ACCEPTED_OPTIONS, POSTGRES_OPTIONS};
 pub use self::engine::Engine;
 pub use self::error::{DbError, DbErrorKind};
+pub use self::replication::Replication;

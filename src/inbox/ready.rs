@@ -48,10 +48,15 @@ impl From<DbError> for Unready {
 
 impl<E: Engine> InboxStore<E> {
     /// Checks, writing no row, that the database is ready for the runtime:
-    /// a connection made outside the pool (so that a refused login says
+    /// on an address of several hosts, the one that takes writes (the
+    /// store keeps using it); a connection made outside the pool (so that a refused login says
     /// why), both tables with their columns, and each privilege. Stops at
     /// the first thing missing.
     pub async fn check_ready(&self) -> Result<(), Unready> {
+        // Opened lazily, the pool points at an address's first host, which
+        // after a failover is a standby: asked here, as the breaker's probe
+        // asks, every start finds the host that takes writes.
+        self.follow_writer().await;
         self.try_connect().await?;
         let mut session = self.session().await?;
         let conn = session.connection();

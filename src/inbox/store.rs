@@ -9,7 +9,7 @@ use sqlx::Pool;
 
 use super::shelf::Shelf;
 use super::tx::InboxTx;
-use crate::db::{DbError, DbErrorKind, Dsn, Engine};
+use crate::db::{DbError, DbErrorKind, Dsn, Engine, Replication};
 use crate::event::Event;
 use crate::failure::Failure;
 use crate::ids::QueueId;
@@ -291,6 +291,34 @@ impl<E: Engine> InboxStore<E> {
         Ok(Session { tx })
     }
 
+    /// For an address of several hosts: points the pool at the one that
+    /// takes writes now, whatever their order (a failover moves it);
+    /// `false`, changing nothing, for an address of one host or when none
+    /// answers as one.
+    pub(crate) async fn follow_writer(&self) -> bool {
+        let Some(moved) = E::writable_options(&self.dsn).await else {
+            return false;
+        };
+        self.pool().set_connect_options(moved);
+        self.shelf.clear();
+        true
+    }
+
+    /// What the server the store writes to says of its standbys (see
+    /// [`Replication`]): `None` on an engine that reports none (MySQL).
+    /// Whether a COMMIT it confirms can be lost by a failover, which
+    /// `receiver check` and `consume` report.
+    pub async fn replication(&self) -> Result<Option<Replication>, DbError> {
+        if !E::REPORTS_REPLICATION {
+            return Ok(None);
+        }
+        let mut tx = InboxTx::acquire(&self.shelf).await?;
+        tx.begin().await?;
+        let replication = E::replication(tx.connection()).await?;
+        tx.rollback().await?;
+        Ok(replication)
+    }
+
     /// The session settings of the store's connections, as the server
     /// reports them: for checking a deployment (and this crate's tests).
     pub async fn session_settings(&self) -> Result<SessionSettings, DbError> {
@@ -372,11 +400,9 @@ impl<E: Engine> Probe for InboxStore<E> {
             if let Err(e) = store.ping().await {
                 // An address of several hosts: a failover may have moved
                 // the one that takes writes.
-                let Some(moved) = E::writable_options(&store.dsn).await else {
+                if !store.follow_writer().await {
                     return Err(e.into());
-                };
-                store.pool().set_connect_options(moved);
-                store.shelf.clear();
+                }
                 store.ping().await?;
             }
             store.mark_reachable();

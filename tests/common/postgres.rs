@@ -207,20 +207,59 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// A pg_auto_failover formation of a test's own: a monitor and two nodes
-/// on free loopback ports in a temporary directory, one primary and one
-/// synchronous secondary, with the database `database` on them. Its
-/// processes are stopped and its directory removed when it is dropped.
+/// A pg_auto_failover formation of a test's own: a monitor and two or
+/// three data nodes on free loopback ports in a temporary directory, one
+/// primary and synchronous secondaries, with the database `database` on
+/// them. Its processes are stopped and its directory removed when it is
+/// dropped.
 pub struct Formation {
     dir: std::path::PathBuf,
     bin: std::path::PathBuf,
     autoctl: std::path::PathBuf,
     monitor_port: u16,
-    children: Vec<std::process::Child>,
+    /// Each data node's name and port, in the order they joined.
+    nodes: Vec<(String, u16)>,
+    /// Each `pg_autoctl` process by the name of its data directory; each
+    /// leads a process group of its own, its PostgreSQL server included.
+    children: Vec<(String, std::process::Child)>,
 }
 
 impl Formation {
+    /// A monitor, a primary and one synchronous secondary: the shape
+    /// that trades durability for availability while the secondary is
+    /// unhealthy.
     pub async fn start(database: &str) -> Formation {
+        Formation::start_with(database, 2).await
+    }
+
+    /// A monitor and three data nodes, with `number_sync_standbys = 1`:
+    /// every COMMIT waits for a standby, even while one is unhealthy.
+    pub async fn start_three(database: &str) -> Formation {
+        let formation = Formation::start_with(database, 3).await;
+        let mut monitor = formation.monitor_as_superuser().await;
+        sqlx::query("SELECT pgautofailover.set_formation_number_sync_standbys('default', 1)")
+            .execute(&mut monitor)
+            .await
+            .unwrap();
+        // The primary applies the new setting (apply_settings) first.
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        formation
+            .wait_for(&["primary", "secondary", "secondary"], 60)
+            .await;
+        formation
+    }
+
+    /// The monitor's own database, as its superuser.
+    async fn monitor_as_superuser(&self) -> sqlx::PgConnection {
+        use sqlx::Connection;
+        let dsn = format!(
+            "postgres://postgres@127.0.0.1:{}/pg_auto_failover?sslmode=disable",
+            self.monitor_port
+        );
+        sqlx::PgConnection::connect(&dsn).await.unwrap()
+    }
+
+    async fn start_with(database: &str, nodes: usize) -> Formation {
         let env = |k: &str| {
             std::env::var(k)
                 .unwrap_or_else(|_| panic!("{k} is not set: run under scripts/with-postgres.sh"))
@@ -231,6 +270,7 @@ impl Formation {
             bin: env("RESULT_INBOX_TEST_PG_BIN").into(),
             autoctl: env("RESULT_INBOX_TEST_PG_AUTOCTL").into(),
             monitor_port: free_port(),
+            nodes: Vec::new(),
             children: Vec::new(),
         };
         let port = formation.monitor_port.to_string();
@@ -245,15 +285,13 @@ impl Formation {
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         }
         let monitor = formation.monitor_dsn();
-        let mut first = 0;
-        for node in ["node1", "node2"] {
+        for n in 1..=nodes {
+            let node = format!("node{n}");
             let port = free_port();
-            if node == "node1" {
-                first = port;
-            }
+            formation.nodes.push((node.clone(), port));
             let port = port.to_string();
             formation.run(
-                node,
+                &node,
                 &[
                     "create",
                     "postgres",
@@ -266,21 +304,75 @@ impl Formation {
                 ],
             );
             // The first node is a primary alone before the second joins.
-            if node == "node1" {
+            if n == 1 {
                 formation.wait_for(&["single"], 60).await;
             } else {
-                // The second's base backup waits for a spread checkpoint
-                // of the first (minutes); asking for one hurries it.
-                let hurry = checkpoints(first);
-                formation.wait_for(&["primary", "secondary"], 120).await;
+                // A standby's base backup waits for a spread checkpoint
+                // of the primary (minutes); asking for one hurries it.
+                let hurry = checkpoints(formation.nodes[0].1);
+                let mut states = vec!["primary"];
+                states.extend(std::iter::repeat_n("secondary", n - 1));
+                formation.wait_for(&states, 120).await;
                 hurry.abort();
             }
         }
         formation
     }
 
-    /// Starts `pg_autoctl <args> --run` for the data directory `name`.
+    /// The monitor notices a node that stopped answering within seconds
+    /// rather than its default of half a minute, so that a test's crash
+    /// is followed by a failover soon.
+    pub async fn notice_failures_quickly(&self) {
+        use sqlx::{Connection, Executor};
+        let mut monitor = self.monitor_as_superuser().await;
+        for setting in [
+            "pgautofailover.health_check_period = 1000",
+            "pgautofailover.health_check_timeout = 1000",
+            "pgautofailover.health_check_max_retries = 1",
+            "pgautofailover.health_check_retry_delay = 500",
+            "pgautofailover.node_considered_unhealthy_timeout = 3000",
+            "pgautofailover.primary_demote_timeout = 3000",
+        ] {
+            monitor
+                .execute(format!("ALTER SYSTEM SET {setting}").as_str())
+                .await
+                .unwrap();
+        }
+        monitor.execute("SELECT pg_reload_conf()").await.unwrap();
+        let _ = monitor.close().await;
+    }
+
+    /// Crashes the data node listening on `port`: its `pg_autoctl` and its
+    /// PostgreSQL server are killed at once (SIGKILL), as a lost machine
+    /// would leave them.
+    pub fn crash(&mut self, port: u16) {
+        let name = self
+            .nodes
+            .iter()
+            .find(|(_, p)| *p == port)
+            .map(|(name, _)| name.clone())
+            .unwrap_or_else(|| panic!("no node on port {port}"));
+        let (_, child) = self.children.iter_mut().find(|(n, _)| *n == name).unwrap();
+        let group = i32::try_from(child.id()).unwrap();
+        // SAFETY: kill has no memory preconditions; the group is the
+        // node's own (`process_group(0)` at spawn).
+        unsafe { libc::kill(-group, libc::SIGKILL) };
+        let _ = child.wait();
+        // A server that left the group on its own is killed by its pid.
+        let pid_file = self.dir.join(&name).join("postmaster.pid");
+        if let Some(pid) = std::fs::read_to_string(pid_file)
+            .ok()
+            .and_then(|t| t.lines().next().and_then(|l| l.trim().parse::<i32>().ok()))
+        {
+            // SAFETY: as above.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+
+    /// Starts `pg_autoctl <args> --run` for the data directory `name`, in a
+    /// process group of its own.
     fn run(&mut self, name: &str, args: &[&str]) {
+        use std::os::unix::process::CommandExt;
         let pgdata = self.dir.join(name);
         let log = std::fs::File::create(self.dir.join(format!("{name}.log"))).unwrap();
         let child = as_server(&self.autoctl)
@@ -292,9 +384,10 @@ impl Formation {
             .current_dir(&self.dir)
             .stdout(log.try_clone().unwrap())
             .stderr(log)
+            .process_group(0)
             .spawn()
             .unwrap();
-        self.children.push(child);
+        self.children.push((name.to_owned(), child));
     }
 
     /// The monitor's DSN, as the nodes reach it.
@@ -389,8 +482,9 @@ impl Formation {
 
     /// The tail of each process's log, for a failure message.
     fn logs(&self) -> String {
-        ["monitor", "node1", "node2"]
+        self.children
             .iter()
+            .map(|(name, _)| name)
             .map(|name| {
                 let text = std::fs::read_to_string(self.dir.join(format!("{name}.log")))
                     .unwrap_or_default();
@@ -420,18 +514,19 @@ fn checkpoints(port: u16) -> tokio::task::JoinHandle<()> {
 
 impl Drop for Formation {
     fn drop(&mut self) {
-        for name in ["node2", "node1", "monitor"] {
+        let names: Vec<String> = self.children.iter().rev().map(|(n, _)| n.clone()).collect();
+        for name in &names {
             let _ = as_server(&self.autoctl)
                 .args(["stop", "--immediate", "--pgdata"])
                 .arg(self.dir.join(name))
                 .current_dir(&self.dir)
                 .output();
         }
-        for child in &mut self.children {
+        for (_, child) in &mut self.children {
             let _ = child.kill();
             let _ = child.wait();
         }
-        for name in ["node2", "node1", "monitor"] {
+        for name in &names {
             let _ = as_server(&self.bin.join("pg_ctl"))
                 .args(["-D"])
                 .arg(self.dir.join(name))

@@ -4,7 +4,7 @@
 use result_inbox::db::{DbError, Engine};
 use result_inbox::inbox::{InboxStore, Unready};
 
-use super::Problem;
+use super::{Finding, Problem};
 
 /// The database checks, in order: `database`, `schema`, `privileges`.
 pub const DATABASE_CHECKS: [&str; 3] = ["database", "schema", "privileges"];
@@ -31,5 +31,23 @@ pub fn database_problem(e: DbError) -> Problem {
         Problem::DatabaseRefused(e)
     } else {
         Problem::Database(e)
+    }
+}
+
+/// `check=replication`, only where the server has standbys: `ok` when a
+/// COMMIT it confirms waits for a synchronous standby, `WARN` when a
+/// failover could lose commits the receiver acknowledged (never a failure:
+/// the cluster chose availability, and the receiver can only say so).
+pub async fn replication<E: Engine>(store: &InboxStore<E>) -> Option<Finding> {
+    match store.replication().await {
+        Ok(Some(r)) if r.is_replicated() => {
+            Some(Finding::advisory("replication", r.is_synchronous(), r))
+        }
+        Ok(_) => None,
+        Err(e) => Some(Finding::advisory(
+            "replication",
+            false,
+            format_args!("the server's standbys could not be read: {e}"),
+        )),
     }
 }

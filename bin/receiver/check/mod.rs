@@ -22,7 +22,7 @@ mod problem;
 
 use std::fmt;
 
-pub use self::database::{database, database_problem, DATABASE_CHECKS};
+pub use self::database::{database, database_problem, replication, DATABASE_CHECKS};
 pub use self::orbit::{orbit_access, subscription, ORBIT_CHECKS};
 pub use self::problem::{missing_table_hint, Problem};
 
@@ -66,6 +66,18 @@ pub struct Finding {
 impl fmt::Display for Finding {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.line)
+    }
+}
+
+impl Finding {
+    /// A finding that never fails the command: `check=<name> ok <detail>`,
+    /// or `check=<name> WARN <detail>` for what an operator should know.
+    pub fn advisory(check: &str, ok: bool, detail: impl fmt::Display) -> Finding {
+        let verdict = if ok { "ok" } else { "WARN" };
+        Finding {
+            ok: true,
+            line: format!("check={check} {verdict} {detail}"),
+        }
     }
 }
 

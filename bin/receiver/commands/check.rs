@@ -105,12 +105,22 @@ fn check_nats(receiver: Receiver, nats: NatsArgs) -> Outcome {
     database_and(&dsn, scope, &NATS_CHECKS, nats)
 }
 
-/// The database checks on the engine the address names.
-async fn database_on<E: Engine>(dsn: &Dsn, scope: &InboxScope) -> Result<(), Problem> {
-    match InboxStore::<E>::open_lazy(dsn, scope.clone(), StoreOptions::default()) {
-        Ok(store) => check::database(&store).await,
-        Err(e) => Err(check::database_problem(e)),
-    }
+/// The database checks on the engine the address names, and once they
+/// passed, what the server says of its standbys.
+async fn database_on<E: Engine>(
+    dsn: &Dsn,
+    scope: &InboxScope,
+) -> (Result<(), Problem>, Option<Finding>) {
+    let store = match InboxStore::<E>::open_lazy(dsn, scope.clone(), StoreOptions::default()) {
+        Ok(store) => store,
+        Err(e) => return (Err(check::database_problem(e)), None),
+    };
+    let checked = check::database(&store).await;
+    let replication = match checked {
+        Ok(()) => check::replication(&store).await,
+        Err(_) => None,
+    };
+    (checked, replication)
 }
 
 /// The database checks, then the `checks` that `source` runs.
@@ -121,7 +131,7 @@ fn database_and(
     source: impl Future<Output = Result<(), Problem>>,
 ) -> Outcome {
     let all = runtime().block_on(async {
-        let database = match dsn.engine() {
+        let (database, replication) = match dsn.engine() {
             EngineKind::Postgres => database_on::<Postgres>(dsn, &scope).await,
             _ => database_on::<MySql>(dsn, &scope).await,
         };
@@ -131,6 +141,7 @@ fn database_and(
             }
         }
         let mut all = findings(&DATABASE_CHECKS, &database);
+        all.extend(replication);
         all.extend(findings(checks, &source.await));
         all
     });

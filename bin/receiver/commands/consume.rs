@@ -277,6 +277,9 @@ async fn serve<Src: Source, E: Engine>(
         inbox = inbox.batching(batching);
     }
     let service = ServiceBuilder::new().layer(inbox).service(TaskView::new());
+    let watching = shutdown.child_token();
+    tokio::spawn(crate::replication::watch(store.clone(), watching.clone()));
+    let _stop_watching = watching.drop_guard();
     info!(receiver = %config.scope.receiver, queue = %config.scope.queue_id, batch_max = config.batch_max.unwrap_or(1), "consuming");
     let mut consumer = Consumer::new(source, config.consumer.clone())
         .with_probe(store)

@@ -40,6 +40,15 @@ impl Statements for MySql {
         std::future::ready(None)
     }
 
+    /// A MySQL primary's replicas are not asked: nothing is said.
+    const REPORTS_REPLICATION: bool = false;
+
+    fn replication(
+        _conn: &mut MySqlConnection,
+    ) -> impl Future<Output = Result<Option<crate::db::Replication>, sqlx::Error>> + Send {
+        std::future::ready(Ok(None))
+    }
+
     fn connect_one(dsn: &Dsn) -> impl Future<Output = Result<MySqlConnection, sqlx::Error>> + Send {
         dsn.connect()
     }

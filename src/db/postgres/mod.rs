@@ -103,6 +103,14 @@ impl Statements for Postgres {
         Some(options)
     }
 
+    const REPORTS_REPLICATION: bool = true;
+
+    async fn replication(
+        conn: &mut PgConnection,
+    ) -> Result<Option<crate::db::Replication>, sqlx::Error> {
+        session::replication(conn).await.map(Some)
+    }
+
     async fn connect_one(dsn: &Dsn) -> Result<PgConnection, sqlx::Error> {
         use sqlx::Connection;
         if let Some((_, conn)) = session::writable(dsn.postgres_hosts()).await {

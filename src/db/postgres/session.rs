@@ -6,6 +6,8 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
 use sqlx::Executor;
 
+use crate::db::Replication;
+
 /// The pool of an inbox store: as on MySQL, each connection runs `READ
 /// COMMITTED`, and a row-lock wait ends (`lock_timeout`, SQLSTATE 55P03)
 /// after half the transaction's time budget, at least a second.
@@ -68,6 +70,29 @@ pub(crate) async fn writable(
         let _ = conn.close().await;
     }
     None
+}
+
+/// What the server says of its standbys. `pg_stat_replication` shows a
+/// standby's `sync_state` only to an account with `pg_read_all_stats`;
+/// the runtime role sees each standby's row with that column empty.
+pub(crate) async fn replication(conn: &mut PgConnection) -> Result<Replication, sqlx::Error> {
+    let (names, commit, standbys, synchronous, hidden, slots): (String, String, i64, i64, i64, i64) =
+        sqlx::query_as(
+            "SELECT current_setting('synchronous_standby_names'), \
+             current_setting('synchronous_commit'), \
+             (SELECT count(*) FROM pg_stat_replication), \
+             (SELECT count(*) FROM pg_stat_replication WHERE sync_state IN ('sync', 'quorum')), \
+             (SELECT count(*) FROM pg_stat_replication WHERE sync_state IS NULL), \
+             (SELECT count(*) FROM pg_replication_slots WHERE slot_type = 'physical')",
+        )
+        .fetch_one(conn)
+        .await?;
+    Ok(Replication {
+        standbys: standbys.unsigned_abs(),
+        synchronous: (hidden == 0).then_some(synchronous.unsigned_abs()),
+        slots: slots.unsigned_abs(),
+        commit_waits: !names.trim().is_empty() && !matches!(commit.as_str(), "off" | "local"),
+    })
 }
 
 /// The connection's isolation level (`read committed`), row-lock wait,
