@@ -157,25 +157,33 @@ feature! { "testing":
 /// What most programs that embed the crate import, in one line:
 /// `use result_inbox::prelude::*;`.
 ///
-/// The inbox and its inner service's answers, the task view, the consumer
-/// over Orbit, the database address, a delivery and the scope it is applied
+/// What a basic embedding names, on either engine: the inbox and its inner
+/// service's answers, batching, the task view and its version check's
+/// answer, the consumer over Orbit with its client's credentials and
+/// address, the database address and the engines (`MySql`, and `Postgres`
+/// with the feature `postgres`), a delivery and the scope it is applied
 /// under; every item keeps its one path in its module.
 pub mod prelude {
     pub use crate::consumer::{Consumer, ConsumerOptions};
     pub use crate::delivery::{Delivery, DeliveryId};
     pub use crate::failure::{Classified, Classify, Failure, FailureClass};
     pub use crate::ids::{QueueId, SubscriptionId};
-    pub use crate::orbit::{OrbitClient, OrbitSource};
+    pub use crate::orbit::{Credentials, OrbitClient, OrbitSource, OrbitUrl};
     pub use crate::scope::{InboxScope, ReceiverName};
     pub use crate::BoxError;
 
     feature! { "mysql":
         pub use crate::db::Dsn;
         pub use crate::inbox::{
-            Applying, InboxError, InboxLayer, InboxStore, Outcome, Receipt, Refusal, StoreOptions,
-            Verdict,
+            Applying, Batching, InboxError, InboxLayer, InboxStore, Outcome, Receipt, Refusal,
+            StoreOptions, Verdict,
         };
-        pub use crate::task_view::TaskView;
+        pub use crate::task_view::{Advance, TaskView};
+        pub use sqlx::MySql;
+    }
+
+    feature! { "postgres":
+        pub use sqlx::Postgres;
     }
 }
 

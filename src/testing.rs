@@ -40,10 +40,10 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
-use sqlx::Connection;
+use sqlx::{Connection, MySql};
 use tower::{Service, ServiceExt};
 
-use crate::db::{schema, DbError, Dsn};
+use crate::db::{schema, DbError, Dsn, Engine};
 use crate::delivery::{Delivery, DeliveryId};
 use crate::event::EventType;
 use crate::ids::{EventId, QueueId, TaskId};
@@ -55,18 +55,24 @@ use crate::BoxError;
 /// (and prune's tally with [`create_with_retention`](Self::create_with_retention)).
 /// [`remove`](Self::remove) drops it; a test that fails before leaves it for
 /// inspection, under a name no other test uses.
+///
+/// On MySQL, [`TestDatabase::create`]; on PostgreSQL (feature `postgres`),
+/// `TestDatabase::<sqlx::Postgres>::create_on(&admin)`, whose stores are
+/// `InboxStore<sqlx::Postgres>` and whose inner services answer
+/// `Verdict<sqlx::Postgres>`.
 #[derive(Debug)]
-pub struct TestDatabase {
+pub struct TestDatabase<E: Engine = MySql> {
     admin: Dsn,
     dsn: Dsn,
+    engine: std::marker::PhantomData<fn() -> E>,
 }
 
-impl TestDatabase {
-    /// Creates `result_inbox_test_<random>` on the server of `admin` (an
-    /// account that may create and drop databases; its DSN names any
+impl TestDatabase<MySql> {
+    /// Creates `result_inbox_test_<random>` on the MySQL server of `admin`
+    /// (an account that may create and drop databases; its DSN names any
     /// database, e.g. `mysql`) and the receiver's tables in it.
     pub async fn create(admin: &Dsn) -> Result<Self, DbError> {
-        Self::create_with(admin, false).await
+        Self::create_on(admin).await
     }
 
     /// [`create`](Self::create), with `receiver_pruned` as well (`receiver
@@ -74,13 +80,29 @@ impl TestDatabase {
     pub async fn create_with_retention(admin: &Dsn) -> Result<Self, DbError> {
         Self::create_with(admin, true).await
     }
+}
+
+impl<E: Engine> TestDatabase<E> {
+    /// Creates `result_inbox_test_<random>` on the server of `admin`, of
+    /// engine `E` (`TestDatabase::<sqlx::Postgres>::create_on` for a
+    /// `postgres://` address naming e.g. the database `postgres`), and the
+    /// receiver's tables in it.
+    pub async fn create_on(admin: &Dsn) -> Result<Self, DbError> {
+        Self::create_with(admin, false).await
+    }
+
+    /// [`create_on`](Self::create_on), with `receiver_pruned` as well.
+    pub async fn create_on_with_retention(admin: &Dsn) -> Result<Self, DbError> {
+        Self::create_with(admin, true).await
+    }
 
     async fn create_with(admin: &Dsn, retention: bool) -> Result<Self, DbError> {
+        if E::connect_options(admin).is_none() {
+            return Err(DbError::wrong_test_engine(admin.engine()));
+        }
         let name = format!("result_inbox_test_{}", &fresh_hex()[..16]);
-        let mut conn = admin.connect().await?;
-        let created = sqlx::raw_sql(&format!("CREATE DATABASE `{name}` CHARACTER SET utf8mb4"))
-            .execute(&mut conn)
-            .await;
+        let mut conn = E::connect_one(admin).await?;
+        let created = E::create_database(&mut conn, &name).await;
         conn.close().await.ok();
         created?;
         let dsn = admin.with_database(&name);
@@ -98,6 +120,7 @@ impl TestDatabase {
         Ok(Self {
             admin: admin.clone(),
             dsn,
+            engine: std::marker::PhantomData,
         })
     }
 
@@ -108,23 +131,21 @@ impl TestDatabase {
 
     /// A store on this database for the default receiver name and a new
     /// queue of its own.
-    pub async fn store(&self) -> Result<InboxStore, DbError> {
+    pub async fn store(&self) -> Result<InboxStore<E>, DbError> {
         let queue = fresh_hex().parse::<QueueId>().expect("32 hex digits");
         self.store_for(InboxScope::new(ReceiverName::default(), queue))
             .await
     }
 
     /// A store on this database for `scope`.
-    pub async fn store_for(&self, scope: InboxScope) -> Result<InboxStore, DbError> {
-        InboxStore::connect(&self.dsn, scope, StoreOptions::default()).await
+    pub async fn store_for(&self, scope: InboxScope) -> Result<InboxStore<E>, DbError> {
+        InboxStore::<E>::open(&self.dsn, scope, StoreOptions::default()).await
     }
 
     /// Drops the database.
     pub async fn remove(self) -> Result<(), DbError> {
-        let mut conn = self.admin.connect().await?;
-        let dropped = sqlx::raw_sql(&format!("DROP DATABASE `{}`", self.dsn.database()))
-            .execute(&mut conn)
-            .await;
+        let mut conn = E::connect_one(&self.admin).await?;
+        let dropped = E::drop_database(&mut conn, self.dsn.database()).await;
         conn.close().await.ok();
         dropped?;
         Ok(())
@@ -146,15 +167,15 @@ pub struct TestEvent {
 /// A new event of `event_type` at `version` about a new task, for the
 /// queue of `store`; with a result (`{"ok":true}`) where the type carries
 /// one. [`event_for`] names the task.
-pub fn event(store: &InboxStore, event_type: EventType, version: u64) -> TestEvent {
+pub fn event<E: Engine>(store: &InboxStore<E>, event_type: EventType, version: u64) -> TestEvent {
     let task = fresh_hex().parse::<TaskId>().expect("32 hex digits");
     event_for(store, &task, event_type, version)
 }
 
 /// A new event of `event_type` at `version` about `task` (a later version
 /// of a task, another event at the same version), for the queue of `store`.
-pub fn event_for(
-    store: &InboxStore,
+pub fn event_for<E: Engine>(
+    store: &InboxStore<E>,
     task: &TaskId,
     event_type: EventType,
     version: u64,
@@ -181,13 +202,13 @@ pub fn event_for(
 /// over) through the inbox on `store` around `inner`, as the consumer runs
 /// it: validated, deduplicated, applied in one transaction, committed. The
 /// answer is what the consumer would ACK (`Ok`) or not (`Err`).
-pub async fn apply<S>(
-    store: &InboxStore,
+pub async fn apply<E: Engine, S>(
+    store: &InboxStore<E>,
     inner: S,
     event: impl AsRef<[u8]>,
 ) -> Result<Receipt, InboxError>
 where
-    S: Service<Delivery<Applying>, Response = Verdict> + Clone + Send + 'static,
+    S: Service<Delivery<Applying<E>>, Response = Verdict<E>> + Clone + Send + 'static,
     S::Error: Into<BoxError>,
     S::Future: Send + 'static,
 {

@@ -282,3 +282,31 @@ async fn a_consumer_whose_inbox_applies_another_queue_refuses_to_start_and_lease
     assert_eq!(counts["leased"], 0, "{counts}");
     assert_eq!(inbox_rows(&db).await, 0);
 }
+
+#[tokio::test]
+async fn a_mysql_store_given_a_postgres_address_names_what_opens_a_postgres_store() {
+    let dsn: result_inbox::db::Dsn = "postgres://receiver@127.0.0.1:1/inbox".parse().unwrap();
+    let scope = common::scope("task-result-view");
+    let e = result_inbox::inbox::InboxStore::connect(&dsn, scope, Default::default())
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("open it with InboxStore::<sqlx::Postgres>::open"),
+        "{e}"
+    );
+}
+
+#[cfg(feature = "testing")]
+#[tokio::test]
+async fn a_mysql_test_database_given_a_postgres_address_names_what_creates_a_postgres_one() {
+    let dsn: result_inbox::db::Dsn = "postgres://postgres@127.0.0.1:1/postgres".parse().unwrap();
+    let e = result_inbox::testing::TestDatabase::create(&dsn)
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("TestDatabase::<sqlx::Postgres>::create_on"),
+        "{e}"
+    );
+}

@@ -128,3 +128,21 @@ async fn testing_inner_service_checks_each_outcome_on_a_database_of_its_own() {
          a task that needs review: refused\norders=1\n"
     );
 }
+
+#[cfg(feature = "testing")]
+#[tokio::test]
+async fn testing_inner_service_postgres_checks_each_outcome_on_a_database_of_its_own() {
+    let out = example("testing_inner_service_postgres")
+        .env(
+            "RESULT_INBOX_TEST_PG_ADMIN_DSN",
+            common::postgres::admin_dsn(),
+        )
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert_eq!(
+        text,
+        "version 2: applied\nits copy: duplicate\nversion 1 after it: stale\n\
+         a task that needs review: refused\norders=1\n"
+    );
+}

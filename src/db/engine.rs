@@ -64,6 +64,19 @@ mod sealed {
             dsn: &Dsn,
         ) -> impl Future<Output = Result<Self::Connection, sqlx::Error>> + Send;
 
+        /// Creates the database `name` (a name of letters, digits and `_`)
+        /// on the server of `conn`, for a test of its own.
+        fn create_database<'c>(
+            conn: &'c mut Self::Connection,
+            name: &'c str,
+        ) -> impl Future<Output = Result<(), sqlx::Error>> + Send + 'c;
+
+        /// Drops the database `name`, which connections may still hold.
+        fn drop_database<'c>(
+            conn: &'c mut Self::Connection,
+            name: &'c str,
+        ) -> impl Future<Output = Result<(), sqlx::Error>> + Send + 'c;
+
         /// The receiver's tables (of [`schema::ALL_TABLES`](super::schema)) in
         /// the connection's database, by name.
         fn existing_tables(

@@ -126,14 +126,29 @@ impl DbError {
         Self::of(DbErrorKind::Inconsistent)
     }
 
-    /// An address of `found`, for a store of another engine.
+    /// An address of `found`, for a store of another engine: says what
+    /// opens a store of the address's engine.
     pub(crate) fn wrong_engine(found: super::EngineKind) -> Self {
         Self {
             detail: Some(match found {
                 super::EngineKind::MySql => {
-                    "the DSN names a MySQL server, not one of this store's engine"
+                    "the DSN names a MySQL server, not one of this store's engine: open it with InboxStore::connect (or InboxStore::<sqlx::MySql>::open)"
                 }
-                _ => "the DSN names a PostgreSQL server, not one of this store's engine",
+                _ => "the DSN names a PostgreSQL server, not one of this store's engine: open it with InboxStore::<sqlx::Postgres>::open (feature postgres)",
+            }),
+            ..Self::of(DbErrorKind::WrongEngine)
+        }
+    }
+
+    /// An address of `found`, for a test database of another engine.
+    #[cfg(feature = "testing")]
+    pub(crate) fn wrong_test_engine(found: super::EngineKind) -> Self {
+        Self {
+            detail: Some(match found {
+                super::EngineKind::MySql => {
+                    "the DSN names a MySQL server, not one of this test database's engine: create it with TestDatabase::create"
+                }
+                _ => "the DSN names a PostgreSQL server, not one of this test database's engine: create it with TestDatabase::<sqlx::Postgres>::create_on (feature postgres)",
             }),
             ..Self::of(DbErrorKind::WrongEngine)
         }

@@ -53,6 +53,18 @@ impl Statements for MySql {
         dsn.connect()
     }
 
+    async fn create_database(conn: &mut MySqlConnection, name: &str) -> Result<(), sqlx::Error> {
+        use sqlx::Executor;
+        let ddl = format!("CREATE DATABASE `{name}` CHARACTER SET utf8mb4");
+        conn.execute(sqlx::raw_sql(&ddl)).await.map(drop)
+    }
+
+    async fn drop_database(conn: &mut MySqlConnection, name: &str) -> Result<(), sqlx::Error> {
+        use sqlx::Executor;
+        let ddl = format!("DROP DATABASE `{name}`");
+        conn.execute(sqlx::raw_sql(&ddl)).await.map(drop)
+    }
+
     fn existing_tables(
         conn: &mut MySqlConnection,
     ) -> impl Future<Output = Result<Vec<String>, sqlx::Error>> + Send {

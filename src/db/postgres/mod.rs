@@ -124,6 +124,19 @@ impl Statements for Postgres {
         }
     }
 
+    async fn create_database(conn: &mut PgConnection, name: &str) -> Result<(), sqlx::Error> {
+        use sqlx::Executor;
+        let ddl = format!("CREATE DATABASE \"{name}\" ENCODING 'UTF8' TEMPLATE template0");
+        conn.execute(sqlx::raw_sql(&ddl)).await.map(drop)
+    }
+
+    /// `WITH (FORCE)`: a store's pool may still hold connections to it.
+    async fn drop_database(conn: &mut PgConnection, name: &str) -> Result<(), sqlx::Error> {
+        use sqlx::Executor;
+        let ddl = format!("DROP DATABASE \"{name}\" WITH (FORCE)");
+        conn.execute(sqlx::raw_sql(&ddl)).await.map(drop)
+    }
+
     fn existing_tables(
         conn: &mut PgConnection,
     ) -> impl Future<Output = Result<Vec<String>, sqlx::Error>> + Send {
