@@ -573,6 +573,75 @@ async fn lock_wait_is_retried(db: Server, code: &str) {
     assert_eq!(process.attribute("outcome"), Some("applied"));
 }
 
+#[tokio::test]
+async fn an_idle_consumer_exports_nothing_and_a_delivery_then_exactly_its_own_trace() {
+    let db = TestDb::initialized().await;
+    idle_then_one_delivery(&common::dsn_for(&db.name)).await;
+}
+
+#[tokio::test]
+async fn on_postgres_an_idle_consumer_exports_nothing_and_its_probe_ends_no_transaction() {
+    let db = PgTestDb::initialized().await;
+    idle_then_one_delivery(&db.dsn).await;
+}
+
+/// `receiver consume` on `dsn` left idle for 15 s (its start-up checks,
+/// then a database probe every 5 s), then given one delivery: the
+/// collector gets that delivery's trace and nothing else, and no statement
+/// the server had to warn about (PostgreSQL's `there is no transaction in
+/// progress`, a notice sqlx logs at warn).
+async fn idle_then_one_delivery(dsn: &str) {
+    let otlp = OtlpReceiver::start().await;
+    let (orbit, creds, sub) = OrbitDev::subscribed(30_000, 5, "traces-idle").await;
+    // Any span ended would reach the collector 100 ms later.
+    let extra = [
+        ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ("RECEIVER_LOG", "warn,result_inbox=info,receiver=info"),
+    ];
+    let mut consume = traced(&orbit, &creds, dsn, &sub, &otlp, &extra);
+    consume
+        .wait_for_output(Duration::from_secs(20), |out| {
+            out.contains("delivery stream open")
+        })
+        .await;
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let idle = otlp.spans();
+    assert!(
+        idle.is_empty(),
+        "an idle consumer exported {} spans: {idle:#?}",
+        idle.len()
+    );
+
+    let (event, _) = orbit.inject_new_task(&creds, &sub).await;
+    orbit
+        .wait_for_counts(&creds, &sub, Duration::from_secs(20), |c| c["acked"] == 1)
+        .await;
+    otlp.wait_for(Duration::from_secs(10), |spans| {
+        spans.iter().any(|s| s.name.starts_with("settle"))
+    })
+    .await;
+    assert!(consume.terminate().success(), "{}", consume.output());
+    let spans = otlp.spans();
+    let process = spans
+        .iter()
+        .find(|s| s.name.starts_with("process"))
+        .unwrap_or_else(|| panic!("no process span: {spans:#?}"));
+    assert_eq!(
+        process.attribute("messaging.message.id"),
+        Some(event.as_str())
+    );
+    let strays: Vec<&ReceivedSpan> = spans
+        .iter()
+        .filter(|s| s.trace_id != process.trace_id)
+        .collect();
+    assert!(strays.is_empty(), "spans of no delivery: {strays:#?}");
+    for name in ["inbox transaction", "INSERT receiver_inbox", "COMMIT"] {
+        assert!(spans.iter().any(|s| s.name == name), "{name}: {spans:#?}");
+    }
+    let out = consume.output();
+    assert!(!out.contains("no transaction in progress"), "{out}");
+}
+
 /// The same over NATS JetStream: the producer's context in the message
 /// headers.
 #[cfg(feature = "nats")]

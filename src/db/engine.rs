@@ -113,7 +113,8 @@ mod sealed {
         /// budget).
         fn pool_options(max_connections: u32, transaction_timeout: Duration) -> PoolOptions<Self>;
 
-        /// Whether the server answers on this connection.
+        /// Whether the server answers on this connection. Reads no table,
+        /// so it opens no transaction, even with autocommit off.
         fn ping(
             conn: &mut Self::Connection,
         ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
@@ -131,7 +132,7 @@ mod sealed {
         ) -> impl Future<Output = Result<Option<crate::db::Replication>, sqlx::Error>> + Send;
 
         /// The connection's isolation level, row-lock wait and autocommit, as
-        /// the server reports them.
+        /// the server reports them. Reads no table, as [`ping`](Self::ping).
         fn settings(
             conn: &mut Self::Connection,
         ) -> impl Future<Output = Result<(String, Duration, bool), sqlx::Error>> + Send;

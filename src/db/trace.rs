@@ -5,6 +5,12 @@
 //! as `db.response.status_code`. Never a statement's text or values: an
 //! event's canonical text and a result are values.
 //!
+//! A statement is recorded only inside a span of the caller's (a
+//! delivery's transaction, or an embedder's own span around its work):
+//! one sent outside any (the breaker's probe every few seconds, the
+//! start-up checks) belongs to no delivery, and as a span of its own it
+//! would be a trace of its own, thousands a day from an idle consumer.
+//!
 //! Spans are recorded with `tracing` only; whoever embeds the library
 //! decides whether anything exports them (the `receiver` binary does, to
 //! OTLP, when an endpoint is configured).
@@ -15,12 +21,16 @@ use tracing::{field, Span};
 
 /// A CLIENT span for one statement to a server of `system` (the
 /// conventions' `mysql` or `postgresql`): `operation` (`INSERT`, `SELECT`,
-/// `COMMIT`, …) on `table`, if the statement names one.
+/// `COMMIT`, …) on `table`, if the statement names one. None outside a
+/// span.
 pub(crate) fn statement(
     system: &'static str,
     operation: &'static str,
     table: Option<&'static str>,
 ) -> Span {
+    if !inside_a_span() {
+        return Span::none();
+    }
     let name = match table {
         Some(table) => format!("{operation} {table}"),
         None => operation.to_owned(),
@@ -36,6 +46,13 @@ pub(crate) fn statement(
         error.type = field::Empty,
         otel.status_code = field::Empty,
     )
+}
+
+/// Whether the caller runs inside a span that the subscriber records.
+/// Asked of the dispatcher without cloning the span, as `Span::current`
+/// would.
+fn inside_a_span() -> bool {
+    tracing::dispatcher::get_default(|dispatch| dispatch.current_span().id().is_some())
 }
 
 /// Runs one statement's future while its span is open, and records the

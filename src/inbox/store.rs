@@ -204,7 +204,7 @@ impl<E: Engine> InboxStore<E> {
     }
 
     /// Asks the database whether it answers: takes a connection and runs
-    /// `SELECT 1`, in a transaction that is ended at once. A pooled
+    /// `SELECT 1`, which opens no transaction (so none is ended). A pooled
     /// connection that the server dropped is closed and the next one tried,
     /// so the answer is about the server, not about a stale connection.
     pub async fn ping(&self) -> Result<(), DbError> {
@@ -214,7 +214,10 @@ impl<E: Engine> InboxStore<E> {
             let mut tx = InboxTx::acquire(&self.shelf).await?;
             let answered = E::ping(tx.connection()).await;
             match answered {
-                Ok(_) => return Ok(tx.rollback().await?),
+                Ok(()) => {
+                    tx.release();
+                    return Ok(());
+                }
                 Err(e) => {
                     let e = DbError::from(e);
                     // Dropping `tx` closes its connection; try a fresh one
@@ -324,7 +327,7 @@ impl<E: Engine> InboxStore<E> {
     pub async fn session_settings(&self) -> Result<SessionSettings, DbError> {
         let mut tx = InboxTx::acquire(&self.shelf).await?;
         let (isolation, lock_wait_timeout, autocommit) = E::settings(tx.connection()).await?;
-        tx.rollback().await?;
+        tx.release();
         Ok(SessionSettings {
             isolation,
             lock_wait_timeout,

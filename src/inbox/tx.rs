@@ -213,6 +213,16 @@ impl<E: Engine> InboxTx<E> {
         self.open = false;
         Ok(())
     }
+
+    /// Puts the connection back without ending a transaction, after
+    /// statements that open none (the engine's `ping` and `settings`,
+    /// which read no table: with autocommit off MySQL opens a transaction
+    /// only with one, PostgreSQL never without `BEGIN`). A `ROLLBACK`
+    /// there would be a round trip for nothing, which PostgreSQL answers
+    /// with a warning (`there is no transaction in progress`).
+    pub(crate) fn release(mut self) {
+        self.open = false;
+    }
 }
 
 #[derive(Clone, Copy)]
