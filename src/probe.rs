@@ -4,6 +4,7 @@ use futures::future::BoxFuture;
 
 use crate::failure::Failure;
 use crate::ids::QueueId;
+use crate::scope::ReceiverName;
 use crate::BoxError;
 
 /// A dependency of the service (its database) that can be asked whether it
@@ -41,6 +42,14 @@ pub trait Probe: Send + Sync + 'static {
     /// one (the inbox's store is): a consumer whose source delivers another
     /// queue's events refuses to start. The default knows none.
     fn queue(&self) -> Option<&QueueId> {
+        None
+    }
+
+    /// The receiver name the dependency records deliveries under, when it
+    /// has one (the inbox's store does): the consumer group that every
+    /// delivery's span names from its start, whether or not its event can
+    /// be read. The default knows none.
+    fn receiver(&self) -> Option<&ReceiverName> {
         None
     }
 }

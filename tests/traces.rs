@@ -642,6 +642,55 @@ async fn idle_then_one_delivery(dsn: &str) {
     assert!(!out.contains("no transaction in progress"), "{out}");
 }
 
+#[tokio::test]
+async fn a_delivery_whose_body_cannot_be_read_still_names_its_consumer_group() {
+    let otlp = OtlpReceiver::start().await;
+    let (orbit, creds, sub) = OrbitDev::subscribed(30_000, 5, "traces-unreadable").await;
+    let db = TestDb::initialized().await;
+    let delivery = orbit.inject(&sub, "garbage{").await;
+    let endpoint = otlp.endpoint();
+    let _consume = Consume::start(
+        &orbit,
+        &creds,
+        &common::dsn_for(&db.name),
+        &sub,
+        "unreadable-view",
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ],
+    );
+    let spans = otlp
+        .wait_for(Duration::from_secs(20), |spans| {
+            spans.iter().any(|s| s.name.starts_with("process"))
+        })
+        .await;
+    let process = spans
+        .iter()
+        .find(|s| s.name.starts_with("process"))
+        .unwrap();
+    assert_eq!(process.attribute("delivery.id"), Some(delivery.as_str()));
+    assert_eq!(
+        process.attribute("outcome"),
+        Some("rejected"),
+        "{process:#?}"
+    );
+    assert_eq!(
+        process.attribute("messaging.consumer.group.name"),
+        Some("unreadable-view"),
+        "{process:#?}"
+    );
+    assert_eq!(
+        process
+            .attributes
+            .iter()
+            .filter(|(k, _)| k == "messaging.consumer.group.name")
+            .count(),
+        1,
+        "{process:#?}"
+    );
+}
+
 /// The same over NATS JetStream: the producer's context in the message
 /// headers.
 #[cfg(feature = "nats")]

@@ -170,6 +170,11 @@ impl<Src: Source> Consumer<Src> {
         let spans = Spans {
             system: self.source.system(),
             destination: self.source.destination(),
+            group: self
+                .probe
+                .as_deref()
+                .and_then(Probe::receiver)
+                .map(|name| name.as_str().to_owned()),
             parent: self.trace_parent.clone(),
         };
         // Series that exist from the start read 0, not "absent", on a

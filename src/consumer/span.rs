@@ -1,8 +1,9 @@
 //! The span of each delivery attempt, named and attributed as the
 //! OpenTelemetry semantic conventions for messaging name a consumer's
 //! processing: `process <destination>`, kind CONSUMER, with the messaging
-//! system, the destination and, from the layer that knows them, the
-//! consumer group (the receiver name), the message id (the event id) and
+//! system, the destination, the consumer group (the receiver name, which
+//! the consumer's [`Probe`](crate::probe::Probe) knows) from its start
+//! and, from the layer that knows them, the message id (the event id) and
 //! the outcome. The acknowledgement is a `settle` span under it.
 //!
 //! Recorded with `tracing` only: a subscriber that exports spans (the
@@ -27,6 +28,8 @@ pub type TraceParent = Arc<dyn Fn(&Span, &TraceContext) + Send + Sync>;
 pub(super) struct Spans {
     pub(super) system: &'static str,
     pub(super) destination: String,
+    /// The receiver name, when the probe knows one.
+    pub(super) group: Option<String>,
     pub(super) parent: Option<TraceParent>,
 }
 
@@ -41,7 +44,7 @@ impl Spans {
             messaging.operation.type = "process",
             messaging.operation.name = "process",
             messaging.destination.name = %self.destination,
-            messaging.consumer.group.name = field::Empty,
+            messaging.consumer.group.name = self.group.as_deref(),
             messaging.message.id = field::Empty,
             delivery.id = %delivery.id(),
             delivery.attempt = delivery.attempt(),

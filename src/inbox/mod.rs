@@ -401,13 +401,11 @@ async fn apply<S: Inner<E>, E: Engine>(
     };
     let event_id = event.id().clone();
     // The delivery's span (the consumer's, when the inbox runs under one)
-    // learns what only the inbox knows: the event and the receiver.
+    // learns what only the inbox knows: the event. The receiver name it has
+    // from its start, through the consumer's probe (the store): recorded
+    // again here, it would be a second attribute of the same name.
     let span = tracing::Span::current();
     span.record("messaging.message.id", event_id.as_str());
-    span.record(
-        "messaging.consumer.group.name",
-        store.scope().receiver.as_str(),
-    );
     let answer = match event.check_queue(&store.scope().queue_id) {
         Err(e) => Err(e.into()),
         Ok(()) => {

@@ -14,7 +14,7 @@ use crate::event::Event;
 use crate::failure::Failure;
 use crate::ids::QueueId;
 use crate::probe::Probe;
-use crate::scope::InboxScope;
+use crate::scope::{InboxScope, ReceiverName};
 use crate::telemetry;
 
 /// How the inbox uses its database.
@@ -423,5 +423,9 @@ impl<E: Engine> Probe for InboxStore<E> {
 
     fn queue(&self) -> Option<&QueueId> {
         Some(&self.scope().queue_id)
+    }
+
+    fn receiver(&self) -> Option<&ReceiverName> {
+        Some(&self.scope().receiver)
     }
 }
