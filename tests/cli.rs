@@ -431,13 +431,13 @@ fn check_names_the_traces_endpoint_without_its_credentials() {
     let out = check_against_nothing()
         .env(
             "OTEL_EXPORTER_OTLP_ENDPOINT",
-            "http://collector:sentinel-otlp-pw@127.0.0.1:4318",
+            "http://collector:sentinel-otlp-pw@127.0.0.1:1",
         )
         .output()
         .unwrap();
     let printed = text(&out.stdout);
     assert!(
-        printed.ends_with("traces=otlp endpoint=http://<redacted>@127.0.0.1:4318/v1/traces\n"),
+        printed.ends_with("traces=otlp endpoint=http://<redacted>@127.0.0.1:1/v1/traces\n"),
         "{printed}"
     );
     assert!(

@@ -691,6 +691,260 @@ async fn a_delivery_whose_body_cannot_be_read_still_names_its_consumer_group() {
     );
 }
 
+/// `receiver check` with `vars` set, every other setting valid and
+/// nothing listening where they point.
+fn check_with(vars: &[(&str, &str)]) -> std::process::Output {
+    let mut command = common::orbit::receiver();
+    command
+        .arg("check")
+        .env("ORBIT_URL", "http://127.0.0.1:1")
+        .env("ORBIT_TOKEN", "t")
+        .env("ORBIT_QUEUE_ID", "0123456789abcdef0123456789abcdef")
+        .env("ORBIT_SUBSCRIPTION_ID", "fedcba9876543210fedcba9876543210")
+        .env("ORBIT_RECEIVER_DSN", "mysql://root@127.0.0.1:1/receiver");
+    for otel in OTEL_VARIABLES {
+        command.env_remove(otel);
+    }
+    command.envs(vars.iter().copied()).output().unwrap()
+}
+
+/// Every variable of the export that the tests set.
+const OTEL_VARIABLES: [&str; 6] = [
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+    "OTEL_TRACES_SAMPLER",
+    "OTEL_TRACES_SAMPLER_ARG",
+];
+
+/// A variable and its value.
+type Variable = (&'static str, &'static str);
+
+#[test]
+fn a_tracing_setting_that_cannot_be_read_is_exit_2_naming_its_variable() {
+    let endpoint = ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1");
+    let ratio = ("OTEL_TRACES_SAMPLER", "traceidratio");
+    let cases: [(Variable, &[Variable]); 9] = [
+        (
+            (
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                "ftp://collector:sentinel-otlp-pw@127.0.0.1:1",
+            ),
+            &[],
+        ),
+        (
+            (
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                "collector:sentinel-otlp-pw@127.0.0.1:1/v1/traces",
+            ),
+            &[],
+        ),
+        (("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"), &[]),
+        (("OTEL_TRACES_SAMPLER", "sometimes"), &[endpoint]),
+        (("OTEL_TRACES_SAMPLER_ARG", "half"), &[endpoint, ratio]),
+        (
+            ("OTEL_TRACES_SAMPLER_ARG", "1.5"),
+            &[
+                endpoint,
+                ("OTEL_TRACES_SAMPLER", "parentbased_traceidratio"),
+            ],
+        ),
+        // The default sampler takes no ratio: 0.1 would sample everything.
+        (("OTEL_TRACES_SAMPLER_ARG", "0.1"), &[endpoint]),
+        (("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"), &[endpoint]),
+        (
+            ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json"),
+            &[endpoint, ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")],
+        ),
+    ];
+    for (broken, others) in cases {
+        let mut vars = others.to_vec();
+        vars.push(broken);
+        let out = check_with(&vars);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(2), "{broken:?}: {err}");
+        assert!(
+            err.starts_with(&format!("receiver: {}: ", broken.0)),
+            "{broken:?}: {err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(!err.contains("sentinel-otlp-pw"), "{err}");
+        assert!(out.stdout.is_empty(), "{broken:?}: checked anyway");
+    }
+    // What can be read is taken, in any case, and the checks run.
+    let out = check_with(&[
+        endpoint,
+        ("OTEL_TRACES_SAMPLER", "ParentBased_TraceIdRatio"),
+        ("OTEL_TRACES_SAMPLER_ARG", "0.25"),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test]
+async fn check_says_whether_the_collector_answers_and_a_base_endpoint_that_names_the_path_is_warned_of(
+) {
+    let otlp = OtlpReceiver::start().await;
+    let (_orbit, creds, sub) = OrbitDev::subscribed(30_000, 5, "traces-check").await;
+    let db = TestDb::initialized().await;
+    let nothing = format!("http://127.0.0.1:{}", {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    });
+    let check = |variable: &'static str, endpoint: String| {
+        let mut command = common::orbit::receiver();
+        command
+            .arg("check")
+            .env("ORBIT_CREDENTIALS_FILE", &creds.file)
+            .env("ORBIT_SUBSCRIPTION_ID", sub.as_str())
+            .env("ORBIT_RECEIVER_DSN", common::dsn_for(&db.name));
+        for otel in OTEL_VARIABLES {
+            command.env_remove(otel);
+        }
+        command.env(variable, endpoint);
+        async move {
+            let out = tokio::process::Command::from(command)
+                .output()
+                .await
+                .unwrap();
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        }
+    };
+    let checks = "check=database ok\ncheck=schema ok\ncheck=privileges ok\n\
+                  check=orbit ok\ncheck=token ok\ncheck=scopes ok\ncheck=subscription ok\n";
+
+    let (code, out, err) = check("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.endpoint()).await;
+    assert_eq!(
+        out,
+        format!(
+            "{checks}check=traces ok\ntraces=otlp endpoint={}/v1/traces\n",
+            otlp.endpoint()
+        ),
+        "{err}"
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(err, "");
+
+    let (code, out, err) = check("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", nothing.clone()).await;
+    assert!(
+        out.starts_with(&format!("{checks}check=traces FAIL ")),
+        "{out}{err}"
+    );
+    assert!(out.contains(&nothing), "{out}");
+    assert_eq!(code, Some(1), "{out}{err}");
+
+    // The exporter adds /v1/traces to a base endpoint: this one would
+    // send to /v1/traces/v1/traces, which the collector does not serve.
+    let doubled = format!("{}/v1/traces", otlp.endpoint());
+    let (code, out, err) = check("OTEL_EXPORTER_OTLP_ENDPOINT", doubled).await;
+    assert!(
+        err.starts_with("warning: OTEL_EXPORTER_OTLP_ENDPOINT ends in /v1/traces"),
+        "{err}"
+    );
+    assert!(
+        out.starts_with(&format!("{checks}check=traces FAIL ")) && out.contains("404"),
+        "{out}"
+    );
+    assert_eq!(code, Some(1));
+}
+
+#[tokio::test]
+async fn consume_says_once_at_start_where_traces_go_without_the_endpoint_s_credentials() {
+    let otlp = OtlpReceiver::start().await;
+    let (orbit, creds, sub) = OrbitDev::subscribed(30_000, 5, "traces-where").await;
+    let db = TestDb::initialized().await;
+    let endpoint = format!(
+        "http://collector:sentinel-otlp-pw@{}/v1/traces?api-key=sentinel-otlp-key",
+        otlp.addr
+    );
+    let mut consume = Consume::on_test_db(
+        &orbit,
+        &creds,
+        &db,
+        &sub,
+        &[("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", endpoint.as_str())],
+    );
+    orbit.inject_new_task(&creds, &sub).await;
+    orbit
+        .wait_for_counts(&creds, &sub, Duration::from_secs(20), |c| c["acked"] == 1)
+        .await;
+    assert!(consume.terminate().success(), "{}", consume.output());
+    // The traces went there.
+    otlp.wait_for(Duration::from_secs(10), |spans| {
+        spans.iter().any(|s| s.name.starts_with("settle"))
+    })
+    .await;
+    let out = consume.output();
+    let said: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("exporting traces"))
+        .collect();
+    assert_eq!(said.len(), 1, "{out}");
+    assert!(
+        said[0].ends_with(&format!(
+            "exporting traces endpoint=http://<redacted>@{}/v1/traces",
+            otlp.addr
+        )),
+        "{out}"
+    );
+    assert!(!out.contains("sentinel-otlp"), "{out}");
+}
+
+#[tokio::test]
+async fn while_exports_fail_consume_warns_at_most_once_a_minute_with_the_spans_dropped() {
+    let otlp = OtlpReceiver::start().await;
+    otlp.refuse(true);
+    let (orbit, creds, sub) = OrbitDev::subscribed(30_000, 5, "traces-failing").await;
+    let db = TestDb::initialized().await;
+    let dsn = common::dsn_for(&db.name);
+    let extra = [("OTEL_BSP_SCHEDULE_DELAY", "100")];
+    let mut consume = traced(&orbit, &creds, &dsn, &sub, &otlp, &extra);
+    // Each delivery's spans go out 100 ms after they end, and every try of
+    // each export is refused (four tries at most): at least three exports
+    // failed once twelve requests were refused.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while otlp.refused() < 12 {
+        orbit.inject_new_task(&creds, &sub).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} refused: {}",
+            otlp.refused(),
+            consume.output()
+        );
+    }
+    let out = consume.output();
+    let warnings: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("trace export failed"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{out}");
+    let dropped: u64 = warnings[0]
+        .split("dropped=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count of dropped spans: {}", warnings[0]));
+    assert!(dropped > 0, "{}", warnings[0]);
+    assert!(consume.terminate().success(), "{}", consume.output());
+    assert_eq!(
+        consume.output().matches("trace export failed").count(),
+        1,
+        "{}",
+        consume.output()
+    );
+}
+
 /// The same over NATS JetStream: the producer's context in the message
 /// headers.
 #[cfg(feature = "nats")]

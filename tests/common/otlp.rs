@@ -8,7 +8,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -62,6 +62,8 @@ pub struct OtlpReceiver {
     pub addr: SocketAddr,
     bodies: Arc<Mutex<Vec<Bytes>>>,
     refusing: Arc<AtomicBool>,
+    /// Requests answered with 503 while refusing.
+    refused: Arc<AtomicUsize>,
     accept: JoinHandle<()>,
 }
 
@@ -71,9 +73,11 @@ impl OtlpReceiver {
         let addr = listener.local_addr().unwrap();
         let bodies = Arc::new(Mutex::new(Vec::new()));
         let refusing = Arc::new(AtomicBool::new(false));
+        let refused = Arc::new(AtomicUsize::new(0));
         let accept = tokio::spawn({
             let bodies = bodies.clone();
             let refusing = refusing.clone();
+            let refused = refused.clone();
             async move {
                 loop {
                     let Ok((stream, _)) = listener.accept().await else {
@@ -81,9 +85,10 @@ impl OtlpReceiver {
                     };
                     let bodies = bodies.clone();
                     let refusing = refusing.clone();
+                    let refused = refused.clone();
                     tokio::spawn(async move {
                         let service = hyper::service::service_fn(move |request| {
-                            receive(request, bodies.clone(), refusing.clone())
+                            receive(request, bodies.clone(), refusing.clone(), refused.clone())
                         });
                         let _ = hyper::server::conn::http1::Builder::new()
                             .serve_connection(TokioIo::new(stream), service)
@@ -96,6 +101,7 @@ impl OtlpReceiver {
             addr,
             bodies,
             refusing,
+            refused,
             accept,
         }
     }
@@ -108,6 +114,11 @@ impl OtlpReceiver {
     /// Answer every export with 503, as a collector that is overloaded.
     pub fn refuse(&self, refusing: bool) {
         self.refusing.store(refusing, Ordering::SeqCst);
+    }
+
+    /// How many requests were answered with 503 so far.
+    pub fn refused(&self) -> usize {
+        self.refused.load(Ordering::SeqCst)
     }
 
     /// Every span received so far, decoded; panics on a request that was
@@ -155,6 +166,7 @@ async fn receive(
     request: Request<hyper::body::Incoming>,
     bodies: Arc<Mutex<Vec<Bytes>>>,
     refusing: Arc<AtomicBool>,
+    refused: Arc<AtomicUsize>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let path = request.uri().path().to_owned();
     let body = request.into_body().collect().await.map(|b| b.to_bytes());
@@ -166,6 +178,7 @@ async fn receive(
             .unwrap())
     };
     if refusing.load(Ordering::SeqCst) {
+        refused.fetch_add(1, Ordering::SeqCst);
         return answer(503, Vec::new());
     }
     let (Ok(body), "/v1/traces") = (body, path.as_str()) else {

@@ -63,6 +63,20 @@ pub struct Finding {
     line: String,
 }
 
+impl Finding {
+    /// The finding of one check that stands alone: `ok`, or `FAIL` and why.
+    pub fn of(check: &'static str, outcome: Result<(), String>) -> Finding {
+        let verdict = match &outcome {
+            Ok(()) => "ok".to_owned(),
+            Err(reason) => format!("FAIL {reason}"),
+        };
+        Finding {
+            ok: outcome.is_ok(),
+            line: format!("check={check} {verdict}"),
+        }
+    }
+}
+
 impl fmt::Display for Finding {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.line)

@@ -1,7 +1,9 @@
 //! `receiver check`: every check once, waiting for nothing, one line each:
 //! the database checks, then Orbit's (the scopes of `consume` or of `demo`,
 //! and the subscription when one is given) or, with `--source nats`, NATS
-//! and the durable consumer, as `consume` checks them before it leases.
+//! and the durable consumer, as `consume` checks them before it leases;
+//! last, when traces are exported, whether the collector takes an export
+//! (`check=traces`) and where it is.
 
 use std::future::Future;
 
@@ -18,7 +20,7 @@ use result_inbox::sqlx::{MySql, Postgres};
 use super::{orbit_client, NATS_CALL_TIMEOUT};
 use crate::args::{required_subscription, NatsArgs, Receiver, SourceKind};
 use crate::check::{self, findings, Finding, Problem, DATABASE_CHECKS, NATS_CHECKS, ORBIT_CHECKS};
-use crate::exit::{config, passed, Outcome};
+use crate::exit::{config, passed, Failed, Outcome};
 use crate::runtime::runtime;
 
 /// What `check` is given.
@@ -50,23 +52,40 @@ pub(crate) struct CheckArgs {
 }
 
 pub(crate) fn run_check(args: CheckArgs) -> Outcome {
-    let checked = if args.prune {
-        check_prune(args.prune_dsn)
+    let mut findings = if args.prune {
+        check_prune(args.prune_dsn)?
     } else {
         match args.source {
-            SourceKind::Orbit => check_orbit(args.receiver, args.subscription_id, args.demo),
-            SourceKind::Nats => check_nats(args.receiver, args.nats),
+            SourceKind::Orbit => check_orbit(args.receiver, args.subscription_id, args.demo)?,
+            SourceKind::Nats => check_nats(args.receiver, args.nats)?,
         }
     };
-    // Where consume would send its traces, so that a missing or wrong
-    // endpoint is seen before the first delivery.
-    if let (Ok(_), Some(endpoint)) = (&checked, crate::otel::endpoint()) {
-        println!("traces=otlp endpoint={}", crate::otel::shown(&endpoint));
+    // Whether consume's traces would reach their collector, and where it
+    // is, so that a missing or wrong endpoint is seen before the first
+    // delivery rather than as spans dropped.
+    let endpoint = match args.prune {
+        true => None,
+        false => crate::otel::endpoint().map_err(config)?,
+    };
+    if let Some(endpoint) = &endpoint {
+        if let Some(warning) = endpoint.warning() {
+            crate::logging::report_warning(&warning);
+        }
+        let answered = runtime().block_on(crate::otel::collector_answers(endpoint));
+        findings.push(Finding::of("traces", answered));
     }
-    checked
+    let outcome = print_findings(&findings);
+    if let Some(endpoint) = endpoint {
+        println!("traces=otlp endpoint={}", endpoint.shown());
+    }
+    outcome
 }
 
-fn check_orbit(receiver: Receiver, subscription_id: Option<String>, demo: bool) -> Outcome {
+fn check_orbit(
+    receiver: Receiver,
+    subscription_id: Option<String>,
+    demo: bool,
+) -> Result<Vec<Finding>, Failed> {
     let resolved = receiver.resolve().map_err(config)?;
     // `consume` needs a subscription; `demo` creates its own, and checks
     // one only when it is given. A missing one is the subscription check's
@@ -91,10 +110,10 @@ fn check_orbit(receiver: Receiver, subscription_id: Option<String>, demo: bool) 
             None => Ok(()),
         }
     };
-    database_and(&resolved.dsn, resolved.scope, checks, orbit)
+    Ok(database_and(&resolved.dsn, resolved.scope, checks, orbit))
 }
 
-fn check_nats(receiver: Receiver, nats: NatsArgs) -> Outcome {
+fn check_nats(receiver: Receiver, nats: NatsArgs) -> Result<Vec<Finding>, Failed> {
     let (dsn, scope, settings) = receiver.resolve_for_nats(nats).map_err(config)?;
     let nats = async {
         JetStreamSource::connect(&settings, NATS_CALL_TIMEOUT)
@@ -102,7 +121,7 @@ fn check_nats(receiver: Receiver, nats: NatsArgs) -> Outcome {
             .map(drop)
             .map_err(Problem::Nats)
     };
-    database_and(&dsn, scope, &NATS_CHECKS, nats)
+    Ok(database_and(&dsn, scope, &NATS_CHECKS, nats))
 }
 
 /// The database checks on the engine the address names, and once they
@@ -129,8 +148,8 @@ fn database_and(
     scope: InboxScope,
     checks: &[&'static str],
     source: impl Future<Output = Result<(), Problem>>,
-) -> Outcome {
-    let all = runtime().block_on(async {
+) -> Vec<Finding> {
+    runtime().block_on(async {
         let (database, replication) = match dsn.engine() {
             EngineKind::Postgres => database_on::<Postgres>(dsn, &scope).await,
             _ => database_on::<MySql>(dsn, &scope).await,
@@ -144,13 +163,12 @@ fn database_and(
         all.extend(replication);
         all.extend(findings(checks, &source.await));
         all
-    });
-    print_findings(&all)
+    })
 }
 
 /// `receiver check --prune`: the prune account reaches the database, the
 /// three tables are there, and it has every grant `prune` needs.
-fn check_prune(dsn: Option<String>) -> Outcome {
+fn check_prune(dsn: Option<String>) -> Result<Vec<Finding>, Failed> {
     let dsn = dsn.ok_or_else(|| {
         config("RECEIVER_PRUNE_DSN is not set (or pass --prune-dsn): the prune account's URL")
     })?;
@@ -162,7 +180,7 @@ fn check_prune(dsn: Option<String>) -> Outcome {
         },
         e => Problem::PruneGrant(e.to_string()),
     });
-    print_findings(&findings(&DATABASE_CHECKS, &outcome))
+    Ok(findings(&DATABASE_CHECKS, &outcome))
 }
 
 /// One line per check; exit 0 only if all passed.

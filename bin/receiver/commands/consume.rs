@@ -79,6 +79,14 @@ pub(crate) struct ConsumeArgs {
 pub(crate) fn run_consume(args: ConsumeArgs) -> Outcome {
     let metrics_addr = args.metrics_addr.clone();
     let settings = consume_config(args).map_err(config)?;
+    // Once, before anything else: where the traces go (the collector may
+    // be away; the export warns while it fails, and never stops consume).
+    if let Some(endpoint) = crate::otel::exporting() {
+        info!(endpoint = %endpoint.shown(), "exporting traces");
+        if let Some(warning) = endpoint.warning() {
+            tracing::warn!("{warning}");
+        }
+    }
     until_shutdown(|shutdown| async move {
         let health = Health::new();
         let endpoint = metrics_endpoint(metrics_addr, &health).await?;
