@@ -788,6 +788,23 @@ fn a_tracing_setting_that_cannot_be_read_is_exit_2_naming_its_variable() {
 }
 
 #[tokio::test]
+async fn the_sampler_the_variables_name_is_the_one_that_samples() {
+    let otlp = OtlpReceiver::start().await;
+    let (orbit, creds, sub) = OrbitDev::subscribed(30_000, 5, "traces-sampler").await;
+    let db = TestDb::initialized().await;
+    let dsn = common::dsn_for(&db.name);
+    let extra = [("OTEL_TRACES_SAMPLER", "Always_Off")];
+    let mut consume = traced(&orbit, &creds, &dsn, &sub, &otlp, &extra);
+    orbit.inject_new_task(&creds, &sub).await;
+    orbit
+        .wait_for_counts(&creds, &sub, Duration::from_secs(20), |c| c["acked"] == 1)
+        .await;
+    // The flush at exit sends whatever was sampled.
+    assert!(consume.terminate().success(), "{}", consume.output());
+    assert!(otlp.spans().is_empty(), "{:#?}", otlp.spans());
+}
+
+#[tokio::test]
 async fn check_says_whether_the_collector_answers_and_a_base_endpoint_that_names_the_path_is_warned_of(
 ) {
     let otlp = OtlpReceiver::start().await;
