@@ -824,3 +824,131 @@ fn a_misspelled_dsn_option_is_refused_by_every_command_that_reads_a_dsn_and_neve
         assert!(!err.contains("sentinel-pw"), "{err}");
     }
 }
+
+/// The help of `receiver` and of every command and subcommand.
+fn every_help() -> Vec<(String, String)> {
+    let commands: &[&[&str]] = &[
+        &[],
+        &["init"],
+        &["demo"],
+        &["consume"],
+        &["check"],
+        &["subscribe"],
+        &["failures"],
+        &["replay"],
+        &["verify"],
+        &["stats"],
+        &["prune"],
+        &["inspect"],
+        &["inspect", "event"],
+        &["inspect", "task"],
+        &["digest"],
+    ];
+    commands
+        .iter()
+        .map(|command| {
+            let out = Command::new(receiver_bin())
+                .args(*command)
+                .arg("--help")
+                .env_remove("ORBIT_RECEIVER_DSN")
+                .env_remove("RECEIVER_PRUNE_DSN")
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{command:?}");
+            (format!("receiver {}", command.join(" ")), text(&out.stdout))
+        })
+        .collect()
+}
+
+#[test]
+fn every_help_that_names_an_engine_names_both() {
+    let helps = every_help();
+    assert!(
+        helps[0].1.contains("MySQL or PostgreSQL"),
+        "{}",
+        helps[0].1
+    );
+    for (command, help) in &helps {
+        let lower = help.to_lowercase();
+        if lower.contains("mysql") {
+            assert!(lower.contains("postgres"), "{command} names MySQL alone:\n{help}");
+        }
+        if help.contains("schema.sql") {
+            assert!(help.contains("schema.postgres.sql"), "{command}:\n{help}");
+        }
+    }
+}
+
+#[test]
+fn every_dsn_option_shows_a_postgres_example_beside_the_mysql_one() {
+    let mut options = 0;
+    for (command, help) in every_help() {
+        // An option's text runs from its flag to the next flag.
+        for flag in ["--dsn <DSN>", "--prune-dsn <PRUNE_DSN>"] {
+            let Some((_, after)) = help.split_once(flag) else {
+                continue;
+            };
+            let mut lines = after.lines();
+            let first = lines.next().unwrap_or_default();
+            let rest: Vec<&str> = lines
+                .take_while(|l| !l.trim_start().starts_with('-'))
+                .collect();
+            let text = format!("{first}\n{}", rest.join("\n"));
+            options += 1;
+            assert!(
+                text.contains("mysql://") && text.contains("postgres://"),
+                "{command} {flag}:{text}"
+            );
+        }
+    }
+    // init, demo, consume, check (twice), failures, replay, verify, stats,
+    // prune, inspect and its two subcommands.
+    assert_eq!(options, 13);
+}
+
+#[test]
+fn a_dsn_without_a_database_is_shown_an_example_of_its_own_scheme() {
+    for (dsn, example, not) in [
+        (
+            "mysql://root@127.0.0.1:1",
+            "e.g. mysql://user@host:3306/receiver",
+            "postgres://",
+        ),
+        (
+            "postgres://receiver@127.0.0.1:1",
+            "e.g. postgres://user@host:5432/receiver",
+            "mysql://",
+        ),
+        (
+            "postgresql://receiver@127.0.0.1:1/",
+            "e.g. postgres://user@host:5432/receiver",
+            "mysql://",
+        ),
+    ] {
+        let out = Command::new(receiver_bin())
+            .arg("verify")
+            .env("ORBIT_RECEIVER_DSN", dsn)
+            .output()
+            .unwrap();
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{dsn}: {err}");
+        assert!(err.contains(example), "{dsn}: {err}");
+        assert!(!err.contains(not), "{dsn}: {err}");
+    }
+}
+
+#[test]
+fn a_postgres_address_with_its_database_or_host_in_an_option_is_refused_naming_the_option() {
+    let out = Command::new(receiver_bin())
+        .arg("verify")
+        .env(
+            "ORBIT_RECEIVER_DSN",
+            "postgres://receiver:sentinel-pw@127.0.0.1:1/receiver?dbname=platform",
+        )
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("`dbname`") && err.contains("in its path"), "{err}");
+    assert!(!err.contains("platform") && !err.contains("sentinel-pw"), "{err}");
+}

@@ -466,3 +466,30 @@ fn plain_http_to_a_non_loopback_host_is_warned_about_before_anything_is_sent() {
         assert!(!stderr.contains(warning), "{quiet}: {stderr}");
     }
 }
+
+#[tokio::test]
+async fn on_postgres_a_tls_failure_names_sslmode_and_sslrootcert_not_mysql_s_options() {
+    // The throwaway server offers no TLS: `require` cannot be met.
+    let db = common::postgres::PgTestDb::new().await;
+    let dsn = format!("{}?sslmode=require", db.dsn);
+    for args in [&["init"][..], &["verify"][..], &["check"][..]] {
+        let out = receiver()
+            .args(args)
+            .env("ORBIT_RECEIVER_DSN", &dsn)
+            .env("ORBIT_URL", "http://127.0.0.1:1")
+            .env("ORBIT_TOKEN", "t")
+            .env("ORBIT_QUEUE_ID", "0123456789abcdef0123456789abcdef")
+            .env("ORBIT_SUBSCRIPTION_ID", "fedcba9876543210fedcba9876543210")
+            .env_remove("ORBIT_CREDENTIALS_FILE")
+            .output()
+            .unwrap();
+        let (stdout, stderr) = text(&out);
+        let said = format!("{stdout}{stderr}");
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {said}");
+        assert!(
+            said.contains("TLS handshake with the database failed (check sslmode and sslrootcert in the DSN)"),
+            "{args:?}: {said}"
+        );
+        assert!(!said.contains("ssl-mode") && !said.contains("ssl-ca"), "{args:?}: {said}");
+    }
+}

@@ -90,8 +90,10 @@ impl OrbitArgs {
 /// The receiver's own database, for the tools that need nothing else.
 #[derive(Args)]
 pub(crate) struct DatabaseArgs {
-    /// The receiver's own database, e.g. mysql://receiver@127.0.0.1:3306/receiver;
-    /// must name the database. SELECT on the two tables is enough.
+    /// The receiver's own database, e.g. mysql://receiver@127.0.0.1:3306/receiver
+    /// or postgres://receiver@127.0.0.1:5432/receiver; must name the
+    /// database. SELECT on the two tables is enough (verify after a prune:
+    /// also on receiver_pruned).
     #[arg(
         long,
         env = "ORBIT_RECEIVER_DSN",
@@ -107,7 +109,9 @@ pub(crate) struct DatabaseArgs {
 pub(crate) struct Receiver {
     #[command(flatten)]
     pub(crate) orbit: OrbitArgs,
-    /// The receiver's own database; must name the database.
+    /// The receiver's own database, e.g. mysql://receiver@127.0.0.1:3306/receiver
+    /// or postgres://receiver@127.0.0.1:5432/receiver; must name the
+    /// database.
     #[arg(long, env = "ORBIT_RECEIVER_DSN", hide_env_values = true)]
     pub(crate) dsn: Option<String>,
     /// The receiver's fixed name: the same for every restart and instance.

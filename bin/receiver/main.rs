@@ -43,7 +43,7 @@ use crate::logging::init_logging;
 #[command(
     name = "receiver",
     version,
-    about = "Receive Orbit task results exactly once in effect (inbox + task result view in MySQL).",
+    about = "Receive Orbit task results exactly once in effect (inbox + task result view in MySQL or PostgreSQL).",
     after_help = "Exit codes: 0 success, 1 operation failed, 2 usage or configuration error, 3 input rejected.\n\
 Logs go to stderr. RECEIVER_LOG (else RUST_LOG) sets the filter (default warn,result_inbox=info,receiver=info,sqlx=error);\n\
 RECEIVER_LOG_FORMAT=json writes one JSON object per line (default text)."
@@ -57,23 +57,27 @@ struct Cli {
 enum Command {
     /// Create the receiver's two tables in an empty database
     ///
-    /// The tables of schema.sql: receiver_inbox and receiver_task_views.
-    /// Runs only the initial DDL: if any receiver table exists it stops with
-    /// an error and changes nothing. Needs the CREATE privilege. Creates
-    /// receiver_pruned, the table `prune` counts in, only with --retention.
+    /// The tables of schema.sql (on PostgreSQL schema.postgres.sql):
+    /// receiver_inbox and receiver_task_views. Runs only the initial DDL: if
+    /// any receiver table exists it stops with an error and changes
+    /// nothing. Needs the CREATE privilege: on the database on MySQL, on
+    /// the schema on PostgreSQL. Creates receiver_pruned, the table `prune`
+    /// counts in, only with --retention.
     Init {
-        /// The receiver's database, e.g. mysql://admin@127.0.0.1:3306/receiver.
-        /// Must name the database. Never the platform's database.
+        /// The receiver's database, e.g. mysql://admin@127.0.0.1:3306/receiver
+        /// or postgres://owner@127.0.0.1:5432/receiver. Must name the
+        /// database. Never the platform's database.
         #[arg(long, env = "ORBIT_RECEIVER_DSN", hide_env_values = true)]
         dsn: Option<String>,
-        /// When both tables already exist with every column of schema.sql,
-        /// change nothing and print the same line as a fresh init (foreign
-        /// keys counted); a partial or different schema still fails.
+        /// When both tables already exist with every column of schema.sql
+        /// (schema.postgres.sql), change nothing and print the same line as
+        /// a fresh init (foreign keys counted); a partial or different
+        /// schema still fails.
         #[arg(long)]
         keep_existing: bool,
-        /// Also create receiver_pruned (retention.sql), which `prune` needs:
-        /// after the two tables on an empty database; with --keep-existing,
-        /// alone beside them, changing nothing else.
+        /// Also create receiver_pruned (retention.sql, retention.postgres.sql),
+        /// which `prune` needs: after the two tables on an empty database;
+        /// with --keep-existing, alone beside them, changing nothing else.
         #[arg(long)]
         retention: bool,
     },

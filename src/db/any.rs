@@ -19,12 +19,13 @@ impl AnyConnection {
     /// Connects to the server `dsn` names, on its engine.
     pub(crate) async fn open(dsn: &Dsn) -> Result<AnyConnection, DbError> {
         use super::engine::Statements;
+        let failed = |e: sqlx::Error| DbError::from(e).connecting_to(dsn.engine());
         Ok(match dsn.engine() {
             #[cfg(feature = "postgres")]
-            super::EngineKind::Postgres => {
-                AnyConnection::Postgres(sqlx::Postgres::connect_one(dsn).await?)
-            }
-            _ => AnyConnection::MySql(sqlx::MySql::connect_one(dsn).await?),
+            super::EngineKind::Postgres => AnyConnection::Postgres(
+                sqlx::Postgres::connect_one(dsn).await.map_err(failed)?,
+            ),
+            _ => AnyConnection::MySql(sqlx::MySql::connect_one(dsn).await.map_err(failed)?),
         })
     }
 

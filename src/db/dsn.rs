@@ -117,6 +117,24 @@ pub enum DsnError {
         "database DSN must name the receiver's database, e.g. mysql://user@host:3306/receiver"
     )]
     NoDatabase,
+    /// A `postgres://` URL has no `/database` path.
+    #[error(
+        "database DSN must name the receiver's database, e.g. postgres://user@host:5432/receiver"
+    )]
+    PgNoDatabase,
+    /// An option of a `postgres://` address that would say again, and
+    /// maybe otherwise, what the address says in its one place for it:
+    /// `dbname` (the path), `user`, `host`, `hostaddr`, `port` (the
+    /// authority). Names the option, never its value.
+    #[error(
+        "option `{option}` in the database DSN is refused: a postgres:// address gives {place} (postgres://user:password@host:5432/database)"
+    )]
+    PgOptionOutOfPlace {
+        /// The option as written.
+        option: String,
+        /// Where the address says it instead.
+        place: &'static str,
+    },
     /// `ssl-mode` is not one of the values MySQL's client knows.
     #[error(
         "ssl-mode in the database DSN must be DISABLED, PREFERRED, REQUIRED, VERIFY_CA or VERIFY_IDENTITY"
@@ -310,21 +328,18 @@ pub const ACCEPTED_OPTIONS: [&str; 9] = [
     "timezone",
 ];
 
-/// The query options the PostgreSQL driver (sqlx) understands, as libpq
-/// spells them; sqlx also takes `ssl-mode`, `ssl-root-cert`, `ssl-ca`,
-/// `ssl-cert`, `ssl-key` and `options[name]`.
-pub const POSTGRES_OPTIONS: [&str; 14] = [
+/// The query options a `postgres://` address may hold, as libpq spells
+/// them; sqlx also takes `ssl-mode`, `ssl-root-cert`, `ssl-ca`,
+/// `ssl-cert`, `ssl-key` and `options[name]`. The options that name the
+/// database, the user, the host or the port (`dbname`, `user`, `host`,
+/// `hostaddr`, `port`) are refused: the URL has one place for each.
+pub const POSTGRES_OPTIONS: [&str; 9] = [
     "sslmode",
     "target_session_attrs",
     "sslrootcert",
     "sslcert",
     "sslkey",
     "statement-cache-capacity",
-    "host",
-    "hostaddr",
-    "port",
-    "dbname",
-    "user",
     "password",
     "application_name",
     "options",

@@ -154,6 +154,19 @@ impl DbError {
         }
     }
 
+    /// This failure, met connecting to a server of `engine`: a failed TLS
+    /// handshake names that engine's options (sqlx's TLS errors do not say
+    /// which driver met them).
+    pub(crate) fn connecting_to(self, engine: super::EngineKind) -> Self {
+        let detail = match (self.kind, engine) {
+            (DbErrorKind::Tls, super::EngineKind::Postgres) => Some(
+                "TLS handshake with the database failed (check sslmode and sslrootcert in the DSN)",
+            ),
+            _ => self.detail,
+        };
+        Self { detail, ..self }
+    }
+
     /// No connection could be had within the time budget.
     pub(crate) fn pool_timeout() -> Self {
         Self::of(DbErrorKind::PoolTimeout)
@@ -391,6 +404,23 @@ mod tests {
             number: Some(number),
             ..DbError::of(errno::kind_of(Some(number)))
         }
+    }
+
+    #[test]
+    fn a_failed_tls_handshake_names_the_options_of_the_engine_it_met() {
+        let tls = || DbError::from(sqlx::Error::Tls("server does not support TLS".into()));
+        let mysql = tls().connecting_to(crate::db::EngineKind::MySql).to_string();
+        assert!(mysql.contains("check ssl-mode and ssl-ca"), "{mysql}");
+        let postgres = tls().connecting_to(crate::db::EngineKind::Postgres);
+        assert_eq!(postgres.kind(), DbErrorKind::Tls);
+        let postgres = postgres.to_string();
+        assert!(postgres.contains("check sslmode and sslrootcert"), "{postgres}");
+        assert!(!postgres.contains("ssl-mode"), "{postgres}");
+        let refused = io(std::io::ErrorKind::ConnectionRefused);
+        assert_eq!(
+            refused.clone().connecting_to(crate::db::EngineKind::Postgres),
+            refused
+        );
     }
 
     #[test]

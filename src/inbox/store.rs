@@ -146,7 +146,10 @@ impl<E: Engine> InboxStore<E> {
     ) -> Result<Self, DbError> {
         let connect = E::connect_options(dsn).ok_or_else(|| DbError::wrong_engine(dsn.engine()))?;
         let connect = E::writable_options(dsn).await.unwrap_or(connect);
-        let pool = pool_options::<E>(&options).connect_with(connect).await?;
+        let pool = pool_options::<E>(&options)
+            .connect_with(connect)
+            .await
+            .map_err(|e| DbError::from(e).connecting_to(dsn.engine()))?;
         Ok(Self::with_pool(pool, dsn, scope, &options))
     }
 
@@ -240,7 +243,8 @@ impl<E: Engine> InboxStore<E> {
         let options = self.pool().connect_options();
         let conn = tokio::time::timeout(self.transaction_timeout, options.connect())
             .await
-            .map_err(|_| DbError::connect_timeout())??;
+            .map_err(|_| DbError::connect_timeout())?
+            .map_err(|e| DbError::from(e).connecting_to(self.dsn.engine()))?;
         let _ = conn.close().await;
         Ok(())
     }

@@ -46,7 +46,9 @@ pub(crate) struct CheckArgs {
     /// Orbit or NATS.
     #[arg(long)]
     prune: bool,
-    /// The prune account's URL (only with --prune).
+    /// The prune account's URL (only with --prune),
+    /// mysql://user:password@host:port/database or
+    /// postgres://user:password@host:port/database.
     #[arg(long, env = "RECEIVER_PRUNE_DSN", hide_env_values = true)]
     prune_dsn: Option<String>,
 }

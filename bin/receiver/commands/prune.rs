@@ -25,7 +25,8 @@ pub(crate) struct PruneArgs {
     /// the minimum retention. The row of each view's last event is kept.
     #[arg(long, value_parser = parse_duration)]
     older_than: Duration,
-    /// The prune account's URL, mysql://user:password@host:port/database:
+    /// The prune account's URL, mysql://user:password@host:port/database or
+    /// postgres://user:password@host:port/database:
     /// SELECT, DELETE on receiver_inbox, SELECT on receiver_task_views,
     /// SELECT, INSERT, UPDATE on receiver_pruned. Not the runtime account,
     /// which never gets DELETE.

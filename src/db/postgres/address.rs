@@ -37,6 +37,12 @@ pub(crate) fn parse(s: &str) -> Result<(Vec<PgConnectOptions>, String), DsnError
                     })
                 }
             },
+            "dbname" => return Err(out_of_place("dbname", "its database in its path")),
+            "user" => return Err(out_of_place("user", "its user before the @")),
+            option @ ("host" | "hostaddr") => {
+                return Err(out_of_place(option, "its host after the @"))
+            }
+            "port" => return Err(out_of_place("port", "its port after the host")),
             known if POSTGRES_OPTIONS.contains(&known) => {}
             named if named.starts_with("options[") && named.ends_with(']') => {}
             unknown => {
@@ -57,7 +63,7 @@ pub(crate) fn parse(s: &str) -> Result<(Vec<PgConnectOptions>, String), DsnError
         .and_then(|rest| rest.split_once('/'))
         .map_or("", |(_, path)| path);
     if path.is_empty() {
-        return Err(DsnError::NoDatabase);
+        return Err(DsnError::PgNoDatabase);
     }
     let hosts = one_url_per_host(base, query)?;
     let options = hosts
@@ -92,11 +98,21 @@ pub(crate) fn parse(s: &str) -> Result<(Vec<PgConnectOptions>, String), DsnError
     Ok((options, redacted))
 }
 
+/// An option that would say again what the URL says in its one place for
+/// it, where sqlx would let the option win over the URL (`?dbname=` over
+/// the path) while the address shown names the URL's.
+fn out_of_place(option: &str, place: &'static str) -> DsnError {
+    DsnError::PgOptionOutOfPlace {
+        option: option.to_owned(),
+        place,
+    }
+}
+
 /// The address once per host it names, each with one host (sqlx reads
 /// one), without `target_session_attrs` (sqlx does not know it).
 fn one_url_per_host(base: &str, query: &str) -> Result<Vec<String>, DsnError> {
     let (scheme, rest) = base.split_once("://").ok_or(DsnError::Invalid)?;
-    let (authority, path) = rest.split_once('/').ok_or(DsnError::NoDatabase)?;
+    let (authority, path) = rest.split_once('/').ok_or(DsnError::PgNoDatabase)?;
     let (user, hosts) = match authority.rsplit_once('@') {
         Some((user, hosts)) => (format!("{user}@"), hosts),
         None => (String::new(), authority),
@@ -151,7 +167,37 @@ mod tests {
             "postgres://receiver@db:5432",
             "postgres://receiver@db:5432/",
         ] {
-            assert_eq!(Dsn::parse(dsn).unwrap_err(), DsnError::NoDatabase, "{dsn}");
+            let e = Dsn::parse(dsn).unwrap_err();
+            assert_eq!(e, DsnError::PgNoDatabase, "{dsn}");
+            assert!(
+                e.to_string().contains("e.g. postgres://user@host:5432/receiver"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_option_that_says_again_what_the_url_says_in_its_place_is_refused_by_name() {
+        for (query, option, place) in [
+            ("dbname=platform", "dbname", "database in its path"),
+            ("user=postgres", "user", "user before the @"),
+            ("host=10.0.0.9", "host", "host after the @"),
+            ("hostaddr=10.0.0.9", "hostaddr", "host after the @"),
+            ("port=6432", "port", "port after the host"),
+            ("sslmode=require&dbname=platform", "dbname", "database in its path"),
+        ] {
+            let dsn = format!("postgres://receiver:s3cret@db:5432/inbox?{query}");
+            let e = Dsn::parse(&dsn).unwrap_err();
+            assert!(
+                matches!(&e, DsnError::PgOptionOutOfPlace { option: o, .. } if o == option),
+                "{dsn}: {e:?}"
+            );
+            let text = e.to_string();
+            assert!(text.contains(&format!("`{option}`")), "{text}");
+            assert!(text.contains(place), "{text}");
+            for hidden in ["platform", "10.0.0.9", "6432", "s3cret"] {
+                assert!(!text.contains(hidden), "{text}");
+            }
         }
     }
 
