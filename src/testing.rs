@@ -113,7 +113,8 @@ impl<E: Engine> TestDatabase<E> {
         schema::init_with(&dsn, options)
             .await
             .map_err(|e| match e {
-                schema::InitError::PermissionDenied(e) | schema::InitError::Database(e) => e,
+                schema::InitError::PermissionDenied { error: e, .. }
+                | schema::InitError::Database(e) => e,
                 // A new, empty database has no tables to refuse.
                 _ => DbError::inconsistent(),
             })?;

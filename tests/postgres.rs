@@ -351,3 +351,74 @@ async fn receiver_init_on_postgres_by_a_role_that_may_not_create_is_a_configurat
     .unwrap();
     assert_eq!(tables, 0);
 }
+
+#[tokio::test]
+async fn receiver_init_on_postgres_names_create_on_the_schema_and_running_its_grant_lets_init_succeed(
+) {
+    let db = PgTestDb::new().await;
+    let role = format!("no_create_{}", common::random_hex(4));
+    sqlx::query(&format!("CREATE ROLE {role} LOGIN"))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let (scheme, rest) = db.dsn.split_once("://").unwrap();
+    let (_, server) = rest.split_once('@').unwrap();
+    let init = || {
+        common::orbit::receiver()
+            .arg("init")
+            .env("ORBIT_RECEIVER_DSN", format!("{scheme}://{role}@{server}"))
+            .output()
+            .unwrap()
+    };
+    // CREATE on the database, which the advice used to name, is not it.
+    sqlx::query(&format!("GRANT CREATE ON DATABASE {} TO {role}", db.name))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let refused = init();
+    let err = text(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("the CREATE privilege on schema public"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("connected to database {}", db.name)),
+        "{err}"
+    );
+    let grant = crate::privileges::advised_grant(&err);
+    assert_eq!(grant, format!("GRANT CREATE ON SCHEMA public TO {role};"));
+    // Run as the message says: by the database's owner or a superuser, in
+    // the receiver's database.
+    sqlx::query(grant.trim_end_matches(';'))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let out = init();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "receiver_schema_initialized=true foreign_keys=0\n"
+    );
+}
+
+#[tokio::test]
+async fn receiver_init_on_postgres_over_existing_tables_names_schema_postgres_sql() {
+    let db = PgTestDb::new().await;
+    assert!(init(&db, &[]).status.success());
+    let again = init(&db, &[]);
+    let err = text(&again.stderr);
+    assert_eq!(again.status.code(), Some(1), "{err}");
+    assert!(err.contains("every column of schema.postgres.sql"), "{err}");
+    assert!(!err.contains("schema.sql"), "{err}");
+
+    sqlx::query("ALTER TABLE receiver_task_views DROP COLUMN last_state")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let partial = init(&db, &["--keep-existing"]);
+    let err = text(&partial.stderr);
+    assert_eq!(partial.status.code(), Some(1), "{err}");
+    assert!(err.contains("are not those of schema.postgres.sql"), "{err}");
+    assert!(!err.contains("schema.sql"), "{err}");
+}

@@ -134,6 +134,54 @@ async fn init_without_the_create_privilege_fails_with_a_clear_message_and_create
     assert_eq!(tables, 0);
 }
 
+/// The statement an error message tells an operator to run: from its
+/// `GRANT` to the `;` that ends it.
+pub(crate) fn advised_grant(message: &str) -> String {
+    let from = message
+        .find("GRANT ")
+        .unwrap_or_else(|| panic!("no GRANT to run in: {message}"));
+    let to = message[from..]
+        .find(';')
+        .unwrap_or_else(|| panic!("the GRANT does not end in: {message}"));
+    message[from..=from + to].to_owned()
+}
+
+#[tokio::test]
+async fn init_refused_create_names_the_grant_on_the_database_and_running_it_lets_init_succeed() {
+    let db = TestDb::empty().await;
+    let (user, password) = db.user_with(&["SELECT, INSERT, UPDATE ON `{db}`.*"]).await;
+    let init = || {
+        receiver()
+            .arg("init")
+            .env("ORBIT_RECEIVER_DSN", db.dsn_of(&user, &password))
+            .output()
+            .unwrap()
+    };
+    let refused = init();
+    let stderr = String::from_utf8(refused.stderr).unwrap();
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("the CREATE privilege on database {}", db.name)),
+        "{stderr}"
+    );
+    let grant = advised_grant(&stderr);
+    assert_eq!(
+        grant,
+        format!("GRANT CREATE ON `{}`.* TO '{user}'@'%';", db.name)
+    );
+    // Run as the message says, by an administrator.
+    sqlx::query(grant.trim_end_matches(';'))
+        .execute(&db.admin)
+        .await
+        .unwrap();
+    let out = init();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        "receiver_schema_initialized=true foreign_keys=0\n"
+    );
+}
+
 #[tokio::test]
 async fn init_with_a_wrong_password_says_so_and_exits_2() {
     let db = TestDb::empty().await;

@@ -96,6 +96,13 @@ mod sealed {
             ddl: &'static str,
         ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
 
+        /// What an account refused `CREATE TABLE` lacks on this engine, and
+        /// the `GRANT` that gives it, with the names the server says are in
+        /// use (`init`'s advice).
+        fn create_grant(
+            conn: &mut Self::Connection,
+        ) -> impl Future<Output = Result<crate::db::schema::CreateGrant, sqlx::Error>> + Send;
+
         /// Runs a statement that touches no row (a privilege probe).
         fn probe<'c>(
             conn: &'c mut Self::Connection,

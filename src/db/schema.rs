@@ -65,21 +65,62 @@ pub enum InitError {
         /// The receiver tables found there.
         tables: Vec<String>,
     },
-    /// The tables exist, but not as `schema.sql` creates them (one is
-    /// missing, or columns are); nothing was changed.
-    #[error("the receiver tables in database {database} are not those of schema.sql ({problem}); init changed nothing and repairs nothing")]
+    /// The tables exist, but not as the engine's schema file creates them
+    /// (one is missing, or columns are); nothing was changed.
+    #[error("the receiver tables in database {database} are not those of {schema_file} ({problem}); init changed nothing and repairs nothing")]
     NotTheSchema {
         /// The database that was checked.
         database: String,
+        /// The schema file of the address's engine ([`schema_file`]).
+        schema_file: &'static str,
         /// What differs.
         problem: String,
     },
-    /// The account may not create tables.
-    #[error("schema initialization failed: {0}; init needs the CREATE privilege on the receiver's database (the runtime account does not)")]
-    PermissionDenied(DbError),
+    /// The account may not create tables. `grant`, when the server could
+    /// name what is in use, says what it lacks on its engine and the
+    /// statement that gives it.
+    #[error(
+        "schema initialization failed: {error}; init (never the runtime account) needs {}{}",
+        grant.as_ref().map_or("the CREATE privilege where the tables go", |g| g.needs.as_str()),
+        grant.as_ref().map(|g| format!(": as {}, run {}", g.by, g.statement)).unwrap_or_default()
+    )]
+    PermissionDenied {
+        /// The server's refusal, redacted.
+        error: DbError,
+        /// What to grant, and who may.
+        grant: Option<CreateGrant>,
+    },
     /// The server refused or the connection failed; the message is redacted.
     #[error("schema initialization failed: {0}")]
     Database(DbError),
+}
+
+/// What an account refused `CREATE TABLE` lacks on its engine, and the
+/// statement that gives it: MySQL asks for `CREATE` on the database,
+/// PostgreSQL on the schema the tables go in (granting it on the database
+/// changes nothing there).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CreateGrant {
+    /// The privilege and where, in words: `the CREATE privilege on schema
+    /// public (…)`.
+    pub needs: String,
+    /// Who may give it, and where: `an administrator`, or on PostgreSQL the
+    /// schema's owner connected to the receiver's database.
+    pub by: String,
+    /// The statement, names as the server quotes them:
+    /// ``GRANT CREATE ON `receiver`.* TO 'inbox_owner'@'%';`` or
+    /// `GRANT CREATE ON SCHEMA public TO inbox_owner;`.
+    pub statement: String,
+}
+
+/// The schema file of `engine`'s tables: `schema.sql` or
+/// `schema.postgres.sql`.
+pub fn schema_file(engine: super::EngineKind) -> &'static str {
+    match engine {
+        super::EngineKind::Postgres => "schema.postgres.sql",
+        _ => "schema.sql",
+    }
 }
 
 impl InitError {
@@ -88,7 +129,7 @@ impl InitError {
     /// Existing tables are not: `init` did its job by refusing.
     pub fn is_configuration(&self) -> bool {
         match self {
-            InitError::PermissionDenied(_) => true,
+            InitError::PermissionDenied { .. } => true,
             InitError::Database(e) => e.is_refusal(),
             InitError::TablesExist { .. } | InitError::NotTheSchema { .. } => false,
         }
@@ -97,17 +138,25 @@ impl InitError {
 
 impl From<sqlx::Error> for InitError {
     fn from(e: sqlx::Error) -> Self {
-        let e = DbError::from(e);
-        // 1142 is "CREATE command denied", PostgreSQL's 42501 "permission
-        // denied for schema": the account is fine otherwise.
-        if e.number() == Some(errno::TABLE_ACCESS_DENIED)
-            || e.sqlstate() == Some(errno::INSUFFICIENT_PRIVILEGE)
-        {
-            InitError::PermissionDenied(e)
-        } else {
-            InitError::Database(e)
-        }
+        InitError::Database(DbError::from(e))
     }
+}
+
+/// Runs `ddl`; a refusal to create says what to grant.
+async fn create<E: Engine>(conn: &mut E::Connection, ddl: &'static str) -> Result<(), InitError> {
+    let Err(e) = E::create(&mut *conn, ddl).await else {
+        return Ok(());
+    };
+    let error = DbError::from(e);
+    // 1142 is "CREATE command denied", PostgreSQL's 42501 "permission
+    // denied for schema": the account is fine otherwise.
+    if error.number() == Some(errno::TABLE_ACCESS_DENIED)
+        || error.sqlstate() == Some(errno::INSUFFICIENT_PRIVILEGE)
+    {
+        let grant = E::create_grant(conn).await.ok();
+        return Err(InitError::PermissionDenied { error, grant });
+    }
+    Err(InitError::Database(error))
 }
 
 /// The `CREATE TABLE` statements of [`SCHEMA_SQL`], without comments: what
@@ -264,7 +313,9 @@ pub async fn init_with(dsn: &Dsn, options: InitOptions) -> Result<InitReport, In
 
 async fn init_on<E: Engine>(dsn: &Dsn, options: InitOptions) -> Result<InitReport, InitError> {
     use sqlx::Connection;
-    let mut conn = E::connect_one(dsn).await?;
+    let mut conn = E::connect_one(dsn)
+        .await
+        .map_err(|e| InitError::Database(DbError::from(e).connecting_to(dsn.engine())))?;
     let found = E::existing_tables(&mut conn).await?;
     if !found.is_empty() {
         if options.existing == Existing::Report {
@@ -277,9 +328,9 @@ async fn init_on<E: Engine>(dsn: &Dsn, options: InitOptions) -> Result<InitRepor
             tables: found,
         });
     }
-    E::create(&mut conn, E::SCHEMA_SQL).await?;
+    create::<E>(&mut conn, E::SCHEMA_SQL).await?;
     if options.retention {
-        E::create(&mut conn, E::RETENTION_SQL).await?;
+        create::<E>(&mut conn, E::RETENTION_SQL).await?;
     }
     let foreign_keys = E::count_foreign_keys(&mut conn).await?;
     conn.close().await.ok();
@@ -297,6 +348,7 @@ async fn report_existing<E: Engine>(
 ) -> Result<InitReport, InitError> {
     let not_the_schema = |problem: String| InitError::NotTheSchema {
         database: dsn.database().to_owned(),
+        schema_file: schema_file(dsn.engine()),
         problem,
     };
     for table in TABLES {
@@ -321,7 +373,7 @@ async fn report_existing<E: Engine>(
         }
     }
     if retention && !found.iter().any(|t| t == PRUNED_TABLE) {
-        E::create(conn, E::RETENTION_SQL).await?;
+        create::<E>(conn, E::RETENTION_SQL).await?;
     }
     Ok(InitReport {
         foreign_keys: E::count_foreign_keys(conn).await?,

@@ -21,14 +21,15 @@ pub(crate) fn run_init(dsn: Option<String>, keep_existing: bool, retention: bool
     let report = runtime()
         .block_on(schema::init_with(&dsn, options))
         .map_err(|e| {
+            let file = schema::schema_file(dsn.engine());
             let hint = match e {
-                InitError::TablesExist { .. } if retention => {
-                    " (`receiver init --keep-existing --retention` adds receiver_pruned beside tables that have every column of schema.sql)"
-                }
-                InitError::TablesExist { .. } => {
-                    " (`receiver init --keep-existing` accepts tables that have every column of schema.sql)"
-                }
-                _ => "",
+                InitError::TablesExist { .. } if retention => format!(
+                    " (`receiver init --keep-existing --retention` adds receiver_pruned beside tables that have every column of {file})"
+                ),
+                InitError::TablesExist { .. } => format!(
+                    " (`receiver init --keep-existing` accepts tables that have every column of {file})"
+                ),
+                _ => String::new(),
             };
             failed(e.is_configuration(), format!("init on {dsn}: {e}{hint}"))
         })?;

@@ -85,6 +85,12 @@ impl Statements for MySql {
         schema::create(conn, ddl)
     }
 
+    fn create_grant(
+        conn: &mut MySqlConnection,
+    ) -> impl Future<Output = Result<crate::db::schema::CreateGrant, sqlx::Error>> + Send {
+        schema::create_grant(conn)
+    }
+
     fn probe<'c>(
         conn: &'c mut MySqlConnection,
         statement: &'c str,

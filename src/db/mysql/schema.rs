@@ -4,7 +4,7 @@
 use sqlx::mysql::MySqlConnection;
 use sqlx::Executor;
 
-use crate::db::schema::ALL_TABLES;
+use crate::db::schema::{CreateGrant, ALL_TABLES};
 
 /// The receiver's tables in the connection's database.
 pub(crate) async fn existing_tables(
@@ -16,6 +16,24 @@ pub(crate) async fn existing_tables(
     );
     let query = ALL_TABLES.iter().fold(query, |q, t| q.bind(*t));
     query.fetch_all(conn).await
+}
+
+/// What an account refused `CREATE TABLE` lacks: `CREATE` on the
+/// receiver's database; and the `GRANT` that gives it to the account as the
+/// server matched it (`CURRENT_USER()`, host included).
+pub(crate) async fn create_grant(conn: &mut MySqlConnection) -> Result<CreateGrant, sqlx::Error> {
+    let (database, account): (String, String) =
+        sqlx::query_as("SELECT CAST(DATABASE() AS CHAR), CAST(CURRENT_USER() AS CHAR)")
+            .fetch_one(conn)
+            .await?;
+    let (user, host) = account.rsplit_once('@').unwrap_or((&account, "%"));
+    let name = format!("`{}`", database.replace('`', "``"));
+    let text = |s: &str| format!("'{}'", s.replace('\\', "\\\\").replace('\'', "''"));
+    Ok(CreateGrant {
+        needs: format!("the CREATE privilege on database {database}"),
+        by: "an administrator".to_owned(),
+        statement: format!("GRANT CREATE ON {name}.* TO {}@{};", text(user), text(host)),
+    })
 }
 
 /// The columns of `table` in the connection's database.

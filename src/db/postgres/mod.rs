@@ -157,6 +157,12 @@ impl Statements for Postgres {
         schema::create(conn, ddl)
     }
 
+    fn create_grant(
+        conn: &mut PgConnection,
+    ) -> impl Future<Output = Result<crate::db::schema::CreateGrant, sqlx::Error>> + Send {
+        schema::create_grant(conn)
+    }
+
     fn probe<'c>(
         conn: &'c mut PgConnection,
         statement: &'c str,
