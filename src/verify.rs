@@ -36,7 +36,7 @@ use sha2::{Digest as _, Sha256};
 
 use crate::db::any::{on_engine, AnyConnection};
 use crate::db::record::{PageKey, TaskTotal, ViewPageRow};
-use crate::db::schema::PRUNED_TABLE;
+use crate::db::schema::{self, PRUNED_TABLE};
 use crate::db::{DbError, Dsn, Engine};
 use crate::digest;
 use crate::event::Event;
@@ -394,6 +394,35 @@ async fn last_events<E: Engine>(
         }
     }
     Ok(found)
+}
+
+/// Whether `receiver_pruned` is there and this account may not read it:
+/// `verify` run as it after a prune would then report each task prune took
+/// rows of as an `applied_events` mismatch, which the grant of `SELECT` on
+/// `receiver_pruned` mends (`receiver check` warns of it). Asked with a
+/// statement that touches no row, in a transaction rolled back.
+///
+/// MySQL hides a table from an account that holds no grant on it, and
+/// refuses it the same way whether the table is there or not: there the
+/// answer is `true` only for an account that holds another grant on it.
+pub async fn tally_unreadable(dsn: &Dsn) -> Result<bool, DbError> {
+    let mut conn = AnyConnection::open(dsn).await?;
+    let unreadable = on_engine!(&mut conn, c => tally_unreadable_on::<E>(c).await);
+    conn.close().await;
+    unreadable
+}
+
+async fn tally_unreadable_on<E: Engine>(conn: &mut E::Connection) -> Result<bool, DbError> {
+    let probe = schema::privilege_probe(PRUNED_TABLE, "SELECT");
+    E::begin(&mut *conn).await?;
+    let read = E::probe(&mut *conn, &probe).await.map_err(DbError::from);
+    E::end(&mut *conn, false).await?;
+    match read {
+        Ok(()) => Ok(false),
+        Err(e) if e.lacks_table_privilege() => E::tally_exists(conn).await,
+        Err(e) if e.missing_table() == Some(PRUNED_TABLE) => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// What `receiver_pruned` can tell check 3.

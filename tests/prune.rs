@@ -29,9 +29,13 @@ const PRUNE_GRANTS: [&str; 3] = [
     "SELECT, INSERT, UPDATE ON `{db}`.receiver_pruned",
 ];
 
-const RUNTIME_GRANTS: [&str; 2] = [
+/// The runtime account where retention is set up, as docs/operations.md
+/// and docs/postgres.md grant it: the two tables, and `SELECT` on the tally
+/// for `verify`.
+const RUNTIME_GRANTS: [&str; 3] = [
     "SELECT, INSERT, UPDATE ON `{db}`.receiver_inbox",
     "SELECT, INSERT, UPDATE ON `{db}`.receiver_task_views",
+    "SELECT ON `{db}`.receiver_pruned",
 ];
 
 /// The same grants on PostgreSQL, `{role}` standing for the role.
@@ -40,6 +44,12 @@ const PG_PRUNE_GRANTS: &str = "GRANT SELECT, DELETE ON receiver_inbox TO {role};
      GRANT SELECT, INSERT, UPDATE ON receiver_pruned TO {role};";
 
 const PG_RUNTIME_GRANTS: &str =
+    "GRANT SELECT, INSERT, UPDATE ON receiver_inbox, receiver_task_views TO {role}; \
+     GRANT SELECT ON receiver_pruned TO {role};";
+
+/// The runtime role's grants on the two tables alone, as docs/postgres.md
+/// gave them.
+const PG_RUNTIME_TABLE_GRANTS: &str =
     "GRANT SELECT, INSERT, UPDATE ON receiver_inbox, receiver_task_views TO {role};";
 
 /// A receiver's tables with `tasks` tasks of three versions each, all
@@ -244,12 +254,7 @@ impl Aged {
     }
 
     fn verify(&self) -> (Option<i32>, String) {
-        let o = receiver()
-            .arg("verify")
-            .env("ORBIT_RECEIVER_DSN", self.admin_dsn())
-            .output()
-            .unwrap();
-        (o.status.code(), stdout(&o))
+        verify_as(&self.admin_dsn())
     }
 
     /// Delivers `json` once more, as a source would after the prune.
@@ -259,6 +264,16 @@ impl Aged {
             Server::Postgres(db) => apply(&pg_store(db, &self.scope).await, json).await,
         }
     }
+}
+
+/// `receiver verify` as the account of `dsn`: its exit code and stdout.
+fn verify_as(dsn: &str) -> (Option<i32>, String) {
+    let o = receiver()
+        .arg("verify")
+        .env("ORBIT_RECEIVER_DSN", dsn)
+        .output()
+        .unwrap();
+    (o.status.code(), stdout(&o))
 }
 
 async fn pg_store(db: &PgTestDb, scope: &InboxScope) -> InboxStore<Postgres> {
@@ -411,6 +426,78 @@ async fn verify_still_passes_after_a_prune_and_counts_the_pruned_rows_on(aged: A
     let summary = out.lines().last().unwrap();
     assert_eq!(field(summary, "pruned_rows"), "8");
     assert_eq!(field(summary, "problems"), "0");
+}
+
+#[tokio::test]
+async fn verify_as_the_runtime_account_passes_after_a_prune() {
+    verify_as_the_runtime_account_passes_after_a_prune_on(Aged::new(3).await).await;
+}
+
+#[tokio::test]
+async fn on_postgres_verify_as_the_runtime_role_passes_after_a_prune() {
+    verify_as_the_runtime_account_passes_after_a_prune_on(Aged::on_postgres(3).await).await;
+}
+
+async fn verify_as_the_runtime_account_passes_after_a_prune_on(aged: Aged) {
+    assert!(aged.prune(&["--older-than", "7d"]).status.success());
+    let (runtime, _) = aged.runtime_account().await;
+    let (code, out) = verify_as(&runtime);
+    assert_eq!(code, Some(0), "{out}");
+    let summary = out.lines().last().unwrap();
+    assert_eq!(field(summary, "pruned_rows"), "6");
+    assert_eq!(field(summary, "problems"), "0");
+}
+
+/// `receiver check` as the account of `dsn`, against a real Orbit.
+async fn check_as(dsn: &str) -> Output {
+    let (_orbit, creds, sub) = common::orbit::OrbitDev::subscribed(30_000, 5, "tally").await;
+    receiver()
+        .arg("check")
+        .env("ORBIT_CREDENTIALS_FILE", &creds.file)
+        .env("ORBIT_SUBSCRIPTION_ID", sub.as_str())
+        .env("ORBIT_RECEIVER_DSN", dsn)
+        .output()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn on_postgres_check_warns_a_runtime_role_that_may_not_read_the_tally_naming_the_grant() {
+    let aged = Aged::on_postgres(1).await;
+    let Server::Postgres(db) = &aged.server else {
+        unreachable!()
+    };
+    let without = pg_role(db, PG_RUNTIME_TABLE_GRANTS).await;
+    let o = check_as(&without).await;
+    // A warning: consume needs nothing of the tally.
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("warning: the account may not SELECT receiver_pruned")
+            && err.contains("grant it SELECT on receiver_pruned"),
+        "{err}"
+    );
+
+    let (with, _) = aged.runtime_account().await;
+    let o = check_as(&with).await;
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert!(!stderr(&o).contains("receiver_pruned"), "{}", stderr(&o));
+}
+
+#[tokio::test]
+async fn check_says_nothing_of_the_tally_to_the_documented_runtime_account_or_where_it_is_absent(
+) {
+    let aged = Aged::new(1).await;
+    let (runtime, _) = aged.runtime_account().await;
+    let o = check_as(&runtime).await;
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert!(!stderr(&o).contains("receiver_pruned"), "{}", stderr(&o));
+
+    // A PostgreSQL database initialized without retention: nothing to read.
+    let db = PgTestDb::initialized().await;
+    let role = pg_role(&db, PG_RUNTIME_TABLE_GRANTS).await;
+    let o = check_as(&role).await;
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert!(!stderr(&o).contains("receiver_pruned"), "{}", stderr(&o));
 }
 
 #[tokio::test]

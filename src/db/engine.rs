@@ -346,6 +346,13 @@ mod sealed {
             conn: &mut Self::Connection,
         ) -> impl Future<Output = Result<u64, DbError>> + Send;
 
+        /// Whether `receiver_pruned` is there, as far as the account may see
+        /// (PostgreSQL's catalog shows it to everyone; MySQL hides a table
+        /// from an account without a grant on it). Outside a transaction.
+        fn tally_exists(
+            conn: &mut Self::Connection,
+        ) -> impl Future<Output = Result<bool, DbError>> + Send;
+
         /// Up to `limit` inbox rows after `after`, in key order.
         fn inbox_page<'c>(
             conn: &'c mut Self::Connection,

@@ -47,6 +47,19 @@ pub async fn name_warning(
     })
 }
 
+/// The warning for an account that may not read `receiver_pruned` where
+/// it is there: `consume` needs nothing of it, but `verify` run as this
+/// account after a prune would report every pruned task. `None` when it
+/// can read it, when the table is not there (or the server will not say,
+/// as MySQL does not to an account without a grant on it), or when the
+/// question cannot be asked: the checks that matter report that.
+pub async fn tally_warning(dsn: &result_inbox::db::Dsn) -> Option<String> {
+    let unreadable = result_inbox::verify::tally_unreadable(dsn).await.ok()?;
+    unreadable.then(|| {
+        "the account may not SELECT receiver_pruned, which is there: after a prune, `receiver verify` run as this account reports each pruned task as applied_events_mismatch; grant it SELECT on receiver_pruned".to_owned()
+    })
+}
+
 /// The NATS checks of `receiver check --source nats`, in order: `nats`
 /// (reachable, login, TLS), `consumer` (the stream and its durable pull
 /// consumer exist, explicit acks, filter subject = the queue's subject).

@@ -160,6 +160,9 @@ fn database_and(
             if let Some(warning) = check::name_warning(dsn, &scope).await {
                 crate::logging::report_warning(&warning);
             }
+            if let Some(warning) = check::tally_warning(dsn).await {
+                crate::logging::report_warning(&warning);
+            }
         }
         let mut all = findings(&DATABASE_CHECKS, &database);
         all.extend(replication);

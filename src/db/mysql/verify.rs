@@ -74,6 +74,16 @@ impl Verify for MySql {
         .await?)
     }
 
+    async fn tally_exists(conn: &mut MySqlConnection) -> Result<bool, DbError> {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM information_schema.TABLES \
+             WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'receiver_pruned'",
+        )
+        .fetch_one(conn)
+        .await?;
+        Ok(n > 0)
+    }
+
     async fn inbox_page(
         conn: &mut MySqlConnection,
         after: Option<&PageKey>,

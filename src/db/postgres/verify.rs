@@ -83,6 +83,14 @@ impl Verify for Postgres {
         Ok(total?.unsigned_abs())
     }
 
+    async fn tally_exists(conn: &mut PgConnection) -> Result<bool, DbError> {
+        Ok(
+            sqlx::query_scalar("SELECT to_regclass('receiver_pruned') IS NOT NULL")
+                .fetch_one(conn)
+                .await?,
+        )
+    }
+
     async fn inbox_page(
         conn: &mut PgConnection,
         after: Option<&PageKey>,
