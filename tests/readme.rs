@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::orbit::{bin_dir, http};
 use common::{dsn_for, random_hex, TestDb};
+use result_inbox::ids::{QueueId, TaskId};
 use result_inbox::orbit::{OrbitClient, OrbitUrl, Token};
 use result_inbox::scope::{InboxScope, ReceiverName};
 
@@ -76,8 +77,12 @@ impl Path {
         }
         let dir = std::env::temp_dir().join(format!("{name}-{}", random_hex(4)));
         std::fs::create_dir_all(&dir).unwrap();
+        // The throwaway PostgreSQL's own client first, where there is one.
+        let pg_bin = std::env::var("RESULT_INBOX_TEST_PG_BIN")
+            .map(|dir| format!("{dir}:"))
+            .unwrap_or_default();
         let path = format!(
-            "{}:{}",
+            "{}:{pg_bin}{}",
             bin_dir().display(),
             std::env::var("PATH").unwrap_or_default()
         );
@@ -182,50 +187,15 @@ async fn the_readme_path_from_nothing_to_consume_works_as_written() {
 
     // And it consumes: a task submitted and cancelled on the queue ends in
     // the view, both events acknowledged.
-    let credentials: serde_json::Value =
-        serde_json::from_str(&path.file(".local/inbox.credentials.json")).unwrap();
-    let token = credentials["token"].as_str().unwrap();
-    let url = format!("http://127.0.0.1:{port}");
-    let client = OrbitClient::new(
-        OrbitUrl::parse(&url).unwrap(),
-        Token::new(token),
-        Duration::from_secs(10),
-    )
-    .unwrap();
-    let task = client.submit_task().await.unwrap();
-    client.cancel_task(&task.id).await.unwrap();
-    let subscription = path.file(".local/subscription");
-    let subscription = subscription.trim().trim_start_matches("subscription=");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let (_, body) = http(
-            "GET",
-            &format!("{url}/v1/subscriptions/{subscription}"),
-            token,
-            String::new(),
-        )
-        .await;
-        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-        if v["counts"]["acked"] == 2 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not consumed: {body}\n{}",
-            path.output()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let (task, queue, token) = a_task_consumed_by(&path, port).await;
     path.stop();
-    let queue =
-        result_inbox::ids::QueueId::parse(credentials["queue_id"].as_str().unwrap()).unwrap();
     let scope = InboxScope::new(ReceiverName::default(), queue);
-    let view = result_inbox::task_view::load(&db.pool().await, &scope, &task.id)
+    let view = result_inbox::task_view::load(&db.pool().await, &scope, &task)
         .await
         .unwrap()
         .expect("the task's view");
     assert_eq!(view.last_state, "CANCELLED");
-    assert!(!path.output().contains(token), "the token was printed");
+    assert!(!path.output().contains(&token), "the token was printed");
     // It consumed as the runtime account, which may not delete or change
     // the schema.
     let grants: Vec<String> =
@@ -241,6 +211,147 @@ async fn the_readme_path_from_nothing_to_consume_works_as_written() {
     for power in ["DELETE", "ALL PRIVILEGES", "CREATE", "DROP", "ALTER"] {
         assert!(!grants.contains(power), "{grants}");
     }
+}
+
+/// A task submitted and cancelled on the queue of the path's credentials,
+/// once the path's consumer has ACKed both its events: the task, the
+/// queue, and the token (which nothing may print).
+async fn a_task_consumed_by(path: &Path, orbit_port: u16) -> (TaskId, QueueId, String) {
+    let credentials: serde_json::Value =
+        serde_json::from_str(&path.file(".local/inbox.credentials.json")).unwrap();
+    let token = credentials["token"].as_str().unwrap().to_owned();
+    let url = format!("http://127.0.0.1:{orbit_port}");
+    let client = OrbitClient::new(
+        OrbitUrl::parse(&url).unwrap(),
+        Token::new(&token),
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    let task = client.submit_task().await.unwrap();
+    client.cancel_task(&task.id).await.unwrap();
+    let subscription = path.file(".local/subscription");
+    let subscription = subscription.trim().trim_start_matches("subscription=");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, body) = http(
+            "GET",
+            &format!("{url}/v1/subscriptions/{subscription}"),
+            &token,
+            String::new(),
+        )
+        .await;
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        if v["counts"]["acked"] == 2 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not consumed: {body}\n{}",
+            path.output()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let queue = QueueId::parse(credentials["queue_id"].as_str().unwrap()).unwrap();
+    (task.id, queue, token)
+}
+
+#[tokio::test]
+async fn the_postgres_guide_s_path_from_nothing_to_consume_works_as_written() {
+    let admin = common::postgres::admin_dsn();
+    let server = admin
+        .split_once('@')
+        .and_then(|(_, rest)| rest.split_once('/'))
+        .unwrap()
+        .0
+        .to_owned();
+    let orbit_port = free_port();
+    // Roles and databases belong to the whole server: each gets a name no
+    // other test uses.
+    let suffix = random_hex(4);
+    let (database, owner, runtime, prune) = (
+        format!("receiver_example_{suffix}"),
+        format!("inbox_owner_{suffix}"),
+        format!("inbox_runtime_{suffix}"),
+        format!("inbox_prune_{suffix}"),
+    );
+    let mut path = Path::run(
+        "docs/postgres.md",
+        "pg-consume-path",
+        &[
+            ("127.0.0.1:8080", format!("127.0.0.1:{orbit_port}")),
+            ("127.0.0.1:5432", server.clone()),
+            ("receiver_example", database.clone()),
+            ("inbox_owner", owner.clone()),
+            ("inbox_runtime", runtime.clone()),
+            ("inbox_prune", prune.clone()),
+        ],
+    )
+    .await;
+    let (task, queue, token) = a_task_consumed_by(&path, orbit_port).await;
+    path.stop();
+    assert!(!path.output().contains(&token), "the token was printed");
+
+    let dsn_of = |role: &str| format!("postgres://{role}@{server}/{database}");
+    let (admin_server, _) = admin.rsplit_once('/').unwrap();
+    let db = sqlx::PgPool::connect(&format!("{admin_server}/{database}"))
+        .await
+        .unwrap();
+    let (state, owned_by): (String, String) = sqlx::query_as(
+        "SELECT v.last_state, (SELECT tableowner::text FROM pg_tables \
+         WHERE tablename = 'receiver_task_views') \
+         FROM receiver_task_views v WHERE v.queue_id = $1 AND v.task_id = $2",
+    )
+    .bind(queue.as_str())
+    .bind(task.as_str())
+    .fetch_one(&db)
+    .await
+    .unwrap();
+    assert_eq!(state, "CANCELLED");
+    assert_eq!(owned_by, owner, "init ran as the database's owner");
+    // It consumed as the runtime role, which may not delete or change the
+    // schema.
+    let powers: (bool, bool, bool) = sqlx::query_as(
+        "SELECT has_table_privilege($1, 'receiver_inbox', 'DELETE'), \
+         has_schema_privilege($1, 'public', 'CREATE'), \
+         has_table_privilege($1, 'receiver_pruned', 'SELECT')",
+    )
+    .bind(&runtime)
+    .fetch_one(&db)
+    .await
+    .unwrap();
+    assert_eq!(powers, (false, false, true));
+
+    // The roles it made are the ones retention needs: the older event,
+    // received long enough ago, pruned as the prune role, and verify as the
+    // runtime role counts it and finds nothing wrong.
+    sqlx::query("UPDATE receiver_inbox SET received_at = received_at - interval '30 days'")
+        .execute(&db)
+        .await
+        .unwrap();
+    let pruned = common::orbit::receiver()
+        .args(["prune", "--older-than", "7d"])
+        .env("RECEIVER_PRUNE_DSN", dsn_of(&prune))
+        .env("ORBIT_QUEUE_ID", queue.as_str())
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&pruned.stdout);
+    assert!(
+        pruned.status.success() && printed.contains("deleted=1 "),
+        "{printed}{}",
+        String::from_utf8_lossy(&pruned.stderr)
+    );
+    let verified = common::orbit::receiver()
+        .arg("verify")
+        .env("ORBIT_RECEIVER_DSN", dsn_of(&runtime))
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&verified.stdout);
+    assert_eq!(verified.status.code(), Some(0), "{printed}");
+    assert!(
+        printed.contains("pruned_rows=1 problems=0 ok=true"),
+        "{printed}"
+    );
+    db.close().await;
 }
 
 #[cfg(feature = "nats")]
