@@ -863,15 +863,14 @@ fn every_help() -> Vec<(String, String)> {
 #[test]
 fn every_help_that_names_an_engine_names_both() {
     let helps = every_help();
-    assert!(
-        helps[0].1.contains("MySQL or PostgreSQL"),
-        "{}",
-        helps[0].1
-    );
+    assert!(helps[0].1.contains("MySQL or PostgreSQL"), "{}", helps[0].1);
     for (command, help) in &helps {
         let lower = help.to_lowercase();
         if lower.contains("mysql") {
-            assert!(lower.contains("postgres"), "{command} names MySQL alone:\n{help}");
+            assert!(
+                lower.contains("postgres"),
+                "{command} names MySQL alone:\n{help}"
+            );
         }
         if help.contains("schema.sql") {
             assert!(help.contains("schema.postgres.sql"), "{command}:\n{help}");
@@ -949,6 +948,12 @@ fn a_postgres_address_with_its_database_or_host_in_an_option_is_refused_naming_t
         .unwrap();
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("`dbname`") && err.contains("in its path"), "{err}");
-    assert!(!err.contains("platform") && !err.contains("sentinel-pw"), "{err}");
+    assert!(
+        err.contains("`dbname`") && err.contains("in its path"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("platform") && !err.contains("sentinel-pw"),
+        "{err}"
+    );
 }

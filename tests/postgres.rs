@@ -419,6 +419,9 @@ async fn receiver_init_on_postgres_over_existing_tables_names_schema_postgres_sq
     let partial = init(&db, &["--keep-existing"]);
     let err = text(&partial.stderr);
     assert_eq!(partial.status.code(), Some(1), "{err}");
-    assert!(err.contains("are not those of schema.postgres.sql"), "{err}");
+    assert!(
+        err.contains("are not those of schema.postgres.sql"),
+        "{err}"
+    );
     assert!(!err.contains("schema.sql"), "{err}");
 }

@@ -175,7 +175,11 @@ async fn init_refused_create_names_the_grant_on_the_database_and_running_it_lets
         .await
         .unwrap();
     let out = init();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(
         String::from_utf8(out.stdout).unwrap(),
         "receiver_schema_initialized=true foreign_keys=0\n"

@@ -484,8 +484,7 @@ async fn on_postgres_check_warns_a_runtime_role_that_may_not_read_the_tally_nami
 }
 
 #[tokio::test]
-async fn check_says_nothing_of_the_tally_to_the_documented_runtime_account_or_where_it_is_absent(
-) {
+async fn check_says_nothing_of_the_tally_to_the_documented_runtime_account_or_where_it_is_absent() {
     let aged = Aged::new(1).await;
     let (runtime, _) = aged.runtime_account().await;
     let o = check_as(&runtime).await;

@@ -487,9 +487,14 @@ async fn on_postgres_a_tls_failure_names_sslmode_and_sslrootcert_not_mysql_s_opt
         let said = format!("{stdout}{stderr}");
         assert_eq!(out.status.code(), Some(1), "{args:?}: {said}");
         assert!(
-            said.contains("TLS handshake with the database failed (check sslmode and sslrootcert in the DSN)"),
+            said.contains(
+                "TLS handshake with the database failed (check sslmode and sslrootcert in the DSN)"
+            ),
             "{args:?}: {said}"
         );
-        assert!(!said.contains("ssl-mode") && !said.contains("ssl-ca"), "{args:?}: {said}");
+        assert!(
+            !said.contains("ssl-mode") && !said.contains("ssl-ca"),
+            "{args:?}: {said}"
+        );
     }
 }
