@@ -484,6 +484,27 @@ async fn on_postgres_check_warns_a_runtime_role_that_may_not_read_the_tally_nami
 }
 
 #[tokio::test]
+async fn check_warns_a_mysql_account_that_sees_the_tally_but_may_not_read_it() {
+    let aged = Aged::new(1).await;
+    // MySQL shows the table only to an account with a grant on it.
+    let (user, password) = aged
+        .db()
+        .user_with(&[
+            RUNTIME_GRANTS[0],
+            RUNTIME_GRANTS[1],
+            "INSERT ON `{db}`.receiver_pruned",
+        ])
+        .await;
+    let o = check_as(&aged.db().dsn_of(&user, &password)).await;
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stderr(&o).contains("grant it SELECT on receiver_pruned"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[tokio::test]
 async fn check_says_nothing_of_the_tally_to_the_documented_runtime_account_or_where_it_is_absent() {
     let aged = Aged::new(1).await;
     let (runtime, _) = aged.runtime_account().await;
