@@ -22,9 +22,9 @@ impl AnyConnection {
         let failed = |e: sqlx::Error| DbError::from(e).connecting_to(dsn.engine());
         Ok(match dsn.engine() {
             #[cfg(feature = "postgres")]
-            super::EngineKind::Postgres => AnyConnection::Postgres(
-                sqlx::Postgres::connect_one(dsn).await.map_err(failed)?,
-            ),
+            super::EngineKind::Postgres => {
+                AnyConnection::Postgres(sqlx::Postgres::connect_one(dsn).await.map_err(failed)?)
+            }
             _ => AnyConnection::MySql(sqlx::MySql::connect_one(dsn).await.map_err(failed)?),
         })
     }

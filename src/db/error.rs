@@ -409,16 +409,23 @@ mod tests {
     #[test]
     fn a_failed_tls_handshake_names_the_options_of_the_engine_it_met() {
         let tls = || DbError::from(sqlx::Error::Tls("server does not support TLS".into()));
-        let mysql = tls().connecting_to(crate::db::EngineKind::MySql).to_string();
+        let mysql = tls()
+            .connecting_to(crate::db::EngineKind::MySql)
+            .to_string();
         assert!(mysql.contains("check ssl-mode and ssl-ca"), "{mysql}");
         let postgres = tls().connecting_to(crate::db::EngineKind::Postgres);
         assert_eq!(postgres.kind(), DbErrorKind::Tls);
         let postgres = postgres.to_string();
-        assert!(postgres.contains("check sslmode and sslrootcert"), "{postgres}");
+        assert!(
+            postgres.contains("check sslmode and sslrootcert"),
+            "{postgres}"
+        );
         assert!(!postgres.contains("ssl-mode"), "{postgres}");
         let refused = io(std::io::ErrorKind::ConnectionRefused);
         assert_eq!(
-            refused.clone().connecting_to(crate::db::EngineKind::Postgres),
+            refused
+                .clone()
+                .connecting_to(crate::db::EngineKind::Postgres),
             refused
         );
     }

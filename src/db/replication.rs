@@ -85,7 +85,12 @@ impl fmt::Display for Replication {
 mod tests {
     use super::*;
 
-    fn replication(standbys: u64, synchronous: Option<u64>, slots: u64, waits: bool) -> Replication {
+    fn replication(
+        standbys: u64,
+        synchronous: Option<u64>,
+        slots: u64,
+        waits: bool,
+    ) -> Replication {
         Replication {
             standbys,
             synchronous,
@@ -110,7 +115,10 @@ mod tests {
     fn a_primary_that_stopped_waiting_is_not_synchronous_and_says_what_it_risks() {
         let r = replication(1, Some(0), 1, false);
         assert!(r.is_replicated() && !r.is_synchronous());
-        assert!(r.to_string().contains("synchronous_standby_names is empty"), "{r}");
+        assert!(
+            r.to_string().contains("synchronous_standby_names is empty"),
+            "{r}"
+        );
         assert!(r.to_string().contains("can lose commits"), "{r}");
     }
 
@@ -118,7 +126,10 @@ mod tests {
     fn a_primary_whose_standby_is_gone_but_kept_by_its_slot_is_not_synchronous() {
         let r = replication(0, Some(0), 1, true);
         assert!(r.is_replicated() && !r.is_synchronous());
-        assert!(r.to_string().contains("no standby the server waits for"), "{r}");
+        assert!(
+            r.to_string().contains("no standby the server waits for"),
+            "{r}"
+        );
     }
 
     #[test]

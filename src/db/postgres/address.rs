@@ -170,7 +170,8 @@ mod tests {
             let e = Dsn::parse(dsn).unwrap_err();
             assert_eq!(e, DsnError::PgNoDatabase, "{dsn}");
             assert!(
-                e.to_string().contains("e.g. postgres://user@host:5432/receiver"),
+                e.to_string()
+                    .contains("e.g. postgres://user@host:5432/receiver"),
                 "{e}"
             );
         }
@@ -184,7 +185,11 @@ mod tests {
             ("host=10.0.0.9", "host", "host after the @"),
             ("hostaddr=10.0.0.9", "hostaddr", "host after the @"),
             ("port=6432", "port", "port after the host"),
-            ("sslmode=require&dbname=platform", "dbname", "database in its path"),
+            (
+                "sslmode=require&dbname=platform",
+                "dbname",
+                "database in its path",
+            ),
         ] {
             let dsn = format!("postgres://receiver:s3cret@db:5432/inbox?{query}");
             let e = Dsn::parse(&dsn).unwrap_err();

@@ -76,17 +76,23 @@ pub(crate) async fn writable(
 /// standby's `sync_state` only to an account with `pg_read_all_stats`;
 /// the runtime role sees each standby's row with that column empty.
 pub(crate) async fn replication(conn: &mut PgConnection) -> Result<Replication, sqlx::Error> {
-    let (names, commit, standbys, synchronous, hidden, slots): (String, String, i64, i64, i64, i64) =
-        sqlx::query_as(
-            "SELECT current_setting('synchronous_standby_names'), \
+    let (names, commit, standbys, synchronous, hidden, slots): (
+        String,
+        String,
+        i64,
+        i64,
+        i64,
+        i64,
+    ) = sqlx::query_as(
+        "SELECT current_setting('synchronous_standby_names'), \
              current_setting('synchronous_commit'), \
              (SELECT count(*) FROM pg_stat_replication), \
              (SELECT count(*) FROM pg_stat_replication WHERE sync_state IN ('sync', 'quorum')), \
              (SELECT count(*) FROM pg_stat_replication WHERE sync_state IS NULL), \
              (SELECT count(*) FROM pg_replication_slots WHERE slot_type = 'physical')",
-        )
-        .fetch_one(conn)
-        .await?;
+    )
+    .fetch_one(conn)
+    .await?;
     Ok(Replication {
         standbys: standbys.unsigned_abs(),
         synchronous: (hidden == 0).then_some(synchronous.unsigned_abs()),
