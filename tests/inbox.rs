@@ -12,6 +12,8 @@ use result_inbox::scope::InboxScope;
 use result_inbox::task_view::{self, TaskView};
 use result_inbox::BoxError;
 use sqlx::MySqlPool;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use tower::{Service, ServiceBuilder, ServiceExt};
 
 fn delivery(json: &str) -> Delivery<Bytes> {
@@ -604,6 +606,152 @@ async fn a_deadlock_victim_is_retried_inside_the_budget_and_counted() {
     assert_eq!(f.store.stats().deadlock_retries, 1);
     assert_eq!(f.view().await.unwrap().applied_events, 2);
     assert_eq!(f.inbox_applied(&next.id).await, Some(true));
+}
+
+/// An inner service whose own statement meets a deadlock each time (the
+/// server's own 1213 answer to `SIGNAL`), counting its calls.
+fn always_deadlocked(
+    calls: Arc<AtomicU32>,
+) -> impl Service<Delivery<Applying>, Response = Verdict, Error = OrderError, Future: Send>
+       + Clone
+       + Send
+       + 'static {
+    tower::service_fn(move |mut d: Delivery<Applying>| {
+        let calls = calls.clone();
+        async move {
+            calls.fetch_add(1, Ordering::SeqCst);
+            sqlx::query("SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213")
+                .execute(d.body_mut().connection())
+                .await?;
+            Ok::<_, OrderError>(d.into_body().applied())
+        }
+    })
+}
+
+/// An embedder's own error around its statements.
+#[derive(Debug, thiserror::Error)]
+enum OrderError {
+    #[error("orders: {0}")]
+    Db(#[from] sqlx::Error),
+}
+
+/// The inbox's answer kept the deadlock, with the inner service's own
+/// error behind it.
+fn assert_failed_of_the_deadlock(err: &InboxError) {
+    match err {
+        InboxError::Database(e) => {
+            assert_eq!(e.kind(), result_inbox::db::DbErrorKind::Deadlock, "{err}");
+            assert_eq!(e.number(), Some(1213), "{err}");
+        }
+        other => panic!("not the deadlock: {other:?}"),
+    }
+    assert_eq!(err.class(), "error");
+    assert!(err.is_retryable());
+    assert!(err.to_string().contains("deadlock"), "{err}");
+    assert!(
+        result_inbox::failure::chain(err).any(|link| link.is::<OrderError>()),
+        "the inner service's error is in the chain"
+    );
+}
+
+#[tokio::test]
+async fn a_deadlock_that_never_clears_is_retried_with_growing_pauses_and_fails_of_the_deadlock() {
+    let f = Fixture::new().await;
+    let options = result_inbox::inbox::StoreOptions {
+        transaction_timeout: std::time::Duration::from_secs(3),
+        ..Default::default()
+    };
+    let store = InboxStore::connect(&f.db.dsn, f.scope.clone(), options)
+        .await
+        .unwrap();
+    let calls = Arc::new(AtomicU32::new(0));
+    let svc = ServiceBuilder::new()
+        .layer(InboxLayer::new(store.clone()))
+        .service(always_deadlocked(calls.clone()));
+    let json = f.event(2, "task.cancelled", "CANCELLED").json();
+    let err = svc.oneshot(delivery(&json)).await.unwrap_err();
+    let calls = calls.load(Ordering::SeqCst);
+    // At a fixed 20 ms pause, 3 s held about a hundred runs.
+    assert!((3..=15).contains(&calls), "{calls} runs in 3 s");
+    // Each run's deadlock is counted, the last one too unless the budget
+    // ended during the run itself.
+    let counted = store.stats().deadlock_retries;
+    assert!(
+        (u64::from(calls - 1)..=u64::from(calls)).contains(&counted),
+        "{counted} retries counted for {calls} runs"
+    );
+    assert_failed_of_the_deadlock(&err);
+    assert_eq!(f.count("receiver_inbox").await, 0);
+}
+
+#[tokio::test]
+async fn a_retry_the_budget_cuts_short_fails_of_the_deadlock_that_made_it_not_of_the_time() {
+    let f = Fixture::new().await;
+    let options = result_inbox::inbox::StoreOptions {
+        transaction_timeout: std::time::Duration::from_millis(800),
+        ..Default::default()
+    };
+    let store = InboxStore::connect(&f.db.dsn, f.scope.clone(), options)
+        .await
+        .unwrap();
+    let calls = Arc::new(AtomicU32::new(0));
+    // A deadlock, then a run that is still waiting when the budget ends.
+    let svc = ServiceBuilder::new()
+        .layer(InboxLayer::new(store))
+        .service(tower::service_fn({
+            let calls = calls.clone();
+            move |mut d: Delivery<Applying>| {
+                let first = calls.fetch_add(1, Ordering::SeqCst) == 0;
+                async move {
+                    let statement = if first {
+                        "SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213"
+                    } else {
+                        "SELECT SLEEP(5)"
+                    };
+                    sqlx::query(statement)
+                        .execute(d.body_mut().connection())
+                        .await?;
+                    Ok::<_, OrderError>(d.into_body().applied())
+                }
+            }
+        }));
+    let json = f.event(2, "task.cancelled", "CANCELLED").json();
+    let err = svc.oneshot(delivery(&json)).await.unwrap_err();
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    assert_failed_of_the_deadlock(&err);
+    assert_eq!(f.count("receiver_inbox").await, 0);
+}
+
+#[tokio::test]
+async fn a_duplicate_key_of_the_inner_service_s_own_table_is_a_conflict_never_retried() {
+    let f = Fixture::new().await;
+    for statement in [
+        "CREATE TABLE orders (id INT PRIMARY KEY)",
+        "INSERT INTO orders VALUES (1)",
+    ] {
+        sqlx::query(statement).execute(&f.pool).await.unwrap();
+    }
+    // 1062 as the inbox's own duplicate key is, but on another table.
+    let svc = ServiceBuilder::new()
+        .layer(InboxLayer::new(f.store.clone()))
+        .service(tower::service_fn(|mut d: Delivery<Applying>| async move {
+            sqlx::query("INSERT INTO orders VALUES (1)")
+                .execute(d.body_mut().connection())
+                .await?;
+            Ok::<_, OrderError>(d.into_body().applied())
+        }));
+    let json = f.event(2, "task.cancelled", "CANCELLED").json();
+    let err = svc.oneshot(delivery(&json)).await.unwrap_err();
+    assert!(
+        matches!(&err, InboxError::Database(e) if e.number() == Some(1062)),
+        "{err:?}"
+    );
+    // The key's row is committed: every redelivery meets it again.
+    assert_eq!(err.class(), "conflict");
+    assert!(!err.is_retryable());
+    assert!(err.to_string().contains("duplicate key"), "{err}");
+    assert_eq!(f.store.stats().deadlock_retries, 0);
+    assert_eq!(f.count("receiver_inbox").await, 0, "rolled back");
 }
 
 #[tokio::test]

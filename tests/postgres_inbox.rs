@@ -5,6 +5,8 @@
 
 use crate::common;
 
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::postgres::PgTestDb;
@@ -536,5 +538,115 @@ async fn a_duplicate_key_of_the_inner_service_s_own_table_is_an_error_never_the_
         matches!(&err, InboxError::Database(e) if e.sqlstate() == Some("23505")),
         "{err:?}"
     );
+    // The key's row is committed: every redelivery meets it again.
+    assert_eq!(err.class(), "conflict");
+    assert!(!err.is_retryable());
+    assert!(err.to_string().contains("duplicate key"), "{err}");
     assert_eq!(f.inbox_rows().await, 0, "the inbox row was rolled back");
+}
+
+/// An embedder's own error around its statements.
+#[derive(Debug, thiserror::Error)]
+enum OrderError {
+    #[error("orders: {0}")]
+    Db(#[from] sqlx::Error),
+}
+
+/// The server's own 40P01 answer, as a deadlock victim gets it.
+const DEADLOCK: &str = "DO $$ BEGIN RAISE EXCEPTION USING ERRCODE = '40P01'; END $$";
+
+/// The inbox's answer kept the deadlock, with the inner service's own
+/// error behind it.
+fn assert_failed_of_the_deadlock(err: &InboxError) {
+    match err {
+        InboxError::Database(e) => {
+            assert_eq!(e.kind(), result_inbox::db::DbErrorKind::Deadlock, "{err}");
+            assert_eq!(e.sqlstate(), Some("40P01"), "{err}");
+        }
+        other => panic!("not the deadlock: {other:?}"),
+    }
+    assert_eq!(err.class(), "error");
+    assert!(err.is_retryable());
+    assert!(err.to_string().contains("deadlock"), "{err}");
+    assert!(
+        result_inbox::failure::chain(err).any(|link| link.is::<OrderError>()),
+        "the inner service's error is in the chain"
+    );
+}
+
+/// An inner service that runs `statement` on each call but the first,
+/// which meets a deadlock; counting its calls.
+fn deadlocked_then(
+    calls: Arc<AtomicU32>,
+    statement: &'static str,
+) -> impl Service<
+    Delivery<result_inbox::inbox::Applying<Postgres>>,
+    Response = result_inbox::inbox::Verdict<Postgres>,
+    Error = OrderError,
+    Future: Send,
+> + Clone
+       + Send
+       + 'static {
+    tower::service_fn(
+        move |mut d: Delivery<result_inbox::inbox::Applying<Postgres>>| {
+            let first = calls.fetch_add(1, Ordering::SeqCst) == 0;
+            async move {
+                let statement = if first { DEADLOCK } else { statement };
+                sqlx::query(statement)
+                    .execute(d.body_mut().connection())
+                    .await?;
+                Ok::<_, OrderError>(d.into_body().applied())
+            }
+        },
+    )
+}
+
+#[tokio::test]
+async fn a_deadlock_that_never_clears_is_retried_with_growing_pauses_and_fails_of_the_deadlock() {
+    let f = Fixture::with(StoreOptions {
+        transaction_timeout: Duration::from_secs(3),
+        ..Default::default()
+    })
+    .await;
+    let calls = Arc::new(AtomicU32::new(0));
+    let err = ServiceBuilder::new()
+        .layer(InboxLayer::new(f.store.clone()))
+        .service(deadlocked_then(calls.clone(), DEADLOCK))
+        .oneshot(delivery_of(
+            &f.event(2, "task.succeeded", "SUCCEEDED").json(),
+        ))
+        .await
+        .unwrap_err();
+    let calls = calls.load(Ordering::SeqCst);
+    // At a fixed 20 ms pause, 3 s held about a hundred runs.
+    assert!((3..=15).contains(&calls), "{calls} runs in 3 s");
+    let counted = f.store.stats().deadlock_retries;
+    assert!(
+        (u64::from(calls - 1)..=u64::from(calls)).contains(&counted),
+        "{counted} retries counted for {calls} runs"
+    );
+    assert_failed_of_the_deadlock(&err);
+    assert_eq!(f.inbox_rows().await, 0);
+}
+
+#[tokio::test]
+async fn a_retry_the_budget_cuts_short_fails_of_the_deadlock_that_made_it_not_of_the_time() {
+    let f = Fixture::with(StoreOptions {
+        transaction_timeout: Duration::from_millis(800),
+        ..Default::default()
+    })
+    .await;
+    let calls = Arc::new(AtomicU32::new(0));
+    // A deadlock, then a run that is still waiting when the budget ends.
+    let err = ServiceBuilder::new()
+        .layer(InboxLayer::new(f.store.clone()))
+        .service(deadlocked_then(calls.clone(), "SELECT pg_sleep(5)"))
+        .oneshot(delivery_of(
+            &f.event(2, "task.succeeded", "SUCCEEDED").json(),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    assert_failed_of_the_deadlock(&err);
+    assert_eq!(f.inbox_rows().await, 0);
 }

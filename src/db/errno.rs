@@ -80,6 +80,7 @@ pub(crate) fn detail_of(number: Option<u16>) -> Option<&'static str> {
         Some(ERROR_DURING_COMMIT | TRANSACTION_ROLLBACK_DURING_COMMIT) => {
             Some("transaction rolled back at commit (certification failed)")
         }
+        Some(DUPLICATE_KEY) => Some(DUPLICATE_KEY_DETAIL),
         _ => None,
     }
 }
@@ -97,8 +98,13 @@ pub(crate) fn is_duplicate_key(e: &sqlx::Error) -> bool {
     number_of(e) == Some(DUPLICATE_KEY)
 }
 
+/// A unique key that already holds a value, on either engine.
+pub(crate) const DUPLICATE_KEY_DETAIL: &str = "duplicate key: a unique key already holds the value";
+
 /// PostgreSQL's `invalid_catalog_name`: unknown database.
 pub(crate) const INVALID_CATALOG_NAME: &str = "3D000";
 /// PostgreSQL's SQLSTATE `insufficient_privilege`: the role lacks a
 /// privilege on a table (or other object) the statement names.
 pub(crate) const INSUFFICIENT_PRIVILEGE: &str = "42501";
+/// PostgreSQL's `unique_violation`: a unique key already holds the value.
+pub(crate) const UNIQUE_VIOLATION: &str = "23505";

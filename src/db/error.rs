@@ -221,6 +221,16 @@ impl DbError {
         ) || self.sqlstate.as_deref() == Some(errno::INSUFFICIENT_PRIVILEGE)
     }
 
+    /// Whether a unique key already held the value the statement wrote:
+    /// MySQL's 1062, PostgreSQL's 23505. The inbox's own row never
+    /// surfaces as one (its key is the deduplication); one of an inner
+    /// service's own statements is class `conflict` (see
+    /// [`InboxError::is_retryable`](crate::inbox::InboxError::is_retryable)).
+    pub fn is_duplicate_key(&self) -> bool {
+        self.number == Some(errno::DUPLICATE_KEY)
+            || self.sqlstate.as_deref() == Some(errno::UNIQUE_VIOLATION)
+    }
+
     /// Whether the database cannot be reached at all right now (rather than
     /// refusing this one statement): the connection failed or broke, or no
     /// connection came in time.

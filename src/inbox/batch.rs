@@ -30,7 +30,7 @@ use super::batching::ApplySet;
 use super::store::mark_stale_all;
 use super::tx::{InboxTx, Row};
 use super::{
-    error, found, retry_pause, Applying, InboxError, InboxStore, Outcome, Receipt, Verdict,
+    error, found, retry_backoff, retry_pause, Applying, InboxError, InboxStore, Outcome, Receipt, Verdict,
 };
 use crate::db::{DbError, Engine};
 use crate::delivery::Delivery;
@@ -166,8 +166,12 @@ async fn settle<S: Inner<E>, E: Engine>(
 ) -> Fates {
     let deadline = Instant::now() + store.transaction_timeout();
     let mut retried_connection = false;
+    let mut backoff = retry_backoff();
     let mut fresh = true;
     let mut retries = 0u32;
+    // The rollback the last retry answered: when the budget runs out in
+    // the retry, it is what the delivery failed of, not the time.
+    let mut last: Option<DbError> = None;
     // The first attempt runs in the transaction's span; each retry has a
     // span of its own that names the rollback it answers.
     let mut retry: Option<Span> = None;
@@ -190,9 +194,18 @@ async fn settle<S: Inner<E>, E: Engine>(
         }
         if let Whole::Database(e) = &whole {
             if e.is_rolled_back() {
-                if let Some(pause) = retry_pause(store, e, &mut retried_connection) {
-                    let event = jobs.first().map_or("-", |j| j.event.id().as_str());
-                    tracing::info!(event, deliveries = jobs.len(), cause = %e, "transaction rolled back; retrying");
+                if let Some(pause) = retry_pause(store, e, &mut retried_connection, &mut backoff)
+                {
+                    let event = jobs.first().map(|j| j.event.id().clone());
+                    tracing::info!(
+                        target: "result_inbox::inbox",
+                        event = %event.as_ref().map_or("-", |id| id.as_str()),
+                        deliveries = jobs.len(),
+                        retry = retries + 1,
+                        retry_in_ms = pause.as_millis() as u64,
+                        cause = %e,
+                        "transaction rolled back; retrying"
+                    );
                     if timeout_at(deadline, tokio::time::sleep(pause))
                         .await
                         .is_ok()
@@ -205,18 +218,28 @@ async fn settle<S: Inner<E>, E: Engine>(
                             error.type = field::Empty,
                             otel.status_code = field::Empty,
                         ));
+                        last = Some(e.clone());
                         continue;
                     }
                 }
             }
         }
+        // A retry the budget cut short was rolled back for certain: it
+        // failed of the rollback that made it (and of the inner service's
+        // error behind that), which an operator can act on, where "timed
+        // out" would name neither. A COMMIT without an answer stays
+        // unconfirmed.
         let transaction = Span::current();
         transaction.record("retries", retries);
         failed(&transaction, &whole);
-        if let Whole::Database(e) = &whole {
+        let answer = match (whole, last) {
+            (Whole::Timeout, Some(cause)) => Whole::Database(cause),
+            (whole, _) => whole,
+        };
+        if let Whole::Database(e) = &answer {
             transaction.record("cause", field::display(e));
         }
-        return jobs.iter().map(|_| Err(whole.clone().into())).collect();
+        return jobs.iter().map(|_| Err(answer.clone().into())).collect();
     }
 }
 

@@ -120,11 +120,16 @@ pub enum InboxError {
     #[error("commit unconfirmed: the outcome of COMMIT is unknown")]
     CommitUnconfirmed,
     /// The database failed before COMMIT; the transaction did not commit.
+    /// Also the answer when the budget ran out while a rolled-back
+    /// transaction (a deadlock, a lost certification, a lock wait) was run
+    /// again: the last rollback, with the inner service's error behind it
+    /// when its statement met it, rather than [`Timeout`](Self::Timeout).
     #[error("database: {0}")]
     Database(#[source] DbError),
     /// The transaction did not finish within its time budget, or a
     /// `TimeoutLayer` around the inner service fired, and it was abandoned
-    /// before COMMIT. Class `timeout`.
+    /// before COMMIT, with no rollback to blame (see
+    /// [`Database`](Self::Database)). Class `timeout`.
     #[error("transaction timed out before commit")]
     Timeout,
     /// The inner service refused the event for good ([`Refusal`]); its
@@ -142,7 +147,23 @@ pub enum InboxError {
 
 impl InboxError {
     /// Whether a redelivery of the same event may succeed without anyone
-    /// changing anything. Rejections and conflicts will fail the same way.
+    /// changing anything. Rejections, conflicts and refusals will fail the
+    /// same way: the delivery can only spend the source's attempts and end
+    /// where an operator finds it (`receiver failures`).
+    ///
+    /// A unique key of the inner service's own tables that already holds
+    /// the value its statement writes (MySQL 1062, PostgreSQL 23505) is
+    /// such a conflict: class `conflict`, not retryable, the whole
+    /// transaction rolled back (the inbox row with it). The row that holds
+    /// the key is committed, so every redelivery meets it again; waiting
+    /// cannot help, someone has to look at the business table. (The inbox's
+    /// own duplicate key is never an error: it is the duplicate path.) A
+    /// service whose insert may race a concurrent one for the same key
+    /// handles the key itself (`ON DUPLICATE KEY UPDATE`, `ON CONFLICT`).
+    ///
+    /// Everything else is retryable: a deadlock or lock wait that outlasted
+    /// the transaction's budget, the database unreachable, a COMMIT without
+    /// an answer, an inner service's own error.
     pub fn is_retryable(&self) -> bool {
         !self.failure_class().is_permanent()
     }
@@ -158,9 +179,11 @@ impl InboxError {
         }
     }
 
-    /// A stable one-word class for logs and metrics: `rejected`, `conflict`,
-    /// `refused`, `unconfirmed`, `timeout` or `error` (or the class a
-    /// [`Classified`] states).
+    /// A stable one-word class for logs and metrics: `rejected`, `conflict`
+    /// (a [`Conflict`], or a duplicate key of the inner service's own
+    /// tables: see [`is_retryable`](Self::is_retryable)), `refused`,
+    /// `unconfirmed`, `timeout` or `error` (or the class a [`Classified`]
+    /// states).
     pub fn class(&self) -> &'static str {
         self.failure_class().as_str()
     }
@@ -174,6 +197,7 @@ impl InboxError {
             InboxError::CommitUnconfirmed => FailureClass::Unconfirmed,
             InboxError::Classified(e) => e.failure().class,
             InboxError::Timeout => FailureClass::Timeout,
+            InboxError::Database(e) if e.is_duplicate_key() => FailureClass::Conflict,
             InboxError::Database(_) | InboxError::Handler(_) => FailureClass::Error,
         }
     }

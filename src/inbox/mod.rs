@@ -115,6 +115,7 @@ use crate::delivery::Delivery;
 use crate::digest::Digest;
 use crate::event::Event;
 use crate::ids::{EventId, TaskId};
+use crate::retry::Backoff;
 use crate::scope::InboxScope;
 use crate::telemetry;
 use crate::BoxError;
@@ -449,6 +450,12 @@ async fn apply<S: Inner<E>, E: Engine>(
 /// Whether a transaction that was rolled back is run again, and after
 /// what pause; counts the retry.
 ///
+/// A deadlock, a lost certification or a lock wait is run again after the
+/// next wait of `backoff`, which grows with each retry (see
+/// [`retry_backoff`]): a rollback that comes back at once (a rival that
+/// keeps the locks, an inner service whose own statement always meets one)
+/// spends the budget on a few attempts, not on one every few milliseconds.
+///
 /// A connection that broke is run again once, and only by the first
 /// transaction to meet one since the database last answered (a pooled
 /// connection the server had dropped explains one); after that the
@@ -459,6 +466,7 @@ fn retry_pause<E: Engine>(
     store: &InboxStore<E>,
     e: &DbError,
     retried_connection: &mut bool,
+    backoff: &mut Backoff,
 ) -> Option<std::time::Duration> {
     let pause = if e.is_unavailable() {
         let first = store.mark_unreachable();
@@ -468,10 +476,18 @@ fn retry_pause<E: Engine>(
         *retried_connection = true;
         CONNECTION_RETRY_PAUSE
     } else {
-        RETRY_PAUSE
+        backoff.next()
     };
     store.record_retry(e.kind());
     Some(pause)
+}
+
+/// The waits between the runs of one rolled-back transaction: from 20 ms,
+/// so that a one-off deadlock costs the delivery little, doubling (with up
+/// to 50 % jitter, so that the two sides of a deadlock do not meet again in
+/// step) up to 1 s; a 5 s budget holds about ten runs.
+fn retry_backoff() -> Backoff {
+    Backoff::new(RETRY_PAUSE, RETRY_PAUSE_MAX)
 }
 
 /// The answer to a copy of an event whose inbox row exists: a duplicate
@@ -489,9 +505,12 @@ pub(crate) fn found(event: &Event, stored: Digest, applied: bool) -> Result<Outc
     }
 }
 
-/// Pause before running a rolled-back transaction again, so that the
-/// transaction that won the lock can finish.
+/// The first pause before running a rolled-back transaction again, so
+/// that the transaction that won the lock can finish.
 const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// The longest pause between two runs of a rolled-back transaction.
+const RETRY_PAUSE_MAX: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Pause before running a transaction again whose connection broke: long
 /// enough for a pool to hand out a fresh connection, short against a lease.

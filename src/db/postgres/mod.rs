@@ -62,13 +62,14 @@ pub(crate) fn detail_of_sqlstate(code: &str) -> Option<&'static str> {
         "57P03" => Some("the server is starting up or not accepting connections"),
         "25006" => Some("the server is a read-only standby (a failover moved the primary)"),
         "40001" => Some("serialization failure, transaction rolled back"),
+        crate::db::errno::UNIQUE_VIOLATION => Some(crate::db::errno::DUPLICATE_KEY_DETAIL),
         _ => None,
     }
 }
 
 /// `unique_violation` (23505): a unique key already holds the value.
 pub(crate) fn is_unique_violation(e: &sqlx::Error) -> bool {
-    sqlstate(e).as_deref() == Some("23505")
+    sqlstate(e).as_deref() == Some(crate::db::errno::UNIQUE_VIOLATION)
 }
 
 /// `($1, $2, …), ($k, …)`: `n` rows of one bound value per entry of
