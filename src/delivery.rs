@@ -160,6 +160,8 @@ fn valid_traceparent(value: &str) -> bool {
 pub struct Delivery<B> {
     id: DeliveryId,
     attempt: Option<u32>,
+    /// How many attempts the source allows the delivery, when it says.
+    attempts_allowed: Option<u32>,
     trace: Option<TraceContext>,
     body: B,
 }
@@ -170,6 +172,7 @@ impl<B> Delivery<B> {
         Self {
             id,
             attempt: None,
+            attempts_allowed: None,
             trace: None,
             body,
         }
@@ -179,6 +182,14 @@ impl<B> Delivery<B> {
     /// sources that count attempts.
     pub fn with_attempt(mut self, attempt: u32) -> Self {
         self.attempt = Some(attempt);
+        self
+    }
+
+    /// The same delivery, known to be allowed `attempts` attempts in all,
+    /// for sources that say (JetStream's MaxDeliver): when attempt
+    /// `attempts` fails, the source gives up on it.
+    pub fn with_attempts_allowed(mut self, attempts: u32) -> Self {
+        self.attempts_allowed = Some(attempts);
         self
     }
 
@@ -197,6 +208,19 @@ impl<B> Delivery<B> {
     /// Which attempt this is, starting at 1, when the source counts them.
     pub fn attempt(&self) -> Option<u32> {
         self.attempt
+    }
+
+    /// How many attempts the source allows the delivery in all, when it
+    /// says.
+    pub fn attempts_allowed(&self) -> Option<u32> {
+        self.attempts_allowed
+    }
+
+    /// Whether this is the last attempt the source allows: if it fails,
+    /// the source gives up on the delivery. `false` when the source does
+    /// not say.
+    pub fn is_last_attempt(&self) -> bool {
+        matches!((self.attempt, self.attempts_allowed), (Some(attempt), Some(allowed)) if attempt >= allowed)
     }
 
     /// The producer's trace context, when the source received a valid one
@@ -225,6 +249,7 @@ impl<B> Delivery<B> {
         Delivery {
             id: self.id,
             attempt: self.attempt,
+            attempts_allowed: self.attempts_allowed,
             trace: self.trace,
             body: f(self.body),
         }
@@ -237,6 +262,7 @@ impl<B> fmt::Debug for Delivery<B> {
         f.debug_struct("Delivery")
             .field("id", &self.id)
             .field("attempt", &self.attempt)
+            .field("attempts_allowed", &self.attempts_allowed)
             .field("trace", &self.trace)
             .finish_non_exhaustive()
     }
@@ -245,6 +271,23 @@ impl<B> fmt::Debug for Delivery<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_attempt_the_source_says_is_its_last_is_the_last() {
+        let d = |attempt| {
+            Delivery::new(DeliveryId::new("d1"), ())
+                .with_attempt(attempt)
+                .with_attempts_allowed(3)
+        };
+        assert!(!d(2).is_last_attempt());
+        assert!(d(3).is_last_attempt());
+        assert!(
+            d(3).map_body(|()| 1).is_last_attempt(),
+            "kept with the body"
+        );
+        let unsaid = Delivery::new(DeliveryId::new("d1"), ()).with_attempt(9);
+        assert!(!unsaid.is_last_attempt());
+    }
 
     #[test]
     fn a_body_never_shows_in_debug_output() {

@@ -46,15 +46,21 @@ impl Failing {
     /// `receiver <args>` as the operator runs it: the read-only account,
     /// the admin token only where given.
     fn run(&self, args: &[&str], admin: bool) -> Output {
+        self.run_with_admin(args, admin.then(|| self.orbit.admin_token()))
+    }
+
+    /// The same with `admin` as the admin token, if any.
+    fn run_with_admin(&self, args: &[&str], admin: Option<&str>) -> Output {
         let mut command = receiver();
         command
             .args(args)
             .env("ORBIT_CREDENTIALS_FILE", &self.creds.file)
             .env("ORBIT_SUBSCRIPTION_ID", self.sub.as_str())
             .env("ORBIT_RECEIVER_DSN", &self.reader)
-            .env_remove("ORBIT_ADMIN_TOKEN");
-        if admin {
-            command.env("ORBIT_ADMIN_TOKEN", self.orbit.admin_token());
+            .env_remove("ORBIT_ADMIN_TOKEN")
+            .env_remove("ORBIT_ADMIN_TOKEN_FILE");
+        if let Some(admin) = admin {
+            command.env("ORBIT_ADMIN_TOKEN", admin);
         }
         command.output().unwrap()
     }
@@ -155,7 +161,9 @@ async fn failed_deliveries_are_listed_diagnosed_and_replayed_once_and_what_would
             .unwrap_or_else(|| panic!("{id} not listed: {out}"))
     };
     assert!(
-        line(&a).contains(&format!("task={task_a} attempts=2 diagnosis=apply")),
+        line(&a).contains(&format!(
+            "task={task_a} attempts=2 failed_at=- diagnosis=apply"
+        )),
         "{out}"
     );
     assert!(line(&b).contains("diagnosis=apply"), "{out}");
@@ -163,7 +171,7 @@ async fn failed_deliveries_are_listed_diagnosed_and_replayed_once_and_what_would
     let incoming = result_inbox::digest::digest(copy.as_bytes()).unwrap();
     assert!(
         line(&conflicting).contains(&format!(
-            "event={} task={} attempts=2 diagnosis=conflict stored=sha256={stored} incoming=sha256={incoming}",
+            "event={} task={} attempts=2 failed_at=- diagnosis=conflict stored=sha256={stored} incoming=sha256={incoming}",
             first.id, first.task_id
         )),
         "{out}"
@@ -178,15 +186,92 @@ async fn failed_deliveries_are_listed_diagnosed_and_replayed_once_and_what_would
     );
     assert!(!out.contains(&f.creds.token));
 
-    // A dry run changes nothing; a replay needs the admin token.
+    // The same as JSON: numbers as numbers, null for what is not known
+    // (an injected event belongs to no task; Orbit records no time).
+    let json = f.run(&["failures", "--json"], false);
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let object = |id: &str| {
+        v["failures"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["delivery"] == id)
+            .unwrap_or_else(|| panic!("{id}: {v}"))
+            .clone()
+    };
+    assert_eq!(object(&a)["task"], task_a.as_str());
+    assert_eq!(object(&a)["attempts"], 2);
+    assert_eq!(object(&garbage)["task"], serde_json::Value::Null, "{v}");
+    assert_eq!(object(&a)["failed_at"], serde_json::Value::Null, "{v}");
+    assert!(!json.stdout.windows(3).any(|w| w == br#""-""#), "{v}");
+
+    // A dry run changes nothing and says what a replay would refuse; it
+    // could run, so it exits 0. A replay needs the admin token.
     let dry = f.run(&["replay", "--all", "--dry-run"], false);
-    assert_eq!(dry.status.code(), Some(2), "{}", text(&dry.stderr));
-    assert!(text(&dry.stdout).contains(&format!(
-        "replay delivery={a} diagnosis=apply result=dry-run"
-    )));
+    let out = text(&dry.stdout);
+    assert_eq!(dry.status.code(), Some(0), "{out}{}", text(&dry.stderr));
+    assert!(
+        out.contains(&format!(
+            "replay delivery={a} diagnosis=apply result=dry-run"
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "replay delivery={conflicting} diagnosis=conflict result=refused"
+        )),
+        "{out}"
+    );
     let without_admin = f.run(&["replay", "--diagnosis", "apply"], false);
     assert_eq!(without_admin.status.code(), Some(2));
     assert!(text(&without_admin.stderr).contains("ORBIT_ADMIN_TOKEN is not set"));
+
+    // An id that cannot be an Orbit delivery is refused, not skipped.
+    let not_an_id = f.run(&["replay", "--delivery", "42"], true);
+    assert_eq!(not_an_id.status.code(), Some(2));
+    assert!(
+        text(&not_an_id.stderr).contains("--delivery \"42\" cannot be a delivery"),
+        "{}",
+        text(&not_an_id.stderr)
+    );
+    assert!(text(&not_an_id.stdout).is_empty());
+
+    // A wrong admin token: the lines say it was refused, in plain words.
+    let wrong = f.run_with_admin(&["replay", "--delivery", &a], Some("not-the-admin-token"));
+    let out = text(&wrong.stdout);
+    assert_eq!(wrong.status.code(), Some(2), "{out}{}", text(&wrong.stderr));
+    assert!(
+        out.contains(&format!(
+            "replay delivery={a} diagnosis=apply result=failed reason=\"the admin token was refused (Orbit answered 401"
+        )),
+        "{out}"
+    );
+    assert!(!out.contains("Orbit: Orbit"), "{out}");
+
+    // An admin token file others may read is refused before any call.
+    let open_file = f.orbit.dir.join("admin-token-open");
+    std::fs::write(&open_file, f.orbit.admin_token()).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&open_file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let open = f.run(
+        &[
+            "replay",
+            "--delivery",
+            &a,
+            "--admin-token-file",
+            open_file.to_str().unwrap(),
+        ],
+        false,
+    );
+    assert_eq!(open.status.code(), Some(2));
+    assert!(
+        text(&open.stderr).contains("is readable by group or others; make it private (chmod 600)"),
+        "{}",
+        text(&open.stderr)
+    );
+    assert!(text(&open.stdout).is_empty());
     assert_eq!(state_of(&f.states().await, &a), "EXPIRED");
 
     let replay = f.run(&["replay", "--diagnosis", "apply"], true);
@@ -415,7 +500,29 @@ mod over_nats {
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        // The last attempt JetStream allows failed: one ERROR line for each
+        // delivery it gave up on that way, pointing at the listing (the
+        // advisory may come before that attempt has failed).
+        let last_failed = |log: &str, sequence: u64| {
+            log.lines()
+                .filter(|l| {
+                    l.contains(" ERROR ")
+                        && l.contains(&format!(":{sequence} "))
+                        && l.contains("`receiver failures`")
+                })
+                .count()
+        };
+        consume
+            .wait_for_output(Duration::from_secs(30), |log| {
+                [a, b, conflicting].iter().all(|s| last_failed(log, *s) > 0)
+            })
+            .await;
         assert!(consume.terminate().success(), "{}", consume.output());
+        let log = consume.output();
+        for sequence in [a, b, conflicting, garbage] {
+            let expected = usize::from(sequence != garbage);
+            assert_eq!(last_failed(&log, sequence), expected, "{sequence}: {log}");
+        }
         lock.release().await;
 
         let listed = f.run(&["failures"]);
@@ -442,6 +549,42 @@ mod over_nats {
         assert!(
             out.ends_with("failures total=4 apply=2 duplicate=0 stale=0 conflict=1 rejected=1\n"),
             "{out}"
+        );
+        // When JetStream gave up on each: its advisory's time.
+        assert!(
+            out.lines()
+                .filter(|l| l.starts_with("failure "))
+                .all(|l| l.contains(" failed_at=20") && l.contains("Z diagnosis=")),
+            "{out}"
+        );
+        let json = f.run(&["failures", "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+        let failures = v["failures"].as_array().unwrap();
+        assert!(
+            failures.iter().any(|o| o["sequence"] == a),
+            "sequences are numbers: {v}"
+        );
+        let unreadable = failures.iter().find(|o| o["sequence"] == garbage).unwrap();
+        assert_eq!(unreadable["event"], serde_json::Value::Null, "{v}");
+        assert!(failures.iter().all(|o| o["failed_at"].is_string()), "{v}");
+
+        // An id that cannot be a stream sequence is refused, not skipped;
+        // a dry run that could run exits 0.
+        let not_an_id = f.run(&["replay", "--delivery", "a1b2"]);
+        assert_eq!(not_an_id.status.code(), Some(2));
+        assert!(
+            text(&not_an_id.stderr).contains("stream sequence"),
+            "{}",
+            text(&not_an_id.stderr)
+        );
+        let dry = f.run(&["replay", "--all", "--dry-run"]);
+        assert_eq!(dry.status.code(), Some(0), "{}", text(&dry.stdout));
+        assert!(
+            text(&dry.stdout).contains(&format!(
+                "replay sequence={garbage} diagnosis=rejected result=refused"
+            )),
+            "{}",
+            text(&dry.stdout)
         );
 
         let replay = f.run(&["replay", "--diagnosis", "apply"]);

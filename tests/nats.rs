@@ -820,11 +820,12 @@ async fn receiver_subscribe_with_source_nats_creates_the_consumer_that_consume_t
     // What the receiver terminated was recorded by the stream `subscribe`
     // made, with no one listening for it.
     assert_eq!(
-        wait_failed(&s.settings(), 1).await,
+        untimed(&wait_failed(&s.settings(), 1).await),
         [FailedMessage {
             stream_sequence: malformed,
             reason: FailureReason::Terminated,
             deliveries: 1,
+            failed_at: None,
             body: Some("{not json".into()),
             trace: None,
         }]
@@ -1093,6 +1094,22 @@ const CALL: Duration = Duration::from_secs(5);
 
 /// Waits until `failed_messages` lists `n` messages (the server records an
 /// advisory a moment after it sends it).
+/// The messages with their time left out, once checked: JetStream's
+/// advisory gave each one, in UTC.
+fn untimed(listed: &[FailedMessage]) -> Vec<FailedMessage> {
+    listed
+        .iter()
+        .map(|m| {
+            let at = m.failed_at.as_deref().unwrap_or_else(|| panic!("{m:?}"));
+            assert!(at.starts_with("20") && at.ends_with('Z'), "{at}");
+            FailedMessage {
+                failed_at: None,
+                ..m.clone()
+            }
+        })
+        .collect()
+}
+
 async fn wait_failed(settings: &NatsSettings, n: usize) -> Vec<FailedMessage> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
@@ -1169,12 +1186,13 @@ async fn failed_messages_lists_what_reached_max_deliver_or_was_terminated_and_re
         assert!(tokio::time::Instant::now() < deadline, "{listed:?}");
     };
     assert_eq!(
-        listed,
+        untimed(&listed),
         [
             FailedMessage {
                 stream_sequence: exhausted_seq,
                 reason: FailureReason::MaxDeliveries,
                 deliveries: 2,
+                failed_at: None,
                 body: Some(exhausted.to_vec().into()),
                 trace: None,
             },
@@ -1182,6 +1200,7 @@ async fn failed_messages_lists_what_reached_max_deliver_or_was_terminated_and_re
                 stream_sequence: terminated_seq,
                 reason: FailureReason::Terminated,
                 deliveries: 1,
+                failed_at: None,
                 body: Some(terminated_body.clone().into()),
                 trace: None,
             },
@@ -1308,11 +1327,12 @@ async fn without_a_failures_stream_or_a_body_nothing_is_listed_or_replayed_and_t
     assert!(stream.delete_message(gone).await.unwrap());
     let listed = failed_messages(&settings, CALL).await.unwrap();
     assert_eq!(
-        listed,
+        untimed(&listed),
         [FailedMessage {
             stream_sequence: gone,
             reason: FailureReason::Terminated,
             deliveries: 1,
+            failed_at: None,
             body: None,
             trace: None,
         }]

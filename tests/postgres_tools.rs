@@ -123,7 +123,9 @@ async fn on_postgres_failures_diagnoses_what_expired_and_replay_brings_back_what
             .to_owned()
     };
     assert!(
-        line(&fresh).contains(&format!("task={task} attempts=2 diagnosis=apply")),
+        line(&fresh).contains(&format!(
+            "task={task} attempts=2 failed_at=- diagnosis=apply"
+        )),
         "{out}"
     );
     assert!(

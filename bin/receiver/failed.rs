@@ -40,6 +40,29 @@ impl Origin {
             Origin::Nats(_) => "sequence",
         }
     }
+
+    /// Whether `id` can name one of this source's deliveries at all: an
+    /// Orbit delivery id, a JetStream stream sequence.
+    pub(crate) fn could_name(&self, id: &str) -> bool {
+        match self {
+            Origin::Orbit { .. } => result_inbox::ids::is_hex_id(id),
+            // As the listing spells it, so that it matches: no sign, no
+            // leading zero.
+            Origin::Nats(_) => id
+                .parse::<u64>()
+                .is_ok_and(|n| n > 0 && n.to_string() == id),
+        }
+    }
+
+    /// What an id of this source's deliveries looks like.
+    pub(crate) fn id_form(&self) -> &'static str {
+        match self {
+            Origin::Orbit { .. } => "an Orbit delivery id is 32 lowercase hex characters",
+            Origin::Nats(_) => {
+                "a NATS delivery is named by its stream sequence, a number from 1 (as `receiver failures` prints it)"
+            }
+        }
+    }
 }
 
 /// One delivery the source gave up on.
@@ -54,6 +77,9 @@ pub(crate) struct FailedDelivery {
     /// The event id, as the source reports it (Orbit), when the event
     /// cannot be read.
     pub(crate) event: Option<String>,
+    /// When the source gave up on it, where the source records it
+    /// (JetStream's advisory; Orbit keeps no such time).
+    pub(crate) failed_at: Option<String>,
     /// What it would become; `Err` says why it cannot be said.
     pub(crate) diagnosis: Result<Diagnosed, String>,
     /// The JetStream record, which a replay publishes again.
@@ -74,21 +100,21 @@ impl FailedDelivery {
         matches!(&self.diagnosis, Ok(d) if d.diagnosis.fails_again())
     }
 
-    fn event_id(&self) -> String {
+    fn event_id(&self) -> Option<String> {
         match &self.diagnosis {
             Ok(Diagnosed {
                 event_id: Some(id), ..
-            }) => id.to_string(),
-            _ => self.event.clone().unwrap_or_else(|| "-".to_owned()),
+            }) => Some(id.to_string()),
+            _ => self.event.clone(),
         }
     }
 
-    fn task_id(&self) -> String {
+    fn task_id(&self) -> Option<String> {
         match &self.diagnosis {
             Ok(Diagnosed {
                 task_id: Some(id), ..
-            }) => id.to_string(),
-            _ => self.task.clone().unwrap_or_else(|| "-".to_owned()),
+            }) => Some(id.to_string()),
+            _ => self.task.clone(),
         }
     }
 
@@ -120,12 +146,14 @@ impl FailedDelivery {
     /// One `key=value` line, under `key` (`delivery` or `sequence`); a
     /// reason in quotes.
     pub(crate) fn line(&self, key: &str) -> String {
+        let unknown = |value: Option<String>| value.unwrap_or_else(|| "-".to_owned());
         let mut line = format!(
-            "failure {key}={} event={} task={} attempts={} diagnosis={}",
+            "failure {key}={} event={} task={} attempts={} failed_at={} diagnosis={}",
             self.id,
-            self.event_id(),
-            self.task_id(),
+            unknown(self.event_id()),
+            unknown(self.task_id()),
             self.attempts,
+            unknown(self.failed_at.clone()),
             self.word()
         );
         for (name, value) in self.details() {
@@ -140,13 +168,19 @@ impl FailedDelivery {
         line
     }
 
-    /// The same as one JSON object, under the same keys.
+    /// The same as one JSON object, under the same keys: `null` for what
+    /// is not known, a JetStream sequence as a number.
     pub(crate) fn json(&self, key: &str) -> serde_json::Value {
+        let id = match self.id.parse::<u64>() {
+            Ok(sequence) if key == "sequence" => sequence.into(),
+            _ => serde_json::Value::from(self.id.as_str()),
+        };
         let mut object = serde_json::json!({
-            key: self.id,
+            key: id,
             "event": self.event_id(),
             "task": self.task_id(),
             "attempts": self.attempts,
+            "failed_at": self.failed_at,
             "diagnosis": self.word(),
         });
         for (name, value) in self.details() {
@@ -226,6 +260,7 @@ async fn from_orbit(
             attempts: delivery.attempts.into(),
             task: delivery.task_id,
             event: Some(delivery.event_id),
+            failed_at: None,
             diagnosis,
             message: None,
         });
@@ -254,6 +289,7 @@ async fn from_nats(
             attempts: message.deliveries,
             task: None,
             event: None,
+            failed_at: message.failed_at.clone(),
             diagnosis,
             message: Some(message),
         });

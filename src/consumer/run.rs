@@ -10,7 +10,7 @@ use bytes::Bytes;
 use tokio::task::JoinSet;
 use tokio::time::{sleep_until, timeout, timeout_at, Instant};
 use tower::{Service, ServiceExt};
-use tracing::{info, warn, Instrument, Span};
+use tracing::{error, info, warn, Instrument, Span};
 
 use super::ack::{ack_until_answered, record_ack, release, terminate, AckResult};
 use super::breaker::Breaker;
@@ -379,6 +379,9 @@ where
 {
     let id = delivery.id().clone();
     let attempt = delivery.attempt();
+    let last = delivery
+        .attempts_allowed()
+        .filter(|_| delivery.is_last_attempt());
     let answer = match service.oneshot(delivery).instrument(span.clone()).await {
         Ok(_) => Ok(()),
         Err(e) => {
@@ -394,6 +397,19 @@ where
             // not.
             if !failure.logged {
                 info!(class = failure.class.as_str(), delivery = %id, attempt, error = %e, "delivery");
+            }
+            // The source gives up on it now: the one line an operator must
+            // see, once per delivery, and where to go from it. A malformed
+            // one is dropped for good (`Terminate`) and said so by itself.
+            if let Some(allowed) = last.filter(|_| !failure.malformed) {
+                error!(
+                    class = failure.class.as_str(),
+                    delivery = %id,
+                    attempt,
+                    attempts_allowed = allowed,
+                    error = %e,
+                    "the last attempt the source allows failed: it gives the delivery up; `receiver failures` lists it and what it would become, `receiver replay` brings it back"
+                );
             }
             span::failed(&span, failure.class.as_str());
             Err(failure)

@@ -102,6 +102,10 @@ pub struct FailedMessage {
     pub reason: FailureReason,
     /// How often it had been delivered by then.
     pub deliveries: u64,
+    /// When JetStream gave up on it: its advisory's `timestamp`, RFC 3339
+    /// in UTC as the server wrote it (`2026-12-07T09:21:04.123456789Z`);
+    /// `None` when the advisory had none.
+    pub failed_at: Option<String>,
     /// Its bytes, read back from the queue's stream by its sequence; `None`
     /// when the stream no longer holds it (its limits removed it, or it was
     /// deleted).
@@ -118,6 +122,7 @@ impl fmt::Debug for FailedMessage {
             .field("stream_sequence", &self.stream_sequence)
             .field("reason", &self.reason)
             .field("deliveries", &self.deliveries)
+            .field("failed_at", &self.failed_at)
             .field(
                 "body",
                 &format_args!(
@@ -139,6 +144,8 @@ struct Advisory {
     stream_seq: u64,
     #[serde(default)]
     deliveries: u64,
+    #[serde(default)]
+    timestamp: Option<String>,
 }
 
 /// What [`replay`] records in the failures stream.
@@ -151,10 +158,22 @@ struct ReplayMarker {
 }
 
 /// One failure as recorded, before its body is read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Failure {
     reason: FailureReason,
     deliveries: u64,
+    failed_at: Option<String>,
+}
+
+/// An advisory's time, if it reads as one: it goes into `key=value` lines
+/// as it is.
+fn time_of(timestamp: Option<String>) -> Option<String> {
+    timestamp.filter(|t| {
+        !t.is_empty()
+            && t.len() <= 40
+            && t.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b':' | b'.' | b'+'))
+    })
 }
 
 /// The failures the records (subject and payload, in the failures stream's
@@ -191,6 +210,7 @@ fn failures_of<'a>(
         failures.entry(advisory.stream_seq).or_insert(Failure {
             reason,
             deliveries: advisory.deliveries,
+            failed_at: time_of(advisory.timestamp),
         });
     }
     failures.retain(|sequence, _| !replayed.contains(sequence));
@@ -285,6 +305,7 @@ pub async fn failed_messages(
             stream_sequence,
             reason: failure.reason,
             deliveries: failure.deliveries,
+            failed_at: failure.failed_at,
             body,
             trace,
         });
@@ -446,8 +467,14 @@ mod tests {
         let term = terminated_subject(s, c);
         let marker = replayed_subject(s, c);
         let records: Vec<(&str, &[u8])> = vec![
-            (&max, br#"{"stream_seq":9,"deliveries":3,"stream":"S"}"#),
-            (&term, br#"{"stream_seq":4,"deliveries":1}"#),
+            (
+                &max,
+                br#"{"stream_seq":9,"deliveries":3,"stream":"S","timestamp":"2026-12-07T09:21:04.5Z"}"#,
+            ),
+            (
+                &term,
+                br#"{"stream_seq":4,"deliveries":1,"timestamp":"a time with spaces"}"#,
+            ),
             (&max, br#"{"stream_seq":9,"deliveries":4}"#),
             (&term, br#"{"stream_seq":7,"deliveries":1}"#),
             (&marker, br#"{"stream_seq":7,"replayed_as":12}"#),
@@ -465,14 +492,16 @@ mod tests {
                     4,
                     Failure {
                         reason: FailureReason::Terminated,
-                        deliveries: 1
+                        deliveries: 1,
+                        failed_at: None,
                     }
                 ),
                 (
                     9,
                     Failure {
                         reason: FailureReason::MaxDeliveries,
-                        deliveries: 3
+                        deliveries: 3,
+                        failed_at: Some("2026-12-07T09:21:04.5Z".to_owned()),
                     }
                 ),
             ]
@@ -485,6 +514,7 @@ mod tests {
             stream_sequence: 3,
             reason: FailureReason::MaxDeliveries,
             deliveries: 2,
+            failed_at: None,
             body: Some(Bytes::from_static(b"secret-result")),
             trace: None,
         };

@@ -62,6 +62,9 @@ pub struct PullStream {
     unplaced: u32,
     retry_at: Option<Instant>,
     disconnects: watch::Receiver<u64>,
+    /// The consumer's MaxDeliver when the stream opened, which each
+    /// delivery carries so that its last failed attempt can be told.
+    attempts_allowed: Option<u32>,
 }
 
 impl fmt::Debug for PullStream {
@@ -79,6 +82,7 @@ impl PullStream {
         context: jetstream::Context,
         next_subject: String,
         disconnects: watch::Receiver<u64>,
+        attempts_allowed: Option<u32>,
     ) -> Self {
         Self {
             client,
@@ -90,6 +94,7 @@ impl PullStream {
             unplaced: 0,
             retry_at: None,
             disconnects,
+            attempts_allowed,
         }
     }
 
@@ -108,9 +113,12 @@ impl PullStream {
                 "a message without an ack subject".into(),
             ));
         };
-        let delivery = Delivery::new(id, message.message.payload.clone())
+        let mut delivery = Delivery::new(id, message.message.payload.clone())
             .with_attempt(attempt)
             .with_trace(trace_context(message.message.headers.as_ref()));
+        if let Some(allowed) = self.attempts_allowed {
+            delivery = delivery.with_attempts_allowed(allowed);
+        }
         Ok(Incoming::Delivery(delivery, AckSubject(reply)))
     }
 }

@@ -105,9 +105,18 @@ impl JetStreamSource {
     /// Asks the server about the stream and the consumer (see
     /// [`connect`](Self::connect)).
     pub async fn check(&self) -> Result<(), NatsError> {
+        self.checked().await.map(|_| ())
+    }
+
+    /// [`check`](Self::check), returning the attempts the consumer allows
+    /// each message (its MaxDeliver), `None` for no limit.
+    async fn checked(&self) -> Result<Option<u32>, NatsError> {
         let stream = self.stream_handle().await?;
         let info = self.consumer_info(&stream).await?;
-        self.suitable(&info.config)
+        self.suitable(&info.config)?;
+        Ok(u32::try_from(info.config.max_deliver)
+            .ok()
+            .filter(|n| *n > 0))
     }
 
     /// Whether a consumer so configured can be consumed as the queue's
@@ -206,7 +215,7 @@ impl Source for JetStreamSource {
 
     async fn open(&self) -> Result<PullStream, NatsError> {
         // The consumer may have been deleted or changed since start-up.
-        self.check().await?;
+        let attempts_allowed = self.checked().await?;
         let mut disconnects = self.disconnects.clone();
         disconnects.mark_unchanged();
         let next_subject = format!(
@@ -218,6 +227,7 @@ impl Source for JetStreamSource {
             self.context.clone(),
             next_subject,
             disconnects,
+            attempts_allowed,
         ))
     }
 

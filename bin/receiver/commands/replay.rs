@@ -3,19 +3,18 @@
 //! admin call; over NATS the stored message is published again. What would
 //! only fail again (a conflict, a rejected event) is refused unless forced.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
 
 use result_inbox::diagnosis::Diagnosis;
 use result_inbox::nats;
-use result_inbox::orbit::{OrbitClient, Token};
+use result_inbox::orbit::{OrbitClient, OrbitError, Token};
 
 use super::failures::{listing_failure, FailedArgs};
 use super::{NATS_CALL_TIMEOUT, ORBIT_CALL_TIMEOUT};
-use crate::exit::Outcome;
-use crate::exit::{config, EXIT_CONFIG, EXIT_FAILED};
+use crate::exit::{config, Failed, Outcome, EXIT_CONFIG, EXIT_FAILED};
 use crate::failed::{list, FailedDelivery, Origin};
 use crate::runtime::runtime;
 
@@ -61,6 +60,8 @@ enum Replay {
     Refused,
     DryRun,
     Failed(String),
+    /// Orbit refused the admin token: the configuration's to fix.
+    TokenRefused(String),
 }
 
 pub(crate) fn run_replay(args: ReplayArgs) -> Outcome {
@@ -71,15 +72,18 @@ pub(crate) fn run_replay(args: ReplayArgs) -> Outcome {
     }
     let admin = match (&args.admin_token, &args.admin_token_file) {
         (Some(token), _) => Some(token.trim().to_owned()),
-        (None, Some(path)) => Some(
-            std::fs::read_to_string(path)
-                .map_err(|e| config(format!("ORBIT_ADMIN_TOKEN_FILE: {}: {e}", path.display())))?
-                .trim()
-                .to_owned(),
-        ),
+        (None, Some(path)) => Some(read_admin_token(path)?),
         (None, None) => None,
     };
     let (origin, dsn, scope) = args.failed.resolve()?;
+    // An id the source could never have given names nothing: a typo or
+    // the other source's id, which "skipped" would pass over in silence.
+    if let Some(id) = args.deliveries.iter().find(|id| !origin.could_name(id)) {
+        return Err(config(format!(
+            "replay: --delivery {id:?} cannot be a delivery of this source: {}",
+            origin.id_form()
+        )));
+    }
     let admin = match (&origin, admin) {
         (Origin::Orbit { client, .. }, Some(token)) if !args.dry_run => Some(
             OrbitClient::new(client.url().clone(), Token::new(token), ORBIT_CALL_TIMEOUT)
@@ -110,6 +114,7 @@ pub(crate) fn run_replay(args: ReplayArgs) -> Outcome {
         .collect();
     let mut lines = Vec::new();
     let mut tally = [0usize; 4];
+    let mut token_refused = false;
     for id in args
         .deliveries
         .iter()
@@ -151,6 +156,11 @@ pub(crate) fn run_replay(args: ReplayArgs) -> Outcome {
                 tally[3] += 1;
                 ("failed", Some(format!("reason={why:?}")))
             }
+            Replay::TokenRefused(why) => {
+                tally[3] += 1;
+                token_refused = true;
+                ("failed", Some(format!("reason={why:?}")))
+            }
         };
         let mut line = format!("replay {key}={} diagnosis={} result={word}", f.id, f.word());
         if let Some(detail) = detail {
@@ -168,13 +178,47 @@ pub(crate) fn run_replay(args: ReplayArgs) -> Outcome {
         lines.len(),
         if args.dry_run { " dry_run=true" } else { "" }
     );
-    if failures > 0 {
+    // A dry run that could list and diagnose did its work: what it would
+    // refuse is in its lines, not in its exit code.
+    if token_refused {
+        Ok(ExitCode::from(EXIT_CONFIG))
+    } else if failures > 0 {
         Ok(ExitCode::from(EXIT_FAILED))
-    } else if refused > 0 {
+    } else if refused > 0 && !args.dry_run {
         Ok(ExitCode::from(EXIT_CONFIG))
     } else {
         Ok(ExitCode::SUCCESS)
     }
+}
+
+/// The admin token from its file, which must be private as the
+/// credentials file must: anyone who can read it can give any delivery
+/// new attempts.
+fn read_admin_token(path: &Path) -> Result<String, Failed> {
+    let unreadable = |e: std::io::Error| {
+        config(format!(
+            "ORBIT_ADMIN_TOKEN_FILE: cannot read {}: {e}",
+            path.display()
+        ))
+    };
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(path)
+            .map_err(unreadable)?
+            .permissions()
+            .mode();
+        if mode & 0o077 != 0 {
+            return Err(config(format!(
+                "ORBIT_ADMIN_TOKEN_FILE: {} is readable by group or others; make it private (chmod 600)",
+                path.display()
+            )));
+        }
+    }
+    Ok(std::fs::read_to_string(path)
+        .map_err(unreadable)?
+        .trim()
+        .to_owned())
 }
 
 /// Brings one delivery back: new budget on Orbit, the message published
@@ -198,7 +242,15 @@ async fn replay_one(
                 Err(e) if e.is_code("delivery_already_acked") => {
                     Replay::Skipped("acknowledged meanwhile".to_owned())
                 }
-                Err(e) => Replay::Failed(format!("Orbit: {e}")),
+                Err(
+                    e @ (OrbitError::Status {
+                        status: 401 | 403, ..
+                    }
+                    | OrbitError::MissingScope { .. }),
+                ) => Replay::TokenRefused(format!("the admin token was refused ({e})")),
+                // Orbit's answers name Orbit already.
+                Err(e @ OrbitError::Config(_)) => Replay::Failed(format!("Orbit client: {e}")),
+                Err(e) => Replay::Failed(e.to_string()),
             }
         }
         Origin::Nats(settings) => {
