@@ -603,7 +603,11 @@ fn a_filter_the_readme_calls_unreadable_exits_2_and_one_without_the_receiver_s_l
             .output()
             .unwrap()
     };
-    for (unreadable, part) in [("debugg", "\"debugg\""), ("info,foo bar", "\"foo bar\"")] {
+    for (unreadable, part) in [
+        ("debugg", "\"debugg\""),
+        ("info,foo bar", "\"foo bar\""),
+        ("info,receiver=loud", "\"receiver=loud\""),
+    ] {
         let out = run(unreadable);
         let err = text(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{unreadable}: {err}");
@@ -623,6 +627,10 @@ fn a_filter_the_readme_calls_unreadable_exits_2_and_one_without_the_receiver_s_l
     );
     let own = text(&run("warn,receiver=info,result_inbox=info").stderr);
     assert!(!own.contains("leaves out"), "{own}");
+    // A space after a comma, as people write lists: read as without it.
+    let spaced = text(&run("warn, receiver=info, result_inbox=info").stderr);
+    assert!(!spaced.contains("invalid log filter"), "{spaced}");
+    assert!(!spaced.contains("leaves out"), "{spaced}");
 }
 
 #[test]
@@ -956,4 +964,70 @@ fn a_postgres_address_with_its_database_or_host_in_an_option_is_refused_naming_t
         !err.contains("platform") && !err.contains("sentinel-pw"),
         "{err}"
     );
+}
+#[test]
+fn a_database_host_that_does_not_resolve_is_named_by_every_command_on_both_engines() {
+    const UNRESOLVED: &str = "could not resolve host";
+    let id = "0123456789abcdef0123456789abcdef";
+    for dsn in [
+        "mysql://receiver@no-such-host.invalid:3307/receiver",
+        "postgres://receiver@no-such-host.invalid:5433/receiver",
+    ] {
+        let command = |args: &[&str]| {
+            let mut command = Command::new(receiver_bin());
+            command
+                .args(args)
+                .env("ORBIT_RECEIVER_DSN", dsn)
+                .env("RECEIVER_PRUNE_DSN", dsn)
+                // Orbit on a port nothing listens on: the database is
+                // what the commands meet first, or beside it.
+                .env("ORBIT_URL", "http://127.0.0.1:1")
+                .env("ORBIT_TOKEN", "t")
+                .env("ORBIT_QUEUE_ID", id)
+                .env("ORBIT_SUBSCRIPTION_ID", id)
+                .env_remove("ORBIT_CREDENTIALS_FILE")
+                .env_remove("RECEIVER_LOG")
+                .env_remove("RUST_LOG")
+                .stdin(Stdio::null());
+            command
+        };
+        for args in [
+            &["verify"][..],
+            &["stats"],
+            &["init"],
+            &["inspect", "task", id],
+            &["prune", "--older-than", "30d", "--dry-run"],
+            &["check"],
+            &["failures"],
+            &["replay", "--all", "--dry-run"],
+            &["demo"],
+        ] {
+            let out = command(args).output().unwrap();
+            let said = text(&out.stdout) + &text(&out.stderr);
+            assert!(said.contains(UNRESOLVED), "{dsn} {args:?}: {said}");
+            assert_ne!(out.status.code(), Some(0), "{dsn} {args:?}: {said}");
+        }
+        // consume waits for its database, saying why at each attempt.
+        let mut consume = command(&["consume"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = consume.stderr.take().unwrap();
+        let waited = std::thread::spawn(move || {
+            use std::io::BufRead;
+            std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+                .find(|l| l.contains("not reachable yet"))
+        });
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !waited.is_finished() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        consume.kill().unwrap();
+        consume.wait().unwrap();
+        let line = waited.join().unwrap().unwrap_or_default();
+        assert!(line.contains(UNRESOLVED), "{dsn} consume: {line:?}");
+    }
 }

@@ -26,6 +26,9 @@ pub(crate) fn init_logging(announces: bool) -> Result<(), String> {
     };
     let own_level =
         readable(&filter).map_err(|e| format!("{variable}: invalid log filter: {e}"))?;
+    // `info, receiver=debug` as people write lists: EnvFilter would take
+    // the space for part of the target.
+    let filter = directives(&filter).collect::<Vec<_>>().join(",");
     let env_filter = EnvFilter::builder()
         .parse(&filter)
         .map_err(|e| format!("{variable}: invalid log filter: {e}"))?;
@@ -142,7 +145,7 @@ fn readable(filter: &str) -> Result<tracing::level_filters::LevelFilter, String>
     let level = |text: &str| text.parse::<LevelFilter>().ok();
     let mut own: Option<(usize, LevelFilter)> = None;
     let mut everything = LevelFilter::ERROR;
-    for directive in filter.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+    for directive in directives(filter) {
         if directive.chars().any(char::is_whitespace) {
             return Err(format!("{directive:?} holds a space"));
         }
@@ -157,7 +160,12 @@ fn readable(filter: &str) -> Result<tracing::level_filters::LevelFilter, String>
                 let Some(value) = level(value) else {
                     // A span field's value (`target[span{field=value}]`):
                     // EnvFilter reads it.
-                    continue;
+                    if directive.contains('[') {
+                        continue;
+                    }
+                    return Err(format!(
+                        "{directive:?}: {value:?} is not a level (trace, debug, info, warn, error, off)"
+                    ));
                 };
                 let longer = own.is_none_or(|(len, _)| target.len() >= len);
                 if !target.contains('[') && OWN_TARGET.starts_with(target) && longer {
@@ -167,6 +175,11 @@ fn readable(filter: &str) -> Result<tracing::level_filters::LevelFilter, String>
         }
     }
     Ok(own.map_or(everything, |(_, level)| level))
+}
+
+/// The directives of a filter, each without the spaces around it.
+fn directives(filter: &str) -> impl Iterator<Item = &str> {
+    filter.split(',').map(str::trim).filter(|d| !d.is_empty())
 }
 
 /// The target of the receiver's start-up line.

@@ -66,7 +66,7 @@ pub(crate) fn run_failures(args: FailuresArgs) -> Outcome {
     let (origin, dsn, scope) = args.failed.resolve()?;
     let failed = runtime()
         .block_on(list(&origin, &dsn, &scope))
-        .map_err(listing_failure)?;
+        .map_err(|e| listing_failure("failures", e))?;
     let key = origin.key();
     if args.json {
         let summary: serde_json::Map<String, serde_json::Value> = summary_pairs(&failed)
@@ -100,10 +100,11 @@ fn summary_pairs(failed: &[FailedDelivery]) -> Vec<(&'static str, usize)> {
 
 /// A listing that could not be made: the configuration's to fix (a refused
 /// token or login, a missing failures stream) or a failure.
-pub(crate) fn listing_failure(e: Listing) -> Failed {
+pub(crate) fn listing_failure(command: &str, e: Listing) -> Failed {
     match e {
-        Listing::Database(e) => database_failure("failures", e, read_only),
-        Listing::Orbit(e) => failed(e.is_refusal(), format!("failures: Orbit: {e}")),
-        Listing::Nats(e) => failed(e.is_configuration(), format!("failures: NATS: {e}")),
+        Listing::Database(e) => database_failure(command, e, read_only),
+        // Orbit's errors name Orbit themselves.
+        Listing::Orbit(e) => failed(e.is_refusal(), format!("{command}: {e}")),
+        Listing::Nats(e) => failed(e.is_configuration(), format!("{command}: NATS: {e}")),
     }
 }

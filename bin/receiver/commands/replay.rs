@@ -99,7 +99,7 @@ pub(crate) fn run_replay(args: ReplayArgs) -> Outcome {
     let runtime = runtime();
     let failed = runtime
         .block_on(list(&origin, &dsn, &scope))
-        .map_err(listing_failure)?;
+        .map_err(|e| listing_failure("replay", e))?;
     let key = origin.key();
     let chosen: Vec<&FailedDelivery> = failed
         .iter()
