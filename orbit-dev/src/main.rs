@@ -37,6 +37,10 @@ enum Command {
     /// Submit a task on the credentials' queue (its task.submitted event is
     /// delivered to the queue's subscriptions); prints task=<id>.
     Submit(QueueArgs),
+    /// Cancel a task on the credentials' queue (its task.cancelled event is
+    /// delivered to the queue's subscriptions); prints task=<id>
+    /// version=<n> state=CANCELLED.
+    Cancel(CancelArgs),
     /// Publish the events of a subscription to NATS JetStream, as a
     /// platform's bridge would: on orbit.results.<queue_id>, Nats-Msg-Id =
     /// the event id, each delivery acknowledged once JetStream has it.
@@ -166,6 +170,15 @@ struct BootstrapArgs {
 }
 
 #[derive(Args)]
+struct CancelArgs {
+    #[command(flatten)]
+    queue: QueueArgs,
+    /// The task's id, as `submit` printed it.
+    #[arg(long)]
+    task_id: String,
+}
+
+#[derive(Args)]
 struct FinishArgs {
     #[command(flatten)]
     admin: AdminArgs,
@@ -211,6 +224,7 @@ fn main() -> ExitCode {
             Command::Finish(args) => finish(args).await,
             Command::AddBudget(args) => add_budget(args).await,
             Command::Submit(args) => submit(args).await,
+            Command::Cancel(args) => cancel(args).await,
             Command::Bridge(args) => bridge(args).await,
         }
     });
@@ -252,6 +266,55 @@ async fn submit(args: QueueArgs) -> Result<(), String> {
             answer.error_code().unwrap_or_default()
         )),
     }
+}
+
+async fn cancel(args: CancelArgs) -> Result<(), String> {
+    let (credentials, url) = args.queue.load()?;
+    let authorization = format!("Bearer {}", credentials.token);
+    let path = format!("/v1/tasks/{}/cancel", urlencoding(&args.task_id));
+    let answer = client::send(
+        &url,
+        "POST",
+        &path,
+        &[("Authorization", &authorization)],
+        None,
+    )
+    .await
+    .map_err(|e| format!("cannot reach {}: {e}", url.authority()))?;
+    #[derive(Deserialize)]
+    struct Task {
+        id: String,
+        version: u64,
+        state: String,
+    }
+    match answer.status {
+        200 => {
+            let task: Task = answer
+                .json()
+                .map_err(|e| format!("unexpected answer to the cancellation: {e}"))?;
+            println!(
+                "task={} version={} state={}",
+                task.id, task.version, task.state
+            );
+            Ok(())
+        }
+        status => Err(format!(
+            "Orbit answered {status} {} to the cancellation",
+            answer.error_code().unwrap_or_default()
+        )),
+    }
+}
+
+/// A path segment as it is typed: an id is hex, anything else is sent
+/// percent-encoded so that it cannot reach another path.
+fn urlencoding(segment: &str) -> String {
+    segment
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' => (b as char).to_string(),
+            other => format!("%{other:02X}"),
+        })
+        .collect()
 }
 
 async fn bridge(args: BridgeArgs) -> Result<(), String> {

@@ -1,4 +1,4 @@
-//! The `orbit-dev` binary: `serve` and `bootstrap`.
+//! The `orbit-dev` binary: `serve`, `bootstrap`, `submit` and `cancel`.
 
 mod common;
 
@@ -283,4 +283,49 @@ async fn every_command_finds_the_server_by_url_then_orbit_url_then_the_credentia
         "ORBIT_URL wins: {err}"
     );
     server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submit_and_cancel_take_the_token_from_the_credentials_file_and_never_print_it() {
+    let server = Server::start().await;
+    let token = server.token("default", "inbox-cancel").await;
+    let dir = scratch_dir();
+    let credentials = dir.join("credentials.json");
+    std::fs::write(
+        &credentials,
+        serde_json::json!({
+            "orbit_url": server.url, "token": token.token, "queue_id": token.queue_id,
+            "namespace": "default", "application": "a", "environment": "e",
+            "queue": "inbox-cancel", "scopes": [],
+        })
+        .to_string(),
+    )
+    .unwrap();
+    std::fs::set_permissions(&credentials, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let run = |args: &[&str]| {
+        let output = Command::new(BINARY)
+            .args(args)
+            .env("ORBIT_CREDENTIALS_FILE", &credentials)
+            .env_remove("ORBIT_URL")
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&output.stdout).into_owned()
+            + &String::from_utf8_lossy(&output.stderr);
+        assert!(!said.contains(&token.token), "{said}");
+        (output.status.success(), said)
+    };
+    let (submitted, said) = tokio::task::block_in_place(|| run(&["submit"]));
+    assert!(submitted, "{said}");
+    let task = said.trim().strip_prefix("task=").unwrap().to_owned();
+    let (cancelled, said) = tokio::task::block_in_place(|| run(&["cancel", "--task-id", &task]));
+    assert!(cancelled, "{said}");
+    assert_eq!(said, format!("task={task} version=2 state=CANCELLED\n"));
+    let stored = server.get(&format!("/v1/tasks/{task}"), &token.token).await;
+    assert_eq!(stored.json::<Value>().unwrap()["state"], "CANCELLED");
+    // A task that can no longer be cancelled: Orbit's answer, exit 1.
+    let (again, said) = tokio::task::block_in_place(|| run(&["cancel", "--task-id", &task]));
+    assert!(!again, "{said}");
+    assert!(said.contains("409 invalid_transition"), "{said}");
+    server.stop().await;
+    std::fs::remove_dir_all(dir).unwrap();
 }
