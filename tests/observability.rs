@@ -461,3 +461,55 @@ async fn a_stream_that_breaks_is_counted_by_its_cause() {
     );
     assert!(consume.terminate().success());
 }
+
+#[tokio::test]
+async fn a_transaction_retry_is_logged_under_the_inbox_s_target_with_the_event_as_every_line_writes_it(
+) {
+    let (orbit, creds, sub) = OrbitDev::subscribed(30_000, 5, "log-retry").await;
+    let db = TestDb::initialized().await;
+    let task = random_hex(16);
+    let spec = EventSpec::submitted(&creds.queue_id, &task);
+    // A rival holds the event's inbox row uncommitted: the delivery's own
+    // insert waits for it past the lock wait (2 s) and is run again.
+    let pool = db.pool().await;
+    let mut rival = pool.begin().await.unwrap();
+    sqlx::query(
+        "INSERT INTO receiver_inbox VALUES (?, ?, ?, REPEAT('0', 64), '{}', 0, UTC_TIMESTAMP(6))",
+    )
+    .bind("task-result-view")
+    .bind(&creds.queue_id)
+    .bind(&spec.id)
+    .execute(&mut *rival)
+    .await
+    .unwrap();
+    let mut consume = Consume::on_test_db(&orbit, &creds, &db, &sub, &[]);
+    orbit.inject(&sub, &spec.json()).await;
+    consume
+        .wait_for_output(Duration::from_secs(20), |log| log.contains("retrying"))
+        .await;
+    rival.rollback().await.unwrap();
+    orbit
+        .wait_for_counts(&creds, &sub, Duration::from_secs(20), |c| c["acked"] == 1)
+        .await;
+    assert!(consume.terminate().success());
+    let log = consume.output();
+    let retry = log
+        .lines()
+        .find(|l| l.contains("retrying"))
+        .unwrap_or_else(|| panic!("no retry line: {log}"));
+    assert!(
+        retry.contains(&format!(
+            " INFO result_inbox::inbox: transaction rolled back; retrying event={} ",
+            spec.id
+        )),
+        "{retry}"
+    );
+    let applied = log
+        .lines()
+        .find(|l| l.contains(r#"class="applied""#))
+        .unwrap_or_else(|| panic!("no applied line: {log}"));
+    assert!(
+        applied.contains(&format!(" event={}", spec.id)),
+        "{applied}"
+    );
+}
