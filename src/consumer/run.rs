@@ -403,7 +403,6 @@ where
             // one is dropped for good (`Terminate`) and said so by itself.
             if let Some(allowed) = last.filter(|_| !failure.malformed) {
                 error!(
-                    class = failure.class.as_str(),
                     delivery = %id,
                     attempt,
                     attempts_allowed = allowed,
