@@ -965,6 +965,7 @@ fn a_postgres_address_with_its_database_or_host_in_an_option_is_refused_naming_t
         "{err}"
     );
 }
+
 #[test]
 fn a_database_host_that_does_not_resolve_is_named_by_every_command_on_both_engines() {
     const UNRESOLVED: &str = "could not resolve host";

@@ -262,7 +262,9 @@ fn io_detail(e: &std::io::Error) -> &'static str {
     use std::io::ErrorKind;
     // The standard library's answer when getaddrinfo fails has no kind of
     // its own to match; its text is all there is.
-    if e.to_string().starts_with("failed to lookup address information") {
+    if e.to_string()
+        .starts_with("failed to lookup address information")
+    {
         return "could not resolve host (the DSN's host name is not known: check its spelling and the resolver)";
     }
     match e.kind() {

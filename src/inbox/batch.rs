@@ -30,7 +30,8 @@ use super::batching::ApplySet;
 use super::store::mark_stale_all;
 use super::tx::{InboxTx, Row};
 use super::{
-    error, found, retry_backoff, retry_pause, Applying, InboxError, InboxStore, Outcome, Receipt, Verdict,
+    error, found, retry_backoff, retry_pause, Applying, InboxError, InboxStore, Outcome, Receipt,
+    Verdict,
 };
 use crate::db::{DbError, Engine};
 use crate::delivery::Delivery;
@@ -194,8 +195,7 @@ async fn settle<S: Inner<E>, E: Engine>(
         }
         if let Whole::Database(e) = &whole {
             if e.is_rolled_back() {
-                if let Some(pause) = retry_pause(store, e, &mut retried_connection, &mut backoff)
-                {
+                if let Some(pause) = retry_pause(store, e, &mut retried_connection, &mut backoff) {
                     let event = jobs.first().map(|j| j.event.id().clone());
                     tracing::info!(
                         target: "result_inbox::inbox",

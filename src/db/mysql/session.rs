@@ -39,12 +39,17 @@ pub(crate) fn pool_options(
         })
 }
 
-/// `SELECT 1`: whether the server answers on this connection.
+/// `SELECT 1` and `ROLLBACK`: whether the server answers on this
+/// connection and takes transactions.
 pub(crate) async fn ping(conn: &mut MySqlConnection) -> Result<(), sqlx::Error> {
     sqlx::query_scalar::<_, i32>("SELECT 1")
-        .fetch_one(conn)
-        .await
-        .map(drop)
+        .fetch_one(&mut *conn)
+        .await?;
+    // A Galera node outside the primary component answers a SELECT that
+    // reads no table, but refuses this (1047, not ready): without it the
+    // probe would close the breaker on a node that takes no transaction.
+    // With autocommit off, the SELECT opened none, so it ends nothing.
+    conn.execute("ROLLBACK").await.map(drop)
 }
 
 /// The connection's isolation level (`READ-COMMITTED`), row-lock wait and
