@@ -258,8 +258,11 @@ async fn attempt<S: Inner<E>, E: Engine>(
     deadline: Instant,
 ) -> Result<Fates, Whole> {
     // Waiting for a connection is told apart from waiting inside the
-    // transaction: only the first says the database cannot be reached.
+    // transaction: only the first says the database cannot be reached. A
+    // retry that the budget ends while it waits for one is a retry the
+    // budget cut short, answered with the rollback that made it.
     let mut tx = match timeout_at(deadline, InboxTx::acquire(store.shelf())).await {
+        Err(_elapsed) if !fresh => return Err(Whole::Timeout),
         Err(_elapsed) => return Err(Whole::Database(DbError::pool_timeout())),
         Ok(tx) => tx?,
     };
