@@ -614,6 +614,55 @@ async fn a_token_in_nats_url_or_nats_token_is_sent_by_check_subscribe_and_consum
     }
 }
 
+/// A loopback port nothing listens on: a server of a list that is down.
+fn a_port_nobody_listens_on() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test]
+async fn check_subscribe_and_consume_take_a_list_of_servers_and_send_the_login_one_carries_to_each()
+{
+    let server = NatsServer::start_with(NatsServerOptions {
+        user_password: Some(("receiver", "sentinel-list-p@ss")),
+        ..Default::default()
+    });
+    // The login is written in the address of a server that is down: the
+    // one that answers gets it all the same.
+    let url = format!(
+        "nats://receiver:sentinel-list-p%40ss@127.0.0.1:{}, nats://127.0.0.1:{}",
+        a_port_nobody_listens_on(),
+        server.port
+    );
+    check_subscribe_and_consume_log_in_with(server, &[("NATS_URL", url)], &["sentinel-list-p"])
+        .await;
+}
+
+#[tokio::test]
+async fn a_list_of_servers_gets_the_token_of_nats_token_on_each() {
+    let server = NatsServer::start_with(NatsServerOptions {
+        token: Some("sentinel-nats-token"),
+        ..Default::default()
+    });
+    let url = format!(
+        "nats://127.0.0.1:{},nats://127.0.0.1:{}",
+        server.port,
+        a_port_nobody_listens_on()
+    );
+    check_subscribe_and_consume_log_in_with(
+        server,
+        &[
+            ("NATS_URL", url),
+            ("NATS_TOKEN", "sentinel-nats-token".into()),
+        ],
+        &["sentinel-nats-token"],
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn a_credentials_file_in_nats_creds_file_is_sent_by_check_subscribe_and_consume() {
     let operator = TestOperator::new();
@@ -1039,12 +1088,10 @@ async fn a_mistyped_receiver_name_is_warned_about_by_check_and_consume_which_sti
     );
 }
 
-#[tokio::test]
-async fn orbit_dev_bridge_sends_the_user_and_password_in_nats_url_and_never_prints_them() {
-    let server = NatsServer::start_with(NatsServerOptions {
-        user_password: Some(("bridge", "sentinel-bridge-p@ss")),
-        ..Default::default()
-    });
+/// `orbit-dev bridge` with `nats_url` (whose login is `bridge`,
+/// `sentinel-bridge-p@ss`) publishes an event to `server` and never prints
+/// the password.
+async fn bridge_logs_in_through(server: NatsServer, nats_url: String) {
     let (orbit, creds, sub) = common::orbit::OrbitDev::subscribed(30_000, 5, "bridge-login").await;
     let queue = JetStreamQueue::create(&server, &creds.queue_id, Duration::from_secs(30), 3).await;
     orbit.inject_new_task(&creds, &sub).await;
@@ -1052,13 +1099,7 @@ async fn orbit_dev_bridge_sends_the_user_and_password_in_nats_url_and_never_prin
         .arg("bridge")
         .env("ORBIT_CREDENTIALS_FILE", &creds.file)
         .env("ORBIT_SUBSCRIPTION_ID", sub.as_str())
-        .env(
-            "NATS_URL",
-            format!(
-                "nats://bridge:sentinel-bridge-p%40ss@127.0.0.1:{}",
-                server.port
-            ),
-        )
+        .env("NATS_URL", nats_url)
         .env_remove("ORBIT_URL")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -1087,6 +1128,33 @@ async fn orbit_dev_bridge_sends_the_user_and_password_in_nats_url_and_never_prin
     );
     assert!(printed.contains("<redacted>@127.0.0.1"), "{printed}");
     assert!(!printed.contains("sentinel-bridge-p"), "{printed}");
+}
+
+#[tokio::test]
+async fn orbit_dev_bridge_sends_the_user_and_password_in_nats_url_and_never_prints_them() {
+    let server = NatsServer::start_with(NatsServerOptions {
+        user_password: Some(("bridge", "sentinel-bridge-p@ss")),
+        ..Default::default()
+    });
+    let url = format!(
+        "nats://bridge:sentinel-bridge-p%40ss@127.0.0.1:{}",
+        server.port
+    );
+    bridge_logs_in_through(server, url).await;
+}
+
+#[tokio::test]
+async fn orbit_dev_bridge_takes_a_list_of_servers_and_sends_the_login_one_carries_to_each() {
+    let server = NatsServer::start_with(NatsServerOptions {
+        user_password: Some(("bridge", "sentinel-bridge-p@ss")),
+        ..Default::default()
+    });
+    let url = format!(
+        "nats://bridge:sentinel-bridge-p%40ss@127.0.0.1:{},nats://127.0.0.1:{}",
+        a_port_nobody_listens_on(),
+        server.port
+    );
+    bridge_logs_in_through(server, url).await;
 }
 
 /// The time limit of every request the tests make through the library.

@@ -37,7 +37,7 @@ pub struct Bridge {
     pub token: String,
     /// The subscription whose deliveries are published.
     pub subscription: String,
-    /// The NATS server.
+    /// The NATS server(s), comma-separated.
     pub nats_url: String,
     /// The subject: `orbit.results.<queue_id>` by default.
     pub subject: String,
@@ -111,6 +111,26 @@ fn login(options: async_nats::ConnectOptions, url: &str) -> async_nats::ConnectO
     }
 }
 
+/// The servers of a comma-separated list, each without the login it may
+/// carry: the client sends the one [`login`] gives it to whichever server
+/// answers, and holds (and may log) no address with a secret in it.
+fn servers(url: &str) -> Result<Vec<async_nats::ServerAddr>, String> {
+    url.split(',')
+        .map(str::trim)
+        .map(|server| {
+            let unreadable = |e: std::io::Error| format!("NATS server {}: {e}", shown_url(server));
+            let mut address = server
+                .parse::<async_nats::ServerAddr>()
+                .map_err(unreadable)?
+                .into_inner();
+            // Neither can fail on an address that has a host.
+            let _ = address.set_username("");
+            let _ = address.set_password(None);
+            async_nats::ServerAddr::from_url(address).map_err(unreadable)
+        })
+        .collect()
+}
+
 /// `%XX` in a URL's user information, decoded.
 fn percent_decoded(s: &str) -> String {
     let bytes = s.as_bytes();
@@ -139,7 +159,7 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), String> {
     let nats = login(async_nats::ConnectOptions::new(), &bridge.nats_url)
-        .connect(bridge.nats_url.as_str())
+        .connect(servers(&bridge.nats_url)?)
         .await
         .map_err(|e| format!("cannot reach NATS at {}: {e}", shown_url(&bridge.nats_url)))?;
     let jetstream = async_nats::jetstream::new(nats);
@@ -304,6 +324,24 @@ mod tests {
     use super::*;
 
     const PARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    #[test]
+    fn a_list_of_servers_is_each_server_without_its_login() {
+        let list = servers("nats://bridge:s3cret@10.0.0.1:4222, tls://10.0.0.2:4222,10.0.0.3:4223")
+            .unwrap();
+        let shown: Vec<&str> = list.iter().map(|server| server.as_url_str()).collect();
+        assert_eq!(
+            shown,
+            [
+                "nats://10.0.0.1:4222",
+                "tls://10.0.0.2:4222",
+                "nats://10.0.0.3:4223"
+            ]
+        );
+        let problem = servers("nats://bridge:s3cret@10.0.0.1:port,nats://h:4222").unwrap_err();
+        assert!(problem.contains("<redacted>@10.0.0.1:port"), "{problem}");
+        assert!(!problem.contains("s3cret"), "{problem}");
+    }
 
     fn read(message: &str) -> Option<TraceContext> {
         let wire: WireMessage<'_> = serde_json::from_str(message).expect("readable");

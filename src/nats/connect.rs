@@ -18,7 +18,7 @@ pub(super) async fn connect_client(
         .connection_timeout(timeout)
         .request_timeout(Some(timeout))
         .ping_interval(IDLE_KEEPALIVE)
-        .require_tls(settings.require_tls || settings.url.starts_with("tls://"))
+        .require_tls(settings.require_tls || settings.any_tls_only())
         .event_callback(move |event| {
             if matches!(event, Event::Disconnected) {
                 disconnected.send_modify(|n| *n += 1);
@@ -29,7 +29,8 @@ pub(super) async fn connect_client(
         options = options.add_root_certificates(ca.clone());
     }
     match &settings.auth {
-        // The client does not send the login an address carries.
+        // The client does not send the login an address carries; given
+        // here, it goes to whichever server of the list answers.
         NatsAuth::None => match settings.url_login() {
             Some(UrlLogin::UserPassword { user, password }) => {
                 options = options.user_and_password(user, password.0);
@@ -49,7 +50,10 @@ pub(super) async fn connect_client(
         }
     }
     let url = settings.shown_url();
-    let client = options.connect(settings.url.as_str()).await.map_err(|e| {
+    // Every server of the list, so that the client finds another node when
+    // the one it talks to is gone (and those the cluster tells it of).
+    let servers = settings.server_addrs()?;
+    let client = options.connect(servers).await.map_err(|e| {
         let reason = e.to_string();
         match e.kind() {
             // A certificate the client does not trust arrives as an I/O
@@ -66,7 +70,8 @@ pub(super) async fn connect_client(
     })?;
     // The client's own lines say only the port and come at info from a
     // crate the default filter keeps at warn: this one is the receiver's.
-    tracing::info!(url = %settings.shown_url(), server_version = %client.server_info().version, "connected to NATS");
+    let server = client.server_info();
+    tracing::info!(url = %settings.shown_url(), server = %server.server_name, server_version = %server.version, "connected to NATS");
     Ok((client, disconnects))
 }
 

@@ -3,6 +3,9 @@
 use std::fmt;
 use std::path::PathBuf;
 
+use async_nats::ServerAddr;
+
+use super::NatsError;
 use crate::ids::QueueId;
 
 /// A secret used to log in to NATS. Its `Debug` is redacted.
@@ -74,7 +77,44 @@ impl NatsSettings {
     /// server that has one. The NATS client does not send what is in the
     /// address itself, so the receiver takes it apart.
     pub fn url_login(&self) -> Option<UrlLogin> {
-        self.url.split(',').map(str::trim).find_map(url_login)
+        self.servers().find_map(url_login)
+    }
+
+    /// The servers of the list, as the client is given them: each without
+    /// the login it may carry, which goes to every server through the
+    /// client's options instead ([`url_login`](Self::url_login)), so that
+    /// a login written in one URL serves the others too, and no address the
+    /// client holds (and may log) carries a secret. An address the client
+    /// cannot read is a refusal naming it without its credentials.
+    pub(super) fn server_addrs(&self) -> Result<Vec<ServerAddr>, NatsError> {
+        self.servers()
+            .map(|server| {
+                let refused = |reason: String| NatsError::Refused {
+                    url: shown_url(server),
+                    reason,
+                };
+                let mut url = server
+                    .parse::<ServerAddr>()
+                    .map_err(|e| refused(e.to_string()))?
+                    .into_inner();
+                // Neither can fail on an address that has a host.
+                let _ = url.set_username("");
+                let _ = url.set_password(None);
+                ServerAddr::from_url(url).map_err(|e| refused(e.to_string()))
+            })
+            .collect()
+    }
+
+    /// Whether any server of the list is to be reached over TLS only
+    /// (`tls://`): then every one is, so that the connection never falls
+    /// back to plain text on another node.
+    pub(super) fn any_tls_only(&self) -> bool {
+        self.servers().any(|server| server.starts_with("tls://"))
+    }
+
+    /// The list's servers, trimmed.
+    fn servers(&self) -> impl Iterator<Item = &str> {
+        self.url.split(',').map(str::trim)
     }
 
     /// Whether `url` can be read as a list of NATS servers: each
@@ -224,9 +264,8 @@ mod tests {
         assert!(!problem.contains("s3cret"), "{problem}");
     }
 
-    #[test]
-    fn the_login_in_the_url_is_taken_apart_and_decoded() {
-        let settings = |url: &str| NatsSettings {
+    fn settings(url: &str) -> NatsSettings {
+        NatsSettings {
             url: url.to_owned(),
             stream: "s".into(),
             consumer: "c".into(),
@@ -235,7 +274,11 @@ mod tests {
             auth: NatsAuth::None,
             ca_file: None,
             require_tls: false,
-        };
+        }
+    }
+
+    #[test]
+    fn the_login_in_the_url_is_taken_apart_and_decoded() {
         match settings("nats://h1:4222,nats://alice:s3%40cret@h2:4222").url_login() {
             Some(UrlLogin::UserPassword { user, password }) => {
                 assert_eq!((user.as_str(), password.0.as_str()), ("alice", "s3@cret"));
@@ -249,6 +292,28 @@ mod tests {
         assert!(settings("nats://h:4222").url_login().is_none());
         let shown = format!("{:?}", settings("nats://alice:pw@h").url_login());
         assert!(!shown.contains("pw"), "{shown}");
+    }
+
+    #[test]
+    fn every_server_of_the_list_goes_to_the_client_without_its_login() {
+        let mut settings = settings("nats://alice:s3cret@h1:4222, tls://h2:4222,h3:4223");
+        let servers = settings.server_addrs().unwrap();
+        let urls: Vec<&str> = servers.iter().map(|server| server.as_url_str()).collect();
+        assert_eq!(urls, ["nats://h1:4222", "tls://h2:4222", "nats://h3:4223"]);
+        assert!(settings.any_tls_only());
+        match settings.url_login() {
+            Some(UrlLogin::UserPassword { user, password }) => {
+                assert_eq!((user.as_str(), password.0.as_str()), ("alice", "s3cret"));
+            }
+            other => panic!("{other:?}"),
+        }
+
+        settings.url = "nats://h1:4222,nats://h2:4222".into();
+        assert!(!settings.any_tls_only());
+        settings.url = "nats://alice:s3cret@h1:port".into();
+        let refused = settings.server_addrs().unwrap_err().to_string();
+        assert!(refused.contains("nats://<redacted>@h1:port"), "{refused}");
+        assert!(!refused.contains("s3cret"), "{refused}");
     }
 
     #[test]
