@@ -9,7 +9,8 @@ use std::time::Duration;
 use async_nats::jetstream::AckKind;
 use common::consume::Consume;
 use common::nats::{
-    pull, AckFault, AckLosingProxy, JetStreamQueue, NatsServer, NatsServerOptions, TestOperator,
+    pull, AckFault, AckLosingProxy, JetStreamQueue, NatsCluster, NatsServer, NatsServerOptions,
+    TestOperator,
 };
 use common::tls::TestPki;
 use common::{dsn_for, random_hex, unreadable_bodies, EventSpec, TestDb};
@@ -81,14 +82,7 @@ impl Setup {
     /// Inbox rows, rows that advanced a view, and the advances the views
     /// counted: the last two always agree.
     async fn totals(&self) -> (i64, i64, i64) {
-        sqlx::query_as(
-            "SELECT (SELECT COUNT(*) FROM receiver_inbox), \
-             (SELECT CAST(COALESCE(SUM(applied), 0) AS SIGNED) FROM receiver_inbox), \
-             (SELECT CAST(COALESCE(SUM(applied_events), 0) AS SIGNED) FROM receiver_task_views)",
-        )
-        .fetch_one(&self.db.pool().await)
-        .await
-        .unwrap()
+        totals(&self.db).await
     }
 
     async fn inbox_rows(&self) -> i64 {
@@ -123,7 +117,19 @@ impl Setup {
     }
 }
 
-/// The `acknowledged` lines of a receiver's log.
+/// Inbox rows, rows that advanced a view, and the advances the views
+/// counted, in `db`: the last two always agree.
+async fn totals(db: &TestDb) -> (i64, i64, i64) {
+    sqlx::query_as(
+        "SELECT (SELECT COUNT(*) FROM receiver_inbox), \
+         (SELECT CAST(COALESCE(SUM(applied), 0) AS SIGNED) FROM receiver_inbox), \
+         (SELECT CAST(COALESCE(SUM(applied_events), 0) AS SIGNED) FROM receiver_task_views)",
+    )
+    .fetch_one(&db.pool().await)
+    .await
+    .unwrap()
+}
+
 /// The stream sequences of the next `n` terminated messages, as the
 /// server's advisories name them.
 async fn terminated_sequences(advisories: &mut async_nats::Subscriber, n: usize) -> Vec<u64> {
@@ -139,6 +145,7 @@ async fn terminated_sequences(advisories: &mut async_nats::Subscriber, n: usize)
     seen
 }
 
+/// The `acknowledged` lines of a receiver's log.
 fn acknowledged(log: &str) -> usize {
     log.lines().filter(|l| l.contains(" acknowledged ")).count()
 }
@@ -755,9 +762,9 @@ async fn receiver_check_with_source_nats_checks_the_database_the_server_and_the_
 }
 
 /// `receiver subscribe --source nats` with this queue, stream and consumer
-/// on `server`, and `args`.
+/// on the server(s) of `url`, and `args`.
 fn subscribe(
-    server: &NatsServer,
+    url: &str,
     queue: &str,
     stream: &str,
     consumer: &str,
@@ -766,7 +773,7 @@ fn subscribe(
     common::orbit::receiver()
         .args(["subscribe", "--source", "nats"])
         .args(args)
-        .env("NATS_URL", server.url())
+        .env("NATS_URL", url)
         .env("NATS_STREAM", stream)
         .env("NATS_CONSUMER", consumer)
         .env("ORBIT_QUEUE_ID", queue)
@@ -781,7 +788,7 @@ async fn receiver_subscribe_with_source_nats_creates_the_consumer_that_consume_t
     let queue = random_hex(16);
     let subject = format!("orbit.results.{queue}");
 
-    let refused = subscribe(&server, &queue, "RESULTS", RECEIVER, &[]);
+    let refused = subscribe(&server.url(), &queue, "RESULTS", RECEIVER, &[]);
     let err = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(2), "{err}");
     assert!(
@@ -791,7 +798,7 @@ async fn receiver_subscribe_with_source_nats_creates_the_consumer_that_consume_t
     assert!(js.get_stream("RESULTS").await.is_err(), "nothing created");
 
     let created = subscribe(
-        &server,
+        &server.url(),
         &queue,
         "RESULTS",
         RECEIVER,
@@ -820,7 +827,13 @@ async fn receiver_subscribe_with_source_nats_creates_the_consumer_that_consume_t
         (Duration::from_secs(20), 3)
     );
 
-    let again = subscribe(&server, &queue, "RESULTS", RECEIVER, &["--ack-wait", "60"]);
+    let again = subscribe(
+        &server.url(),
+        &queue,
+        "RESULTS",
+        RECEIVER,
+        &["--ack-wait", "60"],
+    );
     assert!(again.status.success(), "{again:?}");
     assert_eq!(
         String::from_utf8_lossy(&again.stdout),
@@ -839,7 +852,7 @@ async fn receiver_subscribe_with_source_nats_creates_the_consumer_that_consume_t
         String::from_utf8_lossy(&again.stderr).contains("left as they are"),
         "{again:?}"
     );
-    let quiet = subscribe(&server, &queue, "RESULTS", RECEIVER, &[]);
+    let quiet = subscribe(&server.url(), &queue, "RESULTS", RECEIVER, &[]);
     assert!(quiet.status.success(), "{quiet:?}");
     assert!(
         !String::from_utf8_lossy(&quiet.stderr).contains("left as they are"),
@@ -894,7 +907,7 @@ async fn receiver_subscribe_with_source_nats_leaves_a_stream_or_consumer_of_anot
     .await
     .unwrap();
     let (queue, other_queue) = (random_hex(16), random_hex(16));
-    let made = subscribe(&server, &queue, "RESULTS", RECEIVER, &[]);
+    let made = subscribe(&server.url(), &queue, "RESULTS", RECEIVER, &[]);
     assert!(made.status.success(), "{made:?}");
     assert_eq!(
         String::from_utf8_lossy(&made.stdout),
@@ -905,7 +918,7 @@ async fn receiver_subscribe_with_source_nats_leaves_a_stream_or_consumer_of_anot
         "the defaults"
     );
 
-    let other = subscribe(&server, &other_queue, "RESULTS", RECEIVER, &[]);
+    let other = subscribe(&server.url(), &other_queue, "RESULTS", RECEIVER, &[]);
     let err = String::from_utf8_lossy(&other.stderr);
     assert_eq!(other.status.code(), Some(2), "{err}");
     assert!(
@@ -925,7 +938,7 @@ async fn receiver_subscribe_with_source_nats_leaves_a_stream_or_consumer_of_anot
     // two streams may not overlap).
     let narrow = Setup::new(Duration::from_secs(10), 3).await;
     let out = subscribe(
-        &narrow.server,
+        &narrow.server.url(),
         &other_queue,
         &narrow.queue.stream,
         &narrow.queue.consumer,
@@ -945,6 +958,101 @@ async fn receiver_subscribe_with_source_nats_leaves_a_stream_or_consumer_of_anot
         "unchanged"
     );
     assert_eq!(info.config.ack_wait, Duration::from_secs(10), "unchanged");
+}
+
+#[tokio::test]
+async fn receiver_subscribe_with_replicas_3_keeps_the_stream_its_consumer_and_its_failures_stream_on_three_servers(
+) {
+    let cluster = NatsCluster::start().await;
+    let js = cluster.jetstream().await;
+    let queue = random_hex(16);
+    let created = subscribe(
+        &cluster.url(),
+        &queue,
+        "RESULTS",
+        RECEIVER,
+        &["--create-stream", "--replicas", "3"],
+    );
+    assert!(created.status.success(), "{created:?}");
+    let failures = failures_stream_name("RESULTS", RECEIVER);
+    for name in ["RESULTS", failures.as_str()] {
+        let info = js
+            .get_stream(name)
+            .await
+            .unwrap()
+            .info()
+            .await
+            .unwrap()
+            .clone();
+        assert_eq!(info.config.num_replicas, 3, "{name}");
+        let placed = info.cluster.expect("a stream of a cluster");
+        let mut nodes: Vec<String> = placed.replicas.iter().map(|p| p.name.clone()).collect();
+        nodes.extend(placed.leader);
+        nodes.sort();
+        assert_eq!(nodes, ["n1", "n2", "n3"], "{name}");
+    }
+    let consumer = js
+        .get_stream("RESULTS")
+        .await
+        .unwrap()
+        .consumer_info(RECEIVER)
+        .await
+        .unwrap()
+        .clone();
+    assert_eq!(
+        consumer
+            .cluster
+            .expect("a consumer of a cluster")
+            .replicas
+            .len(),
+        2,
+        "the consumer has its stream's replicas: a leader and two more"
+    );
+}
+
+#[tokio::test]
+async fn receiver_subscribe_refuses_replicas_outside_one_to_five_and_more_than_one_server_can_keep()
+{
+    // Nothing listens on port 1: these refusals come before any connection.
+    for replicas in ["0", "6", "three"] {
+        let out = subscribe(
+            "nats://127.0.0.1:1",
+            &random_hex(16),
+            "RESULTS",
+            RECEIVER,
+            &["--create-stream", "--replicas", replicas],
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{replicas}: {err}");
+        assert!(
+            err.contains("--replicas") && err.contains("must be a whole number from 1 to 5"),
+            "{replicas}: {err}"
+        );
+    }
+
+    let server = NatsServer::start();
+    let out = subscribe(
+        &server.url(),
+        &random_hex(16),
+        "RESULTS",
+        RECEIVER,
+        &["--create-stream", "--replicas", "3"],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("stream RESULTS cannot have 3 replicas"),
+        "{err}"
+    );
+    assert!(
+        server
+            .jetstream()
+            .await
+            .get_stream("RESULTS")
+            .await
+            .is_err(),
+        "nothing created"
+    );
 }
 
 #[test]

@@ -111,6 +111,17 @@ pub enum NatsError {
         /// Its subjects.
         subjects: Vec<String>,
     },
+    /// A stream cannot have the replicas asked for: outside what JetStream
+    /// keeps, or more than the servers can place.
+    #[error("stream {stream} cannot have {replicas} replicas: {reason}")]
+    Replicas {
+        /// The stream.
+        stream: String,
+        /// The replicas asked for.
+        replicas: usize,
+        /// Why not.
+        reason: String,
+    },
     /// A failed message's body is no longer in the stream: there is
     /// nothing to replay.
     #[error("message {sequence} of stream {stream} is no longer held by the stream: it cannot be replayed")]
@@ -146,6 +157,7 @@ impl NatsError {
                 | NatsError::UnsuitableConsumer { .. }
                 | NatsError::NoFailuresStream { .. }
                 | NatsError::FailuresStreamSubjects { .. }
+                | NatsError::Replicas { .. }
         )
     }
 }

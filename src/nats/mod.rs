@@ -45,7 +45,7 @@ pub use self::failures::{
     failed_messages, failures_stream_name, max_deliveries_subject, replay, replayed_subject,
     terminated_subject, FailedMessage, FailureReason, REPLAY_OF_HEADER,
 };
-pub use self::provision::{provision, ConsumerSpec, Provisioned};
+pub use self::provision::{provision, ConsumerSpec, Provisioned, MAX_REPLICAS};
 pub use self::pull::PullStream;
 pub use self::settings::{NatsAuth, NatsSecret, NatsSettings, UrlLogin};
 pub use self::source::{AckSubject, JetStreamSource};

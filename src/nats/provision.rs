@@ -20,15 +20,26 @@ pub struct ConsumerSpec {
     /// Create the stream when it does not exist: file storage, the queue's
     /// subject only, messages kept as JetStream keeps them by default.
     pub create_stream: bool,
+    /// How many servers of a JetStream cluster keep the stream created
+    /// with `create_stream`, from 1 to [`MAX_REPLICAS`]: with 3, the stream
+    /// and its consumer carry on when one server dies. An existing stream
+    /// keeps its own. The failures stream, when created, has as many as
+    /// the queue's stream, so that the record of a failed message is kept
+    /// as well as the message.
+    pub replicas: usize,
 }
 
+/// The most replicas JetStream keeps of a stream.
+pub const MAX_REPLICAS: usize = 5;
+
 impl Default for ConsumerSpec {
-    /// AckWait 30 s, MaxDeliver 10, no stream created.
+    /// AckWait 30 s, MaxDeliver 10, no stream created, one replica.
     fn default() -> Self {
         Self {
             ack_wait: Duration::from_secs(30),
             max_deliver: 10,
             create_stream: false,
+            replicas: 1,
         }
     }
 }
@@ -64,6 +75,9 @@ pub struct Provisioned {
     /// ([`failures_stream_name`](super::failures_stream_name)) did not exist
     /// and was created; otherwise the existing one captures what it must.
     pub failures_stream_created: bool,
+    /// How many replicas the queue's stream has (an existing stream's
+    /// own); a failures stream created here has as many.
+    pub replicas: usize,
 }
 
 /// Makes sure the configured durable pull consumer exists as `consume`
@@ -78,12 +92,24 @@ pub struct Provisioned {
 /// missing (file storage, JetStream's default limits), an existing one
 /// only checked to capture both advisories and the replay marker. It is
 /// checked before the consumer is created and created after it, so that
-/// an unusable one leaves nothing created.
+/// an unusable one leaves nothing created. The consumer is created with
+/// as many replicas as its stream has.
+///
+/// `spec.replicas` outside 1 to [`MAX_REPLICAS`] is refused before
+/// anything is asked of the server, and so are replicas that the server
+/// cannot place (more than it has servers, or a server not in a cluster).
 pub async fn provision(
     settings: &NatsSettings,
     timeout: Duration,
     spec: &ConsumerSpec,
 ) -> Result<Provisioned, NatsError> {
+    if !(1..=MAX_REPLICAS).contains(&spec.replicas) {
+        return Err(NatsError::Replicas {
+            stream: settings.stream.clone(),
+            replicas: spec.replicas,
+            reason: format!("a stream has 1 to {MAX_REPLICAS} replicas"),
+        });
+    }
     let source = JetStreamSource::unchecked(settings, timeout).await?;
     let (stream, stream_created) = match source.stream_handle().await {
         Ok(stream) => (stream, false),
@@ -94,16 +120,17 @@ pub async fn provision(
                     name: source.stream.clone(),
                     subjects: vec![source.subject.clone()],
                     storage: jetstream::stream::StorageType::File,
+                    num_replicas: spec.replicas,
                     ..Default::default()
                 })
                 .await
-                .map_err(|e| {
-                    NatsError::JetStream(format!("create stream {}: {e}", source.stream))
-                })?;
+                .map_err(|e| create_stream_error(&source.stream, spec.replicas, &e))?;
             (created, true)
         }
         Err(e) => return Err(e),
     };
+    // A stream of one server reports 0 or 1.
+    let replicas = stream.cached_info().config.num_replicas.max(1);
     let subjects = &stream.cached_info().config.subjects;
     if !subjects
         .iter()
@@ -179,12 +206,11 @@ pub async fn provision(
                 )),
                 subjects: failures_subjects(&source.stream, &source.consumer).to_vec(),
                 storage: jetstream::stream::StorageType::File,
+                num_replicas: replicas,
                 ..Default::default()
             })
             .await
-            .map_err(|e| {
-                NatsError::JetStream(format!("create failures stream {failures_name}: {e}"))
-            })?;
+            .map_err(|e| create_stream_error(&failures_name, replicas, &e))?;
     }
     Ok(Provisioned {
         stream_created,
@@ -192,7 +218,37 @@ pub async fn provision(
         ack_wait: config.ack_wait,
         max_deliver: config.max_deliver,
         failures_stream_created: !failures_exists,
+        replicas,
     })
+}
+
+/// Why `stream` could not be created with `replicas`: the server's refusal
+/// of the replicas (no cluster, fewer servers than replicas) is the
+/// configuration's to fix; anything else may pass.
+fn create_stream_error(
+    stream: &str,
+    replicas: usize,
+    e: &jetstream::context::CreateStreamError,
+) -> NatsError {
+    use jetstream::ErrorCode;
+    let refused_replicas = match e.kind() {
+        jetstream::context::CreateStreamErrorKind::JetStream(js) => [
+            ErrorCode::STREAM_REPLICAS_NOT_SUPPORTED,
+            ErrorCode::INSUFFICIENT_RESOURCES,
+            ErrorCode::CLUSTER_NO_PEERS,
+        ]
+        .contains(&js.error_code())
+        .then(|| js.to_string()),
+        _ => None,
+    };
+    match refused_replicas {
+        Some(reason) if replicas > 1 => NatsError::Replicas {
+            stream: stream.to_owned(),
+            replicas,
+            reason: format!("{reason} (replicas need a JetStream cluster of as many servers)"),
+        },
+        _ => NatsError::JetStream(format!("create stream {stream}: {e}")),
+    }
 }
 
 #[cfg(test)]

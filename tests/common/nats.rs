@@ -70,6 +70,22 @@ pub struct NatsServerOptions<'a> {
     /// must log in as its user, with the credentials file the server writes
     /// into its directory ([`NatsServer::creds_file`]).
     pub operator: Option<&'a TestOperator>,
+    /// The server is a node of a JetStream cluster.
+    pub cluster: Option<ClusterNode<'a>>,
+}
+
+/// Where a node of a cluster takes its routes, and where the others take
+/// theirs.
+pub struct ClusterNode<'a> {
+    /// The server's name: what JetStream calls the node (a stream's
+    /// leader, its replicas).
+    pub name: &'a str,
+    /// The cluster's name.
+    pub cluster: &'a str,
+    /// The loopback port this node takes routes on.
+    pub port: u16,
+    /// The other nodes' route ports.
+    pub routes: &'a [u16],
 }
 
 impl NatsServer {
@@ -100,6 +116,19 @@ impl NatsServer {
         }
         if let Some(token) = options.token {
             command.args(["--auth", token]);
+        }
+        if let Some(node) = &options.cluster {
+            let routes: Vec<String> = node
+                .routes
+                .iter()
+                .map(|port| format!("nats://127.0.0.1:{port}"))
+                .collect();
+            command
+                .args(["--name", node.name, "--cluster_name", node.cluster])
+                .arg("--cluster")
+                .arg(format!("nats://127.0.0.1:{}", node.port))
+                .arg("--routes")
+                .arg(routes.join(","));
         }
         if let Some((user, password)) = options.user_password {
             command.args(["--user", user, "--pass", password]);
@@ -156,6 +185,12 @@ impl NatsServer {
         self.child.id()
     }
 
+    /// Kills the server at once (SIGKILL), as a crashed machine would stop.
+    pub fn kill(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
     /// The operator's user's credentials file (mode 0600), on a server in
     /// operator mode.
     pub fn creds_file(&self) -> Option<&Path> {
@@ -190,6 +225,108 @@ impl Drop for NatsServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Three nats-servers with JetStream in one cluster, on loopback ports of
+/// their own, each keeping its files in its own directory.
+pub struct NatsCluster {
+    /// The nodes, named `n1`, `n2` and `n3`.
+    pub nodes: Vec<NatsServer>,
+    names: Vec<String>,
+}
+
+impl NatsCluster {
+    /// Starts the three nodes and waits until JetStream can place a stream
+    /// of three replicas (the cluster has a leader of its own).
+    pub async fn start() -> NatsCluster {
+        let name = format!("test-{}", random_hex(4));
+        // Each node must know the others' route ports before it starts.
+        let listeners: Vec<std::net::TcpListener> = (0..3)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+            .collect();
+        let ports: Vec<u16> = listeners
+            .iter()
+            .map(|l| l.local_addr().unwrap().port())
+            .collect();
+        drop(listeners);
+        let names: Vec<String> = (1..=3).map(|n| format!("n{n}")).collect();
+        let nodes = (0..3)
+            .map(|i| {
+                let routes: Vec<u16> = (0..3).filter(|&j| j != i).map(|j| ports[j]).collect();
+                NatsServer::start_with(NatsServerOptions {
+                    cluster: Some(ClusterNode {
+                        name: &names[i],
+                        cluster: &name,
+                        port: ports[i],
+                        routes: &routes,
+                    }),
+                    ..Default::default()
+                })
+            })
+            .collect();
+        let cluster = NatsCluster { nodes, names };
+        cluster.wait_ready(Duration::from_secs(30)).await;
+        cluster
+    }
+
+    /// Waits until a stream of three replicas can be created, then deletes
+    /// it.
+    async fn wait_ready(&self, limit: Duration) {
+        let js = self.jetstream().await;
+        let deadline = tokio::time::Instant::now() + limit;
+        let probe = format!("PROBE_{}", random_hex(4));
+        loop {
+            let created = js
+                .create_stream(stream::Config {
+                    name: probe.clone(),
+                    subjects: vec![format!("probe.{}", random_hex(4))],
+                    num_replicas: 3,
+                    ..Default::default()
+                })
+                .await;
+            match created {
+                Ok(_) => break,
+                Err(e) => assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the cluster places no stream of three replicas: {e}"
+                ),
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        js.delete_stream(&probe).await.unwrap();
+    }
+
+    /// Every node's client URL, comma-separated, as `NATS_URL` takes them.
+    pub fn url(&self) -> String {
+        self.nodes
+            .iter()
+            .map(NatsServer::url)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The test's own client, given every node.
+    pub async fn client(&self) -> async_nats::Client {
+        let urls: Vec<String> = self.nodes.iter().map(NatsServer::url).collect();
+        async_nats::ConnectOptions::new()
+            .connect(urls)
+            .await
+            .unwrap()
+    }
+
+    pub async fn jetstream(&self) -> jetstream::Context {
+        jetstream::new(self.client().await)
+    }
+
+    /// The node JetStream knows by `name`.
+    pub fn node(&mut self, name: &str) -> &mut NatsServer {
+        let i = self
+            .names
+            .iter()
+            .position(|n| n == name)
+            .unwrap_or_else(|| panic!("no node {name} in {:?}", self.names));
+        &mut self.nodes[i]
     }
 }
 
@@ -441,19 +578,31 @@ impl JetStreamQueue {
 
     /// Waits until every published message is acknowledged (nothing pending,
     /// nothing waiting for an ACK), or panics with the state after `limit`.
+    /// A question the server does not answer (a cluster electing a leader)
+    /// is asked again.
     pub async fn wait_all_acked(&self, limit: Duration) -> consumer::Info {
         let deadline = tokio::time::Instant::now() + limit;
         loop {
-            let info = self.info().await;
-            if info.num_pending == 0 && info.num_ack_pending == 0 {
-                return info;
+            let info = async {
+                self.js
+                    .get_stream(&self.stream)
+                    .await?
+                    .consumer_info(&self.consumer)
+                    .await
+                    .map_err(async_nats::Error::from)
             }
+            .await;
+            let state = match info {
+                Ok(info) if info.num_pending == 0 && info.num_ack_pending == 0 => return info,
+                Ok(info) => format!(
+                    "pending {} ack pending {} redelivered {}",
+                    info.num_pending, info.num_ack_pending, info.num_redelivered
+                ),
+                Err(e) => format!("no answer: {e}"),
+            };
             assert!(
                 tokio::time::Instant::now() < deadline,
-                "not all acknowledged: pending {} ack pending {} redelivered {}",
-                info.num_pending,
-                info.num_ack_pending,
-                info.num_redelivered
+                "not all acknowledged: {state}"
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

@@ -12,7 +12,7 @@ use result_inbox::event::EventType;
 use result_inbox::ids::{QueueId, SubscriptionId};
 use result_inbox::inbox::StoreOptions;
 use result_inbox::nats::{
-    failures_stream_name, ConsumerSpec, NatsError, NatsSettings, Provisioned,
+    failures_stream_name, ConsumerSpec, NatsError, NatsSettings, Provisioned, MAX_REPLICAS,
 };
 use result_inbox::orbit::{OrbitClient, OrbitError};
 
@@ -50,6 +50,20 @@ pub(crate) struct SubscribeArgs {
     /// does not exist.
     #[arg(long)]
     create_stream: bool,
+    /// How many servers of a JetStream cluster keep the stream
+    /// --create-stream creates, 1 to 5; the failures stream gets as many
+    /// as the queue's stream has. [default: 1]
+    #[arg(long, value_name = "N", value_parser = replicas)]
+    replicas: Option<usize>,
+}
+
+fn replicas(value: &str) -> Result<usize, String> {
+    match value.parse::<usize>() {
+        Ok(n) if (1..=MAX_REPLICAS).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "must be a whole number from 1 to {MAX_REPLICAS} (JetStream keeps at most {MAX_REPLICAS} copies of a stream)"
+        )),
+    }
 }
 
 fn at_least_one(value: &str) -> Result<i64, String> {
@@ -93,6 +107,7 @@ fn subscribe_nats(args: SubscribeArgs) -> Outcome {
         ack_wait: args.ack_wait.map_or(defaults.ack_wait, Duration::from_secs),
         max_deliver: args.max_deliver.unwrap_or(defaults.max_deliver),
         create_stream: args.create_stream,
+        replicas: args.replicas.unwrap_or(defaults.replicas),
     };
     let done = runtime()
         .block_on(provision_consumer(&settings, NATS_CALL_TIMEOUT, &spec))
@@ -107,6 +122,12 @@ fn subscribe_nats(args: SubscribeArgs) -> Outcome {
             ack_wait_s = done.ack_wait.as_secs(),
             max_deliver = done.max_deliver,
             "the consumer exists with its own AckWait and MaxDeliver, left as they are: --ack-wait and --max-deliver only shape a consumer this command creates"
+        );
+    }
+    if !done.stream_created && args.replicas.is_some_and(|n| done.replicas != n) {
+        tracing::warn!(
+            replicas = done.replicas,
+            "the stream exists with its own replicas, left as they are: --replicas only shapes a stream --create-stream creates"
         );
     }
     if done.stream_created {
