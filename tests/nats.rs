@@ -1558,3 +1558,209 @@ async fn a_stream_of_the_failures_stream_s_name_that_records_something_else_is_r
         "no consumer was created"
     );
 }
+
+/// Publishes `event` with its id as `Nats-Msg-Id`, as the bridge does,
+/// until the stream has it: a cluster electing a leader answers nothing for
+/// a moment, and the id keeps a publish that was stored but not confirmed
+/// from being stored twice.
+async fn publish_until_stored(queue: &JetStreamQueue, event: &EventSpec<'_>) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("Nats-Msg-Id", event.id.as_str());
+        let stored = async {
+            queue
+                .js
+                .publish_with_headers(queue.subject.clone(), headers, event.json().into())
+                .await?
+                .await
+        }
+        .await;
+        match stored {
+            Ok(_) => return,
+            Err(e) => assert!(
+                tokio::time::Instant::now() < deadline,
+                "event {} not stored: {e}",
+                event.id
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The node that leads `stream`, or its `consumer` when one is named;
+/// `None` while none does (an election) or no answer comes.
+async fn leader_of(
+    js: &async_nats::jetstream::Context,
+    stream: &str,
+    consumer: Option<&str>,
+) -> Option<String> {
+    let mut handle = js.get_stream(stream).await.ok()?;
+    let placed = match consumer {
+        None => handle.info().await.ok()?.cluster.clone(),
+        Some(consumer) => handle.consumer_info(consumer).await.ok()?.cluster.clone(),
+    };
+    placed?.leader
+}
+
+/// Asks the leader of `stream` (or of its `consumer`) to step down until
+/// `node` leads it: each election picks one of the other replicas.
+async fn lead_on(
+    js: &async_nats::jetstream::Context,
+    node: &str,
+    stream: &str,
+    consumer: Option<&str>,
+) {
+    let mut js = js.clone();
+    js.set_timeout(Duration::from_secs(1));
+    let step_down = match consumer {
+        None => format!("$JS.API.STREAM.LEADER.STEPDOWN.{stream}"),
+        Some(consumer) => format!("$JS.API.CONSUMER.LEADER.STEPDOWN.{stream}.{consumer}"),
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let leader = leader_of(&js, stream, consumer).await;
+        if leader.as_deref() == Some(node) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{node} does not lead {stream} {consumer:?}: {leader:?} does"
+        );
+        if leader.is_some() {
+            let _ = js.client().request(step_down.clone(), "".into()).await;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Where the leader of the stream and its consumer is when it dies.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Leader {
+    /// On the server the receiver talks to: the receiver must connect to
+    /// another server of its list.
+    WhereTheReceiverIs,
+    /// On another server: the receiver's connection stays, and its pull
+    /// requests die with the leader that held them.
+    Elsewhere,
+}
+
+/// On a three-node cluster, with the stream and its consumer created by
+/// `receiver subscribe --replicas 3` and led from one node as `leader`
+/// says: `receiver consume`, given every node, applies 300 events, the
+/// leader's node is killed (SIGKILL) while it does, 100 more are published
+/// through the two left, and every one is applied once and acknowledged by
+/// the same process.
+async fn consume_outlives_the_death_of_the_leader(leader: Leader) {
+    const BEFORE: usize = 300;
+    const AFTER: usize = 100;
+    let mut cluster = NatsCluster::start().await;
+    let queue_id = random_hex(16);
+    let made = subscribe(
+        &cluster.url(),
+        &queue_id,
+        "RESULTS",
+        RECEIVER,
+        &["--create-stream", "--replicas", "3", "--ack-wait", "6"],
+    );
+    assert!(made.status.success(), "{made:?}");
+    let queue = JetStreamQueue {
+        js: cluster.jetstream().await,
+        subject: NatsSettings::default_subject(&QueueId::parse(&queue_id).unwrap()),
+        queue: queue_id,
+        stream: "RESULTS".into(),
+        consumer: RECEIVER.into(),
+    };
+    let db = TestDb::initialized().await;
+    let mut env = queue.env(&cluster.url());
+    env.push(("ORBIT_RECEIVER_DSN".into(), dsn_for(&db.name)));
+    env.push(("RECEIVER_NAME".into(), RECEIVER.into()));
+    let logs = cluster.nodes[0].dir.clone();
+    let mut consume = Consume::with_env(&logs, &env);
+    consume
+        .wait_for_output(Duration::from_secs(20), |out| {
+            out.contains("delivery stream open")
+        })
+        .await;
+    let output = consume.output();
+    let receivers_node = output
+        .split(" server=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("the receiver names the server it is connected to")
+        .to_owned();
+    let node = match leader {
+        Leader::WhereTheReceiverIs => receivers_node,
+        Leader::Elsewhere => ["n1", "n2", "n3"]
+            .into_iter()
+            .find(|n| *n != receivers_node)
+            .unwrap()
+            .to_owned(),
+    };
+    // The stream and its consumer led from one node, so that its death
+    // takes both leaders at once.
+    lead_on(&queue.js, &node, "RESULTS", None).await;
+    lead_on(&queue.js, &node, "RESULTS", Some(RECEIVER)).await;
+
+    let tasks: Vec<String> = (0..BEFORE + AFTER).map(|_| random_hex(16)).collect();
+    let events: Vec<EventSpec<'_>> = tasks
+        .iter()
+        .map(|task| EventSpec::submitted(&queue.queue, task))
+        .collect();
+    for event in &events[..BEFORE] {
+        publish_until_stored(&queue, event).await;
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while totals(&db).await.0 < 20 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{}",
+            consume.output()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        leader_of(&queue.js, "RESULTS", None).await.as_deref(),
+        Some(node.as_str()),
+        "the stream's leader"
+    );
+    cluster.node(&node).kill();
+    let applied_before = totals(&db).await.0;
+    assert!(
+        applied_before < BEFORE as i64,
+        "the leader died while consume ran: {applied_before} of {BEFORE} applied before"
+    );
+    for event in &events[BEFORE..] {
+        publish_until_stored(&queue, event).await;
+    }
+
+    queue.wait_all_acked(Duration::from_secs(40)).await;
+    assert!(consume.running(), "{}", consume.output());
+    assert!(consume.terminate().success(), "{}", consume.output());
+    let total = (BEFORE + AFTER) as i64;
+    assert_eq!(
+        totals(&db).await,
+        (total, total, total),
+        "{}",
+        consume.output()
+    );
+    let advanced_once: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM receiver_task_views WHERE applied_events = 1 AND task_version = 1",
+    )
+    .fetch_one(&db.pool().await)
+    .await
+    .unwrap();
+    assert_eq!(advanced_once, total, "every task's view advanced once");
+}
+
+#[tokio::test]
+async fn consume_given_every_server_of_a_cluster_applies_each_event_once_when_the_leader_it_talks_to_is_killed(
+) {
+    consume_outlives_the_death_of_the_leader(Leader::WhereTheReceiverIs).await;
+}
+
+#[tokio::test]
+async fn consume_given_every_server_of_a_cluster_applies_each_event_once_when_the_leader_elsewhere_is_killed(
+) {
+    consume_outlives_the_death_of_the_leader(Leader::Elsewhere).await;
+}

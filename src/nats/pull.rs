@@ -21,6 +21,16 @@ const PULL_EXPIRES: Duration = Duration::from_secs(20);
 /// After a `409` (too many waiting requests or unacknowledged messages) the
 /// credit it held is asked for again after this long.
 const PULL_RETRY: Duration = Duration::from_secs(1);
+/// While a pull request waits, the server that holds it (the consumer's
+/// leader) sends a heartbeat this often (`idle_heartbeat`, a `100`
+/// status).
+const PULL_HEARTBEAT: Duration = Duration::from_secs(5);
+/// A pull request that brought nothing, not even a heartbeat, for this
+/// long is taken for lost with the server that held it: in a cluster, a
+/// leader that died takes its waiting requests along, its successor knows
+/// nothing of them, and no `408` would ever end them. Its credit is asked
+/// for again.
+const PULL_SILENCE: Duration = Duration::from_secs(2 * PULL_HEARTBEAT.as_secs());
 
 /// What one pull request's subscription yields.
 enum Pulled {
@@ -153,13 +163,21 @@ pub(super) fn trace_context(headers: Option<&async_nats::HeaderMap>) -> Option<T
 fn one_request(inbox: ReplyInbox, batch: u32) -> Request {
     futures::stream::unfold(Some((inbox, batch)), |state| async move {
         let (mut inbox, remaining) = state?;
-        let Some(message) = inbox.subscriber.next().await else {
-            let ended = Pulled::Ended {
-                unfilled: remaining,
-                status: 0,
-                description: "subscription closed".into(),
-            };
-            return Some((ended, None));
+        let ended = |description: String| Pulled::Ended {
+            unfilled: remaining,
+            status: 0,
+            description,
+        };
+        let message = match tokio::time::timeout(PULL_SILENCE, inbox.subscriber.next()).await {
+            Ok(Some(message)) => message,
+            Ok(None) => return Some((ended("subscription closed".into()), None)),
+            Err(_) => {
+                let silent = format!(
+                    "pull request silent for {}s (no message, no heartbeat): the server that held it is gone; asking again",
+                    PULL_SILENCE.as_secs()
+                );
+                return Some((ended(silent), None));
+            }
         };
         match message.status.map(|s| s.as_u16()) {
             None => {
@@ -207,6 +225,7 @@ impl LeaseStream for PullStream {
         let body = serde_json::json!({
             "batch": batch,
             "expires": PULL_EXPIRES.as_nanos() as u64,
+            "idle_heartbeat": PULL_HEARTBEAT.as_nanos() as u64,
         });
         self.client
             .publish_with_reply(
@@ -274,7 +293,11 @@ impl LeaseStream for PullStream {
                                 _ => {
                                     self.unplaced += unfilled;
                                     self.retry_at.get_or_insert(Instant::now() + PULL_RETRY);
-                                    return Some(Ok(Incoming::Notice(format!("{status} {description}"))));
+                                    let notice = match status {
+                                        0 => description,
+                                        status => format!("{status} {description}"),
+                                    };
+                                    return Some(Ok(Incoming::Notice(notice)));
                                 }
                             }
                         }
