@@ -1008,6 +1008,29 @@ async fn receiver_subscribe_with_replicas_3_keeps_the_stream_its_consumer_and_it
         2,
         "the consumer has its stream's replicas: a leader and two more"
     );
+
+    let again = subscribe(
+        &cluster.url(),
+        &queue,
+        "RESULTS",
+        RECEIVER,
+        &["--create-stream", "--replicas", "1"],
+    );
+    assert!(again.status.success(), "{again:?}");
+    assert!(
+        String::from_utf8_lossy(&again.stderr)
+            .contains("the stream exists with its own replicas, left as they are"),
+        "{again:?}"
+    );
+    let info = js
+        .get_stream("RESULTS")
+        .await
+        .unwrap()
+        .info()
+        .await
+        .unwrap()
+        .clone();
+    assert_eq!(info.config.num_replicas, 3, "left as it was");
 }
 
 #[tokio::test]
