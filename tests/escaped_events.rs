@@ -119,18 +119,18 @@ impl Escaped {
             .execute(&db.pool)
             .await
             .unwrap();
-        let reader_dsn = pg_role(
-            &db,
-            "GRANT SELECT ON receiver_inbox, receiver_task_views, receiver_pruned TO {role};",
-        )
-        .await;
-        let prune_dsn = pg_role(
-            &db,
-            "GRANT SELECT, DELETE ON receiver_inbox TO {role}; \
+        let reader_dsn = db
+            .role_with(
+                "GRANT SELECT ON receiver_inbox, receiver_task_views, receiver_pruned TO {role};",
+            )
+            .await;
+        let prune_dsn = db
+            .role_with(
+                "GRANT SELECT, DELETE ON receiver_inbox TO {role}; \
              GRANT SELECT ON receiver_task_views TO {role}; \
              GRANT SELECT, INSERT, UPDATE ON receiver_pruned TO {role};",
-        )
-        .await;
+            )
+            .await;
         Escaped {
             server: Server::Postgres(db),
             scope,
@@ -209,19 +209,6 @@ async fn fill<E: Engine>(
         tasks.push((task, ids));
     }
     (tasks, json)
-}
-
-/// A PostgreSQL role of its own with `grants` (`{role}` stands for it);
-/// its DSN.
-async fn pg_role(db: &PgTestDb, grants: &str) -> String {
-    let role = format!("r_{}", random_hex(4));
-    db.run_script(&format!(
-        "CREATE ROLE {role} LOGIN; {}",
-        grants.replace("{role}", &role)
-    ))
-    .await
-    .unwrap();
-    db.dsn.replacen("://postgres@", &format!("://{role}@"), 1)
 }
 
 fn text(o: &Output) -> (String, String) {

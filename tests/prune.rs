@@ -117,7 +117,7 @@ impl Aged {
             .await
             .unwrap();
         three_versions(&store, &scope).await;
-        let prune_dsn = pg_role(&db, PG_PRUNE_GRANTS).await;
+        let prune_dsn = db.role_with(PG_PRUNE_GRANTS).await;
         Aged {
             server: Server::Postgres(db),
             scope,
@@ -151,7 +151,7 @@ impl Aged {
                 let (user, password) = db.user_with(&RUNTIME_GRANTS).await;
                 (db.dsn_of(&user, &password), Some(password))
             }
-            Server::Postgres(db) => (pg_role(db, PG_RUNTIME_GRANTS).await, None),
+            Server::Postgres(db) => (db.role_with(PG_RUNTIME_GRANTS).await, None),
         }
     }
 
@@ -281,19 +281,6 @@ async fn pg_store(db: &PgTestDb, scope: &InboxScope) -> InboxStore<Postgres> {
     InboxStore::open(&dsn, scope.clone(), StoreOptions::default())
         .await
         .unwrap()
-}
-
-/// A PostgreSQL role of its own with `grants` (`{role}` stands for it);
-/// its DSN.
-async fn pg_role(db: &PgTestDb, grants: &str) -> String {
-    let role = format!("r_{}", random_hex(4));
-    db.run_script(&format!(
-        "CREATE ROLE {role} LOGIN; {}",
-        grants.replace("{role}", &role)
-    ))
-    .await
-    .unwrap();
-    db.dsn.replacen("://postgres@", &format!("://{role}@"), 1)
 }
 
 /// `tasks` tasks of three versions in `scope`, and one in `other`.
@@ -466,7 +453,7 @@ async fn on_postgres_check_warns_a_runtime_role_that_may_not_read_the_tally_nami
     let Server::Postgres(db) = &aged.server else {
         unreachable!()
     };
-    let without = pg_role(db, PG_RUNTIME_TABLE_GRANTS).await;
+    let without = db.role_with(PG_RUNTIME_TABLE_GRANTS).await;
     let o = check_as(&without).await;
     // A warning: consume needs nothing of the tally.
     assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
@@ -514,7 +501,7 @@ async fn check_says_nothing_of_the_tally_to_the_documented_runtime_account_or_wh
 
     // A PostgreSQL database initialized without retention: nothing to read.
     let db = PgTestDb::initialized().await;
-    let role = pg_role(&db, PG_RUNTIME_TABLE_GRANTS).await;
+    let role = db.role_with(PG_RUNTIME_TABLE_GRANTS).await;
     let o = check_as(&role).await;
     assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
     assert!(!stderr(&o).contains("receiver_pruned"), "{}", stderr(&o));

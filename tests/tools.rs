@@ -104,14 +104,11 @@ impl Filled {
             .await
             .unwrap();
         let (tasks, events) = fill(&store, &scope).await;
-        let role = format!("reader_{}", random_hex(4));
-        db.run_script(&format!(
-            "CREATE ROLE {role} LOGIN; \
-             GRANT SELECT ON receiver_inbox, receiver_task_views, receiver_pruned TO {role};"
-        ))
-        .await
-        .unwrap();
-        let reader_dsn = db.dsn.replacen("://postgres@", &format!("://{role}@"), 1);
+        let reader_dsn = db
+            .role_with(
+                "GRANT SELECT ON receiver_inbox, receiver_task_views, receiver_pruned TO {role};",
+            )
+            .await;
         Filled {
             server: Server::Postgres(db),
             scope,

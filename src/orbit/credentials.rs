@@ -50,6 +50,24 @@ struct WireCredentials {
     queue_id: String,
 }
 
+/// Whether a file that holds a secret may be read by its group or by
+/// others (mode bits `0o077`): such a file is refused, whoever could read
+/// it could act with the secret. Always `false` where there are no Unix
+/// modes.
+pub fn readable_by_others(path: &Path) -> std::io::Result<bool> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(path)?.permissions().mode();
+        Ok(mode & 0o077 != 0)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        Ok(false)
+    }
+}
+
 impl Credentials {
     /// Reads and checks a credentials file.
     pub fn load(path: &Path) -> Result<Self, CredentialsError> {
@@ -57,16 +75,8 @@ impl Credentials {
             path: path.to_owned(),
             source,
         };
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            let mode = std::fs::metadata(path)
-                .map_err(unreadable)?
-                .permissions()
-                .mode();
-            if mode & 0o077 != 0 {
-                return Err(CredentialsError::NotPrivate(path.to_owned()));
-            }
+        if readable_by_others(path).map_err(unreadable)? {
+            return Err(CredentialsError::NotPrivate(path.to_owned()));
         }
         let bytes = std::fs::read(path).map_err(unreadable)?;
         let invalid = |problem| CredentialsError::Invalid {

@@ -29,7 +29,7 @@ mod url;
 
 pub use self::api::{DeliveryCounts, DeliveryInfo, DeliveryPage, EventBody, Subscription, Task};
 pub use self::client::OrbitClient;
-pub use self::credentials::{Credentials, CredentialsError};
+pub use self::credentials::{readable_by_others, Credentials, CredentialsError};
 pub use self::error::OrbitError;
 pub use self::lease::LeaseProof;
 pub use self::message::StreamMessage;

@@ -60,6 +60,19 @@ impl PgTestDb {
         db
     }
 
+    /// A login role of its own with `grants` (statements in which `{role}`
+    /// stands for it); its DSN on this database.
+    pub async fn role_with(&self, grants: &str) -> String {
+        let role = format!("r_{}", super::random_hex(4));
+        self.run_script(&format!(
+            "CREATE ROLE {role} LOGIN; {}",
+            grants.replace("{role}", &role)
+        ))
+        .await
+        .unwrap();
+        self.dsn.replacen("://postgres@", &format!("://{role}@"), 1)
+    }
+
     /// Runs a script of statements (a DDL file), in one transaction.
     pub async fn run_script(&self, script: &str) -> Result<(), sqlx::Error> {
         let mut tx = self.pool.begin().await?;

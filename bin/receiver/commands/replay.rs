@@ -10,7 +10,7 @@ use clap::Args;
 
 use result_inbox::diagnosis::Diagnosis;
 use result_inbox::nats;
-use result_inbox::orbit::{OrbitClient, OrbitError, Token};
+use result_inbox::orbit::{readable_by_others, OrbitClient, OrbitError, Token};
 
 use super::failures::{listing_failure, FailedArgs};
 use super::{NATS_CALL_TIMEOUT, ORBIT_CALL_TIMEOUT};
@@ -201,19 +201,11 @@ fn read_admin_token(path: &Path) -> Result<String, Failed> {
             path.display()
         ))
     };
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(path)
-            .map_err(unreadable)?
-            .permissions()
-            .mode();
-        if mode & 0o077 != 0 {
-            return Err(config(format!(
-                "ORBIT_ADMIN_TOKEN_FILE: {} is readable by group or others; make it private (chmod 600)",
-                path.display()
-            )));
-        }
+    if readable_by_others(path).map_err(unreadable)? {
+        return Err(config(format!(
+            "ORBIT_ADMIN_TOKEN_FILE: {} is readable by group or others; make it private (chmod 600)",
+            path.display()
+        )));
     }
     Ok(std::fs::read_to_string(path)
         .map_err(unreadable)?
