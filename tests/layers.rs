@@ -218,6 +218,14 @@ fn the_modules_of_src_form_no_circle() {
             }
         }
     }
+    if let Some(circle) = first_circle(&graph) {
+        panic!("a circle among the modules: {}", circle.join(" -> "));
+    }
+}
+
+/// A circle of `graph` (each node's edges), if there is one: the nodes on
+/// it, the first one again at the end.
+fn first_circle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
     // Depth-first search; a module met again on the current path closes a
     // circle.
     fn visit(
@@ -245,11 +253,9 @@ fn the_modules_of_src_form_no_circle() {
         None
     }
     let mut done = BTreeSet::new();
-    for node in graph.keys() {
-        if let Some(circle) = visit(node, &graph, &mut Vec::new(), &mut done) {
-            panic!("a circle among the modules: {}", circle.join(" -> "));
-        }
-    }
+    graph
+        .keys()
+        .find_map(|node| visit(node, graph, &mut Vec::new(), &mut done))
 }
 
 #[test]
@@ -409,4 +415,228 @@ fn no_file_of_the_binary_is_over_400_lines() {
             file.display()
         );
     }
+}
+
+/// The modules directly under `src/db/` (a file `x.rs` or a folder `x/`),
+/// the files of each (relative to `src/db/`), and what `db/mod.rs`
+/// re-exports from which of them (`pub use self::m::{A, B}`).
+struct DbModules {
+    files: Vec<(PathBuf, String)>,
+    modules: BTreeSet<String>,
+    reexports: BTreeMap<String, String>,
+}
+
+fn db_modules() -> DbModules {
+    let mut files = Vec::new();
+    let mut modules = BTreeSet::new();
+    let mut reexports = BTreeMap::new();
+    for (relative, text) in source_files() {
+        let Ok(inside) = relative.strip_prefix("db") else {
+            continue;
+        };
+        if inside == Path::new("mod.rs") {
+            for line in code_lines(&text) {
+                let Some(rest) = line.trim().strip_prefix("pub use self::") else {
+                    continue;
+                };
+                let (module, names) = rest.split_once("::").unwrap_or((rest, ""));
+                for name in names
+                    .trim_end_matches(';')
+                    .trim_matches(|c| c == '{' || c == '}')
+                    .split(',')
+                {
+                    let name = name.trim().rsplit("::").next().unwrap_or("").trim();
+                    if !name.is_empty() {
+                        reexports.insert(name.to_owned(), module.to_owned());
+                    }
+                }
+            }
+        } else {
+            let first = inside.components().next().unwrap().as_os_str();
+            modules.insert(first.to_str().unwrap().trim_end_matches(".rs").to_owned());
+        }
+        files.push((inside.to_path_buf(), text));
+    }
+    DbModules {
+        files,
+        modules,
+        reexports,
+    }
+}
+
+/// The modules of `db` that the file `relative` (of `src/db/`) names, each
+/// with its line: its paths `crate::db::x`, and `super::x` from a file
+/// whose parent is `db` (`super::super::x` one folder down). A name that
+/// `db/mod.rs` re-exports counts as the module it comes from.
+fn db_paths(relative: &Path, text: &str, db: &DbModules) -> Vec<(String, String)> {
+    let depth = relative.components().count();
+    let is_folder_root = relative.file_name().is_some_and(|f| f == "mod.rs");
+    let up = match (depth, is_folder_root) {
+        (1, _) | (2, true) => "super::",
+        _ => "super::super::",
+    };
+    let resolve = |name: &str| {
+        if db.modules.contains(name) {
+            Some(name.to_owned())
+        } else {
+            db.reexports.get(name).cloned()
+        }
+    };
+    let mut found = Vec::new();
+    for line in code_lines(text) {
+        for prefix in ["crate::db::", up] {
+            let mut rest = line;
+            while let Some(at) = rest.find(prefix) {
+                let before = rest[..at].chars().next_back();
+                let after = &rest[at + prefix.len()..];
+                rest = after;
+                // Another path's tail (`x::super::`, `other_crate::db::`).
+                if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+                    continue;
+                }
+                // `super::super::x` seen as `super::` + `super`.
+                if prefix == "super::" && after.starts_with("super::") {
+                    continue;
+                }
+                let names: Vec<&str> = match after.strip_prefix('{') {
+                    Some(group) => {
+                        let mut depth = 0;
+                        let end = group
+                            .char_indices()
+                            .find(|&(_, c)| {
+                                depth += i32::from(c == '{') - i32::from(c == '}');
+                                depth < 0
+                            })
+                            .map_or(group.len(), |(i, _)| i);
+                        let mut items = Vec::new();
+                        let mut depth = 0;
+                        let mut start = 0;
+                        for (i, c) in group[..end].char_indices() {
+                            match c {
+                                '{' => depth += 1,
+                                '}' => depth -= 1,
+                                ',' if depth == 0 => {
+                                    items.push(&group[start..i]);
+                                    start = i + 1;
+                                }
+                                _ => {}
+                            }
+                        }
+                        items.push(&group[start..end]);
+                        items
+                    }
+                    None => vec![after],
+                };
+                for name in names {
+                    let name: String = name
+                        .trim()
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_')
+                        .collect();
+                    if let Some(module) = resolve(&name) {
+                        found.push((module, line.trim().to_owned()));
+                    }
+                }
+            }
+        }
+    }
+    found
+}
+
+/// The engines' folders of `db`, and the one file beside them that picks
+/// an engine for an address (see ARCHITECTURE.md, "Layers").
+const ENGINES: &[&str] = &["mysql", "postgres"];
+const PICKS_THE_ENGINE: &str = "any.rs";
+
+/// The files directly in `src/db/` that name an engine's folder, other
+/// than the one that picks the engine (and `mod.rs`, which lists them).
+fn engine_neutral_files_naming_an_engine(db: &DbModules) -> Vec<String> {
+    let mut found = Vec::new();
+    for (relative, text) in &db.files {
+        if relative.components().count() != 1
+            || relative == Path::new(PICKS_THE_ENGINE)
+            || relative == Path::new("mod.rs")
+        {
+            continue;
+        }
+        for (module, line) in db_paths(relative, text, db) {
+            if ENGINES.contains(&module.as_str()) {
+                found.push(format!(
+                    "src/db/{}: names db::{module}: {line}",
+                    relative.display()
+                ));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn nothing_engine_neutral_in_db_names_an_engine() {
+    let found = engine_neutral_files_naming_an_engine(&db_modules());
+    assert!(
+        found.is_empty(),
+        "each engine's codes and address live in db/<engine>/, and only db/{PICKS_THE_ENGINE} \
+         picks an engine:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_modules_of_db_form_no_circle() {
+    let db = db_modules();
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (relative, text) in &db.files {
+        if relative == Path::new("mod.rs") {
+            continue;
+        }
+        let first = relative.components().next().unwrap().as_os_str();
+        let module = first.to_str().unwrap().trim_end_matches(".rs").to_owned();
+        let edges = graph.entry(module.clone()).or_default();
+        for (target, _) in db_paths(relative, text, &db) {
+            if target != module {
+                edges.insert(target);
+            }
+        }
+    }
+    if let Some(circle) = first_circle(&graph) {
+        panic!("a circle among the modules of db: {}", circle.join(" -> "));
+    }
+}
+
+#[test]
+fn the_engine_check_sees_a_path_into_an_engine_however_written() {
+    let db = DbModules {
+        files: Vec::new(),
+        modules: ["error", "mysql", "postgres", "schema"]
+            .map(String::from)
+            .into(),
+        reexports: [("errno", "mysql"), ("DbError", "error")]
+            .map(|(a, b)| (a.to_owned(), b.to_owned()))
+            .into(),
+    };
+    let neutral = Path::new("error.rs");
+    for (line, engine) in [
+        ("use super::postgres::sqlstate;", "postgres"),
+        ("let n = crate::db::mysql::errno::DEADLOCK;", "mysql"),
+        ("use super::{errno, DbError};", "mysql"),
+        (
+            "use crate::db::{schema::TABLES, postgres::UNDEFINED_TABLE};",
+            "postgres",
+        ),
+    ] {
+        let found = db_paths(neutral, line, &db);
+        assert!(found.iter().any(|(m, _)| m == engine), "{line}: {found:?}");
+    }
+    // One folder down, `super::` is the folder itself.
+    let inside = Path::new("mysql/errno.rs");
+    assert!(db_paths(inside, "use super::mysql::x;", &db).is_empty());
+    assert_eq!(
+        db_paths(inside, "use super::super::error::DbError;", &db)[0].0,
+        "error"
+    );
+    assert_eq!(
+        db_paths(Path::new("mysql/mod.rs"), "use super::{DbError, Dsn};", &db)[0].0,
+        "error"
+    );
 }

@@ -1,11 +1,11 @@
 //! The receiver's database address, `ORBIT_RECEIVER_DSN` (see [`Dsn`]).
 
+use std::any::Any;
 use std::fmt;
+use std::panic::{RefUnwindSafe, UnwindSafe};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-
-use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlSslMode};
-use sqlx::Connection;
+use std::sync::Arc;
 
 /// A MySQL connection address that names a database: the receiver's
 /// database address, `ORBIT_RECEIVER_DSN`.
@@ -53,19 +53,24 @@ use sqlx::Connection;
 /// `REQUIRE SSL` refuses `ssl-mode=DISABLED`.
 #[derive(Clone)]
 pub struct Dsn {
-    address: Address,
+    address: Arc<dyn Address>,
     redacted: String,
 }
 
-/// The server a [`Dsn`] names, with the options of its driver.
-#[derive(Clone)]
-// A few per process: the size of the larger variant costs nothing.
-#[allow(clippy::large_enum_variant)]
-enum Address {
-    MySql(MySqlConnectOptions),
-    /// One set of options per host the address names (at least one).
-    #[cfg(feature = "postgres")]
-    Postgres(Vec<sqlx::postgres::PgConnectOptions>),
+/// The server a [`Dsn`] names, with the options of its engine's driver:
+/// each engine parses its own address (`db/<engine>/address.rs`) into a
+/// type of its own, and reads it back from a [`Dsn`] with
+/// [`Dsn::options`]. `db::any` picks the engine by the address's scheme.
+pub(crate) trait Address: Any + Send + Sync + RefUnwindSafe + UnwindSafe {
+    /// The engine whose driver the options are.
+    fn engine(&self) -> EngineKind;
+    /// The database the address names (present: each engine's parser
+    /// refuses an address without one).
+    fn database(&self) -> &str;
+    /// The same server, account and options, naming `database` instead.
+    fn with_database(&self, database: &str) -> Arc<dyn Address>;
+    /// The options as [`Any`], for [`Dsn::options`].
+    fn as_any(&self) -> &dyn Any;
 }
 
 /// Which engine a [`Dsn`] names: `mysql://` (or `mariadb://`), or
@@ -168,81 +173,29 @@ pub enum DsnError {
 }
 
 impl Dsn {
-    /// Parses and validates a DSN such as `mysql://user:pw@127.0.0.1:3306/receiver`
-    /// or, with TLS (see [TLS](Dsn#tls)),
-    /// `mysql://user:pw@db.example:3306/receiver?ssl-mode=VERIFY_IDENTITY&ssl-ca=/etc/ca.pem`.
-    /// Reads the `ssl-ca` file, if any; connects to nothing.
-    pub fn parse(s: &str) -> Result<Self, DsnError> {
-        if s.starts_with("postgres://") || s.starts_with("postgresql://") {
-            #[cfg(feature = "postgres")]
-            return crate::db::postgres::address::parse(s).map(|(options, redacted)| Self {
-                address: Address::Postgres(options),
-                redacted,
-            });
-            #[cfg(not(feature = "postgres"))]
-            return Err(DsnError::PostgresNotBuilt);
-        }
-        if !(s.starts_with("mysql://") || s.starts_with("mariadb://")) {
-            return Err(DsnError::Invalid);
-        }
-        let tls = TlsOptions::from_query(s);
-        if let Some(option) = tls.unknown {
-            return Err(DsnError::UnknownOption { option });
-        }
-        if let Some(mode) = &tls.mode {
-            if MySqlSslMode::from_str(mode).is_err() {
-                return Err(DsnError::SslMode);
-            }
-        }
-        let options = MySqlConnectOptions::from_str(s).map_err(|_| DsnError::Invalid)?;
-        let database = match options.get_database() {
-            Some(db) if !db.is_empty() => db.to_owned(),
-            _ => return Err(DsnError::NoDatabase),
-        };
-        let verifying = matches!(
-            options.get_ssl_mode(),
-            MySqlSslMode::VerifyCa | MySqlSslMode::VerifyIdentity
-        );
-        if let Some(ca) = &tls.ca {
-            if !verifying {
-                return Err(DsnError::CaWithoutVerification);
-            }
-            check_ca_file(ca)?;
-        }
-        let mut redacted = format!(
-            "mysql://{}@{}:{}/{}",
-            options.get_username(),
-            options.get_host(),
-            options.get_port(),
-            database
-        );
-        if tls.mode.is_some() {
-            redacted.push_str("?ssl-mode=");
-            redacted.push_str(ssl_mode_name(options.get_ssl_mode()));
-        }
-        Ok(Self {
-            address: Address::MySql(options),
+    /// The address of `address`'s server, shown as `redacted` (no password,
+    /// no options but the TLS mode when given).
+    pub(crate) fn new(address: impl Address, redacted: String) -> Self {
+        Self {
+            address: Arc::new(address),
             redacted,
-        })
+        }
+    }
+
+    /// The options of the engine whose type `T` is, when the address names
+    /// a server of that engine.
+    pub(crate) fn options<T: Address>(&self) -> Option<&T> {
+        self.address.as_any().downcast_ref()
     }
 
     /// Which engine the address names.
     pub fn engine(&self) -> EngineKind {
-        match &self.address {
-            Address::MySql(_) => EngineKind::MySql,
-            #[cfg(feature = "postgres")]
-            Address::Postgres(_) => EngineKind::Postgres,
-        }
+        self.address.engine()
     }
 
     /// The name of the receiver's database.
     pub fn database(&self) -> &str {
-        // Present by construction.
-        match &self.address {
-            Address::MySql(options) => options.get_database().unwrap_or_default(),
-            #[cfg(feature = "postgres")]
-            Address::Postgres(hosts) => hosts[0].get_database().unwrap_or_default(),
-        }
+        self.address.database()
     }
 
     /// The same server, account and options, naming `database` instead
@@ -259,59 +212,16 @@ impl Dsn {
             redacted.push('?');
             redacted.push_str(query);
         }
-        let address = match &self.address {
-            Address::MySql(options) => Address::MySql(options.clone().database(database)),
-            #[cfg(feature = "postgres")]
-            Address::Postgres(hosts) => {
-                Address::Postgres(hosts.iter().map(|o| o.clone().database(database)).collect())
-            }
-        };
-        Dsn { address, redacted }
-    }
-
-    /// sqlx's connection options, for a MySQL address.
-    pub fn mysql_options(&self) -> Option<MySqlConnectOptions> {
-        match &self.address {
-            Address::MySql(options) => Some(options.clone()),
-            #[cfg(feature = "postgres")]
-            Address::Postgres(_) => None,
+        Dsn {
+            address: self.address.with_database(database),
+            redacted,
         }
-    }
-
-    /// sqlx's connection options, for a PostgreSQL address.
-    #[cfg(feature = "postgres")]
-    pub fn postgres_options(&self) -> Option<sqlx::postgres::PgConnectOptions> {
-        self.postgres_hosts().first().cloned()
-    }
-
-    /// The options of each host a PostgreSQL address names, in its order
-    /// (empty for a MySQL address).
-    #[cfg(feature = "postgres")]
-    pub fn postgres_hosts(&self) -> &[sqlx::postgres::PgConnectOptions] {
-        match &self.address {
-            Address::Postgres(hosts) => hosts,
-            Address::MySql(_) => &[],
-        }
-    }
-
-    /// One connection of its own, as the operator tools and `init` use.
-    /// They run on MySQL: a PostgreSQL address is refused.
-    pub(crate) async fn connect(&self) -> Result<MySqlConnection, sqlx::Error> {
-        match &self.address {
-            Address::MySql(options) => MySqlConnection::connect_with(options).await,
-            #[cfg(feature = "postgres")]
-            Address::Postgres(_) => Err(sqlx::Error::Configuration(
-                "this tool runs on MySQL; the DSN names a PostgreSQL server".into(),
-            )),
-        }
-    }
-
-    /// The TLS mode of a MySQL address: `ssl-mode` as given, else sqlx's
-    /// default `PREFERRED`.
-    pub fn ssl_mode(&self) -> Option<MySqlSslMode> {
-        self.mysql_options().map(|options| options.get_ssl_mode())
     }
 }
+
+// The options each engine's address accepts stay beside `DsnError`, whose
+// messages list them (and `POSTGRES_OPTIONS` is API without the
+// `postgres` feature); each engine's parser reads them from here.
 
 /// The query options the MySQL driver (sqlx) understands, as MySQL's
 /// client spells them; sqlx also takes the spellings without a hyphen
@@ -345,43 +255,9 @@ pub const POSTGRES_OPTIONS: [&str; 9] = [
     "options",
 ];
 
-const OTHER_SPELLINGS: [&str; 5] = ["sslmode", "sslca", "sslcert", "sslkey", "time-zone"];
-
-/// The TLS options of a DSN's query string, as given (last one wins, as in
-/// sqlx), and the first option sqlx would ignore.
-#[derive(Default)]
-struct TlsOptions {
-    mode: Option<String>,
-    ca: Option<PathBuf>,
-    unknown: Option<String>,
-}
-
-impl TlsOptions {
-    fn from_query(dsn: &str) -> Self {
-        let mut found = Self::default();
-        let Some((_, query)) = dsn.split_once('?') else {
-            return found;
-        };
-        let query = query.split_once('#').map_or(query, |(q, _)| q);
-        for pair in query.split('&') {
-            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            match form_decode(key).as_str() {
-                "ssl-mode" | "sslmode" => found.mode = Some(form_decode(value)),
-                "ssl-ca" | "sslca" => found.ca = Some(PathBuf::from(form_decode(value))),
-                "" => {}
-                known if ACCEPTED_OPTIONS.contains(&known) || OTHER_SPELLINGS.contains(&known) => {}
-                unknown => {
-                    found.unknown.get_or_insert_with(|| unknown.to_owned());
-                }
-            }
-        }
-        found
-    }
-}
-
 /// Decodes one `application/x-www-form-urlencoded` component (`+` is a
 /// space, `%XX` a byte), as the URL parser behind sqlx does.
-pub(super) fn form_decode(s: &str) -> String {
+pub(crate) fn form_decode(s: &str) -> String {
     let hex = |b: u8| (b as char).to_digit(16);
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
@@ -407,7 +283,7 @@ pub(super) fn form_decode(s: &str) -> String {
 }
 
 /// The `ssl-ca` file is readable and holds at least one PEM certificate.
-pub(super) fn check_ca_file(path: &Path) -> Result<(), DsnError> {
+pub(crate) fn check_ca_file(path: &Path) -> Result<(), DsnError> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::CertificateDer;
     let problem = |problem: String| DsnError::CaFile {
@@ -426,16 +302,6 @@ pub(super) fn check_ca_file(path: &Path) -> Result<(), DsnError> {
         ));
     }
     Ok(())
-}
-
-fn ssl_mode_name(mode: MySqlSslMode) -> &'static str {
-    match mode {
-        MySqlSslMode::Disabled => "DISABLED",
-        MySqlSslMode::Preferred => "PREFERRED",
-        MySqlSslMode::Required => "REQUIRED",
-        MySqlSslMode::VerifyCa => "VERIFY_CA",
-        MySqlSslMode::VerifyIdentity => "VERIFY_IDENTITY",
-    }
 }
 
 impl FromStr for Dsn {
@@ -463,168 +329,6 @@ impl fmt::Debug for Dsn {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_dsn_without_a_database_is_refused_before_connecting() {
-        assert_eq!(
-            Dsn::parse("mysql://root@127.0.0.1:3306").unwrap_err(),
-            DsnError::NoDatabase
-        );
-        assert_eq!(
-            Dsn::parse("mysql://root@127.0.0.1:3306/").unwrap_err(),
-            DsnError::NoDatabase
-        );
-    }
-
-    #[test]
-    fn an_option_the_driver_would_ignore_is_refused_by_its_name_never_by_its_value() {
-        for (dsn, option) in [
-            (
-                "mysql://u:pw@h:3306/db?ssl_mode=VERIFY_IDENTITY",
-                "ssl_mode",
-            ),
-            ("mysql://u:pw@h:3306/db?foo=bar", "foo"),
-            (
-                "mysql://u:pw@h:3306/db?ssl-mode=REQUIRED&sslmod=VERIFY_CA",
-                "sslmod",
-            ),
-        ] {
-            let e = Dsn::parse(dsn).unwrap_err();
-            assert_eq!(
-                e,
-                DsnError::UnknownOption {
-                    option: option.to_owned()
-                },
-                "{dsn}"
-            );
-            let text = e.to_string();
-            assert!(
-                text.contains(&format!("`{option}`")) && text.contains("ssl-mode"),
-                "{text}"
-            );
-            assert!(!text.contains("VERIFY") && !text.contains("bar") && !text.contains("pw"));
-        }
-    }
-
-    #[test]
-    fn every_option_the_driver_knows_is_accepted_in_both_spellings() {
-        for query in [
-            "ssl-mode=REQUIRED",
-            "sslmode=REQUIRED",
-            "charset=utf8mb4",
-            "collation=utf8mb4_bin",
-            "statement-cache-capacity=10",
-            "timezone=%2B00:00",
-            "time-zone=%2B00:00",
-            "socket=/tmp/x.sock",
-        ] {
-            let dsn = format!("mysql://u@h:3306/db?{query}");
-            assert!(Dsn::parse(&dsn).is_ok(), "{dsn}");
-        }
-    }
-
-    #[test]
-    fn a_dsn_that_is_neither_a_mysql_nor_a_postgres_url_is_refused() {
-        for dsn in ["redis://u@h/db", "receiver", "mysql:/u@h/db"] {
-            assert_eq!(Dsn::parse(dsn).unwrap_err(), DsnError::Invalid, "{dsn}");
-        }
-    }
-
-    #[cfg(not(feature = "postgres"))]
-    #[test]
-    fn a_postgres_url_without_the_postgres_feature_says_so() {
-        let e = Dsn::parse("postgres://u@h/db").unwrap_err();
-        assert_eq!(e, DsnError::PostgresNotBuilt);
-        assert!(e.to_string().contains("feature `postgres`"), "{e}");
-    }
-
-    #[test]
-    fn the_password_never_shows() {
-        let dsn = Dsn::parse("mysql://app:sentinel-pw@db.example:3307/receiver").unwrap();
-        assert_eq!(dsn.database(), "receiver");
-        assert_eq!(dsn.to_string(), "mysql://app@db.example:3307/receiver");
-        assert!(!format!("{dsn:?}").contains("sentinel-pw"));
-    }
-
-    fn ca_file(name: &str, content: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("result-inbox-dsn-{}-{name}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("ca file.pem");
-        std::fs::write(&path, content).unwrap();
-        path
-    }
-
-    const PEM: &str = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
-
-    #[test]
-    fn tls_options_are_sqlx_s_and_the_mode_shows_without_the_password() {
-        let ca = ca_file("ok", PEM);
-        let encoded = ca.display().to_string().replace(' ', "%20");
-        let dsn = Dsn::parse(&format!(
-            "mysql://app:sentinel-pw@db.example:3306/receiver?ssl-mode=verify_identity&ssl-ca={encoded}"
-        ))
-        .unwrap();
-        std::fs::remove_dir_all(ca.parent().unwrap()).ok();
-        assert!(matches!(dsn.ssl_mode(), Some(MySqlSslMode::VerifyIdentity)));
-        assert_eq!(
-            dsn.to_string(),
-            "mysql://app@db.example:3306/receiver?ssl-mode=VERIFY_IDENTITY"
-        );
-        assert!(!format!("{dsn:?}").contains("sentinel-pw"));
-        let default = Dsn::parse("mysql://app@db.example/receiver").unwrap();
-        assert!(matches!(default.ssl_mode(), Some(MySqlSslMode::Preferred)));
-        let disabled = Dsn::parse("mysql://app@db.example/receiver?sslmode=DISABLED").unwrap();
-        assert!(matches!(disabled.ssl_mode(), Some(MySqlSslMode::Disabled)));
-    }
-
-    #[test]
-    fn an_unknown_ssl_mode_is_named() {
-        let err = Dsn::parse("mysql://app:sentinel-pw@h/receiver?ssl-mode=VERIFY").unwrap_err();
-        assert_eq!(err, DsnError::SslMode);
-        assert!(err.to_string().contains("VERIFY_IDENTITY"));
-        assert!(!err.to_string().contains("sentinel-pw"));
-    }
-
-    #[test]
-    fn a_ca_without_certificate_verification_is_refused() {
-        let ca = ca_file("weak", PEM);
-        for mode in [
-            "",
-            "&ssl-mode=PREFERRED",
-            "&ssl-mode=REQUIRED",
-            "&ssl-mode=DISABLED",
-        ] {
-            let err = Dsn::parse(&format!(
-                "mysql://app@h/receiver?ssl-ca={}{mode}",
-                ca.display().to_string().replace(' ', "+")
-            ))
-            .unwrap_err();
-            assert_eq!(err, DsnError::CaWithoutVerification, "{mode}");
-        }
-        std::fs::remove_dir_all(ca.parent().unwrap()).ok();
-    }
-
-    #[test]
-    fn an_unusable_ca_file_is_refused_before_connecting() {
-        let err =
-            Dsn::parse("mysql://app@h/receiver?ssl-mode=VERIFY_CA&ssl-ca=/nonexistent/ca.pem")
-                .unwrap_err();
-        assert!(matches!(err, DsnError::CaFile { .. }), "{err}");
-        assert!(err.to_string().contains("/nonexistent/ca.pem"), "{err}");
-        let ca = ca_file("nocert", "sentinel-key-material\n");
-        let err = Dsn::parse(&format!(
-            "mysql://app@h/receiver?ssl-mode=VERIFY_CA&ssl-ca={}",
-            ca.display().to_string().replace(' ', "%20")
-        ))
-        .unwrap_err();
-        std::fs::remove_dir_all(ca.parent().unwrap()).ok();
-        assert!(
-            err.to_string().contains("holds no PEM certificate"),
-            "{err}"
-        );
-        assert!(!err.to_string().contains("sentinel-key-material"));
-    }
 
     #[test]
     fn form_decoding_matches_the_url_parser() {

@@ -101,7 +101,7 @@ mod sealed {
         /// use (`init`'s advice).
         fn create_grant(
             conn: &mut Self::Connection,
-        ) -> impl Future<Output = Result<crate::db::schema::CreateGrant, sqlx::Error>> + Send;
+        ) -> impl Future<Output = Result<crate::db::grant::CreateGrant, sqlx::Error>> + Send;
 
         /// Runs a statement that touches no row (a privilege probe).
         fn probe<'c>(

@@ -3,7 +3,10 @@
 use std::fmt;
 use std::sync::Arc;
 
-use super::errno;
+use sqlx::error::DatabaseError;
+
+/// A unique key that already holds a value, on either engine.
+pub(crate) const DUPLICATE_KEY_DETAIL: &str = "duplicate key: a unique key already holds the value";
 
 /// The broad kind of a database failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +41,20 @@ pub enum DbErrorKind {
     WrongEngine,
 }
 
+/// What a server's error said that the predicates of [`DbError`] ask about,
+/// whichever engine's code said it: each engine's mapping of its codes
+/// (`db/<engine>/error.rs`) sets it, so that nothing here reads a code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Condition {
+    /// The database the address names does not exist.
+    UnknownDatabase,
+    /// The account lacks a privilege on a table the statement names, or
+    /// on its columns (not a refused login).
+    LacksTablePrivilege,
+    /// A unique key already held the value the statement wrote.
+    DuplicateKey,
+}
+
 /// A database failure, redacted: it keeps the MySQL error number and SQLSTATE
 /// but never the server's message, which can quote key values or row data.
 ///
@@ -52,17 +69,22 @@ pub enum DbErrorKind {
 /// takes the server's text (which may quote row data) where it prints.
 #[derive(Clone)]
 pub struct DbError {
-    kind: DbErrorKind,
-    number: Option<u16>,
-    sqlstate: Option<String>,
+    pub(super) kind: DbErrorKind,
+    pub(super) number: Option<u16>,
+    pub(super) sqlstate: Option<String>,
     /// What an operator can act on, where the kind alone says too little
     /// (`connection refused`, `wrong user or password`, …).
-    detail: Option<&'static str>,
-    /// The receiver table that does not exist, for error 1146 on one of
-    /// them.
-    missing_table: Option<&'static str>,
+    pub(super) detail: Option<&'static str>,
+    /// What the server's code said that [`is_refusal`](Self::is_refusal),
+    /// [`lacks_table_privilege`](Self::lacks_table_privilege) and
+    /// [`is_duplicate_key`](Self::is_duplicate_key) ask; the engine's
+    /// mapping sets it from its number or SQLSTATE.
+    pub(super) condition: Option<Condition>,
+    /// The receiver table that does not exist, for error 1146 (42P01) on
+    /// one of them.
+    pub(super) missing_table: Option<&'static str>,
     /// The inner service's own error behind it, unredacted (see above).
-    cause: Option<Arc<dyn std::error::Error + Send + Sync + 'static>>,
+    pub(super) cause: Option<Arc<dyn std::error::Error + Send + Sync + 'static>>,
 }
 
 impl PartialEq for DbError {
@@ -186,6 +208,7 @@ impl DbError {
             number: None,
             sqlstate: None,
             detail: None,
+            condition: None,
             missing_table: None,
             cause: None,
         }
@@ -207,18 +230,14 @@ impl DbError {
         matches!(
             self.kind,
             DbErrorKind::PermissionDenied | DbErrorKind::WrongEngine
-        ) || self.number == Some(errno::BAD_DB)
-            || self.sqlstate.as_deref() == Some(errno::INVALID_CATALOG_NAME)
+        ) || self.condition == Some(Condition::UnknownDatabase)
     }
 
     /// Whether the statement was refused because the account lacks a
     /// privilege on a table it names (or on its columns): MySQL's 1142 or
     /// 1143, PostgreSQL's 42501. Not a refused login.
     pub(crate) fn lacks_table_privilege(&self) -> bool {
-        matches!(
-            self.number,
-            Some(errno::TABLE_ACCESS_DENIED | errno::COLUMN_ACCESS_DENIED)
-        ) || self.sqlstate.as_deref() == Some(errno::INSUFFICIENT_PRIVILEGE)
+        self.condition == Some(Condition::LacksTablePrivilege)
     }
 
     /// Whether a unique key already held the value the statement wrote:
@@ -227,8 +246,7 @@ impl DbError {
     /// service's own statements is class `conflict` (see
     /// [`InboxError::is_retryable`](crate::inbox::InboxError::is_retryable)).
     pub fn is_duplicate_key(&self) -> bool {
-        self.number == Some(errno::DUPLICATE_KEY)
-            || self.sqlstate.as_deref() == Some(errno::UNIQUE_VIOLATION)
+        self.condition == Some(Condition::DuplicateKey)
     }
 
     /// Whether the database cannot be reached at all right now (rather than
@@ -281,59 +299,15 @@ fn io_detail(e: &std::io::Error) -> &'static str {
     }
 }
 
-impl From<sqlx::Error> for DbError {
-    fn from(e: sqlx::Error) -> Self {
-        DbError::from(&e)
-    }
-}
-
-impl From<&sqlx::Error> for DbError {
-    fn from(e: &sqlx::Error) -> Self {
+impl DbError {
+    /// The failure `e` is. A server's own error is the engine's to read:
+    /// `server` is its mapping (`db::any` picks it by the error's driver).
+    pub(super) fn classify(
+        e: &sqlx::Error,
+        server: impl FnOnce(&dyn DatabaseError) -> Self,
+    ) -> Self {
         match e {
-            #[cfg(feature = "postgres")]
-            sqlx::Error::Database(db)
-                if db
-                    .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
-                    .is_some() =>
-            {
-                let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
-                // 42P01 names the relation as "table".
-                let missing_table = (code == super::postgres::UNDEFINED_TABLE)
-                    .then(|| {
-                        super::schema::TABLES
-                            .into_iter()
-                            .chain([super::schema::PRUNED_TABLE])
-                            .find(|table| db.message().contains(&format!("\"{table}\"")))
-                    })
-                    .flatten();
-                DbError {
-                    detail: super::postgres::detail_of_sqlstate(&code),
-                    missing_table,
-                    sqlstate: Some(code.clone()),
-                    ..DbError::of(super::postgres::kind_of_sqlstate(&code))
-                }
-            }
-            sqlx::Error::Database(db) => {
-                let number = errno::number_of(e);
-                let (kind, detail) = (errno::kind_of(number), errno::detail_of(number));
-                // 1146 names the table as 'database.table'; only the name of
-                // one of the receiver's own tables is taken from it.
-                let missing_table = (number == Some(errno::NO_SUCH_TABLE))
-                    .then(|| {
-                        super::schema::TABLES
-                            .into_iter()
-                            .chain([super::schema::PRUNED_TABLE])
-                            .find(|table| db.message().contains(&format!(".{table}'")))
-                    })
-                    .flatten();
-                DbError {
-                    number,
-                    sqlstate: db.code().map(|c| c.into_owned()),
-                    detail,
-                    missing_table,
-                    ..DbError::of(kind)
-                }
-            }
+            sqlx::Error::Database(db) => server(db.as_ref()),
             sqlx::Error::PoolTimedOut => DbError::of(DbErrorKind::PoolTimeout),
             sqlx::Error::Tls(_) => DbError::of(DbErrorKind::Tls),
             // sqlx hands rustls' handshake failures over as I/O errors.
@@ -416,13 +390,6 @@ mod tests {
         DbError::from(sqlx::Error::Io(std::io::Error::from(kind)))
     }
 
-    fn numbered(number: u16) -> DbError {
-        DbError {
-            number: Some(number),
-            ..DbError::of(errno::kind_of(Some(number)))
-        }
-    }
-
     #[test]
     fn a_failed_tls_handshake_names_the_options_of_the_engine_it_met() {
         let tls = || DbError::from(sqlx::Error::Tls("server does not support TLS".into()));
@@ -460,43 +427,6 @@ mod tests {
                 !about_one_transaction.is_unavailable(),
                 "{about_one_transaction}"
             );
-        }
-    }
-
-    #[test]
-    fn certification_failures_of_galera_and_group_replication_are_deadlocks_and_retried() {
-        for number in [
-            errno::DEADLOCK,
-            errno::ERROR_DURING_COMMIT,
-            errno::TRANSACTION_ROLLBACK_DURING_COMMIT,
-        ] {
-            assert_eq!(
-                errno::kind_of(Some(number)),
-                DbErrorKind::Deadlock,
-                "{number}"
-            );
-            assert!(numbered(number).is_rolled_back());
-        }
-    }
-
-    #[test]
-    fn a_cluster_node_that_is_not_ready_is_unavailable_and_retried() {
-        let e = DbError {
-            number: Some(errno::WSREP_NOT_READY),
-            sqlstate: Some("08S01".into()),
-            detail: errno::detail_of(Some(errno::WSREP_NOT_READY)),
-            ..DbError::of(errno::kind_of(Some(errno::WSREP_NOT_READY)))
-        };
-        assert!(e.is_unavailable());
-        assert!(e.is_rolled_back());
-        assert!(e.to_string().contains("not ready"), "{e}");
-        assert!(e.to_string().contains("1047"), "{e}");
-    }
-
-    #[test]
-    fn a_duplicate_key_or_another_server_error_is_never_retried() {
-        for number in [errno::DUPLICATE_KEY, errno::NO_SUCH_TABLE, 1364] {
-            assert!(!numbered(number).is_rolled_back(), "{number}");
         }
     }
 

@@ -8,14 +8,13 @@
 pub(crate) mod any;
 mod dsn;
 pub mod engine;
-pub mod errno;
 mod error;
+mod grant;
 pub(crate) mod mysql;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 pub(crate) mod record;
 mod replication;
-pub mod row;
 pub mod schema;
 pub(crate) mod sql;
 pub(crate) mod trace;
@@ -23,4 +22,5 @@ pub(crate) mod trace;
 pub use self::dsn::{Dsn, DsnError, EngineKind, ACCEPTED_OPTIONS, POSTGRES_OPTIONS};
 pub use self::engine::Engine;
 pub use self::error::{DbError, DbErrorKind};
+pub use self::mysql::{errno, row};
 pub use self::replication::Replication;

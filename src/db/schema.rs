@@ -13,7 +13,9 @@
 
 use sqlx::mysql::MySqlConnection;
 
-use super::{errno, DbError, Dsn, Engine};
+use super::engine::Statements;
+pub use super::grant::CreateGrant;
+use super::{DbError, Dsn, Engine};
 
 /// The DDL of both tables, exactly as shipped in `schema.sql`.
 pub const SCHEMA_SQL: &str = include_str!("../../schema.sql");
@@ -95,25 +97,6 @@ pub enum InitError {
     Database(DbError),
 }
 
-/// What an account refused `CREATE TABLE` lacks on its engine, and the
-/// statement that gives it: MySQL asks for `CREATE` on the database,
-/// PostgreSQL on the schema the tables go in (granting it on the database
-/// changes nothing there).
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct CreateGrant {
-    /// The privilege and where, in words: `the CREATE privilege on schema
-    /// public (…)`.
-    pub needs: String,
-    /// Who may give it, and where: `an administrator`, or on PostgreSQL the
-    /// schema's owner connected to the receiver's database.
-    pub by: String,
-    /// The statement, names as the server quotes them:
-    /// ``GRANT CREATE ON `receiver`.* TO 'inbox_owner'@'%';`` or
-    /// `GRANT CREATE ON SCHEMA public TO inbox_owner;`.
-    pub statement: String,
-}
-
 /// The schema file of `engine`'s tables: `schema.sql` or
 /// `schema.postgres.sql`.
 pub fn schema_file(engine: super::EngineKind) -> &'static str {
@@ -150,9 +133,7 @@ async fn create<E: Engine>(conn: &mut E::Connection, ddl: &'static str) -> Resul
     let error = DbError::from(e);
     // 1142 is "CREATE command denied", PostgreSQL's 42501 "permission
     // denied for schema": the account is fine otherwise.
-    if error.number() == Some(errno::TABLE_ACCESS_DENIED)
-        || error.sqlstate() == Some(errno::INSUFFICIENT_PRIVILEGE)
-    {
+    if error.lacks_table_privilege() {
         let grant = E::create_grant(conn).await.ok();
         return Err(InitError::PermissionDenied { error, grant });
     }
@@ -382,14 +363,7 @@ async fn report_existing<E: Engine>(
 
 /// Foreign keys declared on, or pointing at, the receiver's tables.
 pub async fn count_foreign_keys(conn: &mut MySqlConnection) -> Result<u64, sqlx::Error> {
-    let query = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM information_schema.REFERENTIAL_CONSTRAINTS \
-         WHERE CONSTRAINT_SCHEMA = DATABASE() \
-         AND (TABLE_NAME IN (?, ?, ?) OR REFERENCED_TABLE_NAME IN (?, ?, ?))",
-    );
-    let twice = ALL_TABLES.iter().chain(&ALL_TABLES);
-    let n: i64 = twice.fold(query, |q, t| q.bind(*t)).fetch_one(conn).await?;
-    Ok(n as u64)
+    <sqlx::MySql as Statements>::count_foreign_keys(conn).await
 }
 
 #[cfg(test)]

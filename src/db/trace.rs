@@ -19,6 +19,8 @@ use std::future::Future;
 
 use tracing::{field, Span};
 
+use super::DbError;
+
 /// A CLIENT span for one statement to a server of `system` (the
 /// conventions' `mysql` or `postgresql`): `operation` (`INSERT`, `SELECT`,
 /// `COMMIT`, …) on `table`, if the statement names one. None outside a
@@ -87,16 +89,15 @@ pub(crate) fn failed(span: &Span, e: &sqlx::Error) {
     span.record("otel.status_code", "ERROR");
 }
 
-/// The code the server answered `e` with, as the conventions' status code.
+/// The code the server answered `e` with, as the conventions' status code:
+/// its number where the engine numbers its errors (MySQL), else its
+/// SQLSTATE (PostgreSQL), as the engine's mapping into [`DbError`] keeps it.
 fn status_code(e: &sqlx::Error) -> Option<String> {
-    if let Some(number) = super::errno::number_of(e) {
-        return Some(number.to_string());
+    let error = DbError::from(e);
+    match error.number() {
+        Some(number) => Some(number.to_string()),
+        None => error.sqlstate().map(str::to_owned),
     }
-    #[cfg(feature = "postgres")]
-    if let Some(state) = super::postgres::sqlstate(e) {
-        return Some(state);
-    }
-    None
 }
 
 /// A failure the server did not number, as one word.

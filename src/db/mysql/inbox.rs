@@ -4,10 +4,11 @@
 use sqlx::mysql::{MySqlConnection, MySqlTransactionManager};
 use sqlx::TransactionManager;
 
+use super::errno;
 use super::statement;
 use super::transaction::depth;
 use crate::db::trace::traced;
-use crate::db::{errno, sql, DbError};
+use crate::db::{sql, DbError};
 use crate::digest::Digest;
 use crate::event::Event;
 use crate::ids::EventId;

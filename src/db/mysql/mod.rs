@@ -3,8 +3,12 @@
 //! means (a duplicate key, a statement's affected rows). The callers
 //! decide what to do with it; nothing here knows a delivery or an outcome.
 
+pub(crate) mod address;
+pub mod errno;
+pub(crate) mod error;
 pub(crate) mod inbox;
 mod prune;
+pub mod row;
 pub(crate) mod schema;
 pub(crate) mod session;
 pub(crate) mod task_view;
@@ -101,7 +105,7 @@ impl Statements for MySql {
     fn count_foreign_keys(
         conn: &mut MySqlConnection,
     ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send {
-        crate::db::schema::count_foreign_keys(conn)
+        schema::count_foreign_keys(conn)
     }
 
     fn pool_options(max_connections: u32, transaction_timeout: Duration) -> PoolOptions<MySql> {

@@ -5,9 +5,9 @@
 use sqlx::mysql::{MySql, MySqlConnection};
 use sqlx::Executor;
 
+use super::row::{get, text};
 use crate::db::engine::Prune;
 use crate::db::record::LockedRow;
-use crate::db::row::{get, text};
 use crate::db::{sql, DbError};
 use crate::scope::InboxScope;
 

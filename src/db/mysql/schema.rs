@@ -60,3 +60,15 @@ pub(crate) async fn create(
     conn.execute(sqlx::raw_sql(&statements)).await?;
     Ok(())
 }
+
+/// Foreign keys declared on, or pointing at, the receiver's tables.
+pub(crate) async fn count_foreign_keys(conn: &mut MySqlConnection) -> Result<u64, sqlx::Error> {
+    let query = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM information_schema.REFERENTIAL_CONSTRAINTS \
+         WHERE CONSTRAINT_SCHEMA = DATABASE() \
+         AND (TABLE_NAME IN (?, ?, ?) OR REFERENCED_TABLE_NAME IN (?, ?, ?))",
+    );
+    let twice = ALL_TABLES.iter().chain(&ALL_TABLES);
+    let n: i64 = twice.fold(query, |q, t| q.bind(*t)).fetch_one(conn).await?;
+    Ok(n as u64)
+}

@@ -7,9 +7,10 @@ use sqlx::query::Query;
 use sqlx::{Encode, Row, Type};
 
 use super::statement;
+use super::{errno, row};
 use crate::db::engine::{Met, ViewRow};
 use crate::db::trace::traced;
-use crate::db::{errno, row, sql, DbError};
+use crate::db::{sql, DbError};
 use crate::event::Event;
 use crate::ids::TaskId;
 use crate::scope::InboxScope;

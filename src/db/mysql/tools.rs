@@ -4,9 +4,9 @@
 use sqlx::mysql::{MySql, MySqlConnection, MySqlRow};
 use sqlx::Executor;
 
+use super::row::get;
 use crate::db::engine::Tools;
 use crate::db::record::{InboxRecord, InboxTotals, ViewRecord};
-use crate::db::row::get;
 use crate::db::sql::rfc3339;
 use crate::db::DbError;
 use crate::ids::{EventId, TaskId};

@@ -5,9 +5,9 @@ use futures::TryStreamExt;
 use sqlx::mysql::{MySql, MySqlConnection};
 use sqlx::Executor;
 
+use super::row::{get, text};
 use crate::db::engine::Verify;
 use crate::db::record::{InboxPageRow, LastEventRow, PageKey, TaskTotal, ViewPageRow};
-use crate::db::row::{get, text};
 use crate::db::DbError;
 
 /// The next page of `table` in key order after `after`. The key columns

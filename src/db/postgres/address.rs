@@ -2,19 +2,26 @@
 //! it names its database, its TLS options are libpq's and make sense
 //! together, and no option is one the driver would ignore.
 
+use std::any::Any;
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use sqlx::postgres::{PgConnectOptions, PgSslMode};
 
-use crate::db::dsn::{check_ca_file, form_decode, DsnError, POSTGRES_OPTIONS};
+use crate::db::dsn::{check_ca_file, form_decode, Address, POSTGRES_OPTIONS};
+use crate::db::{Dsn, DsnError, EngineKind};
 
-/// The options of each host and the redacted form (no password, no
-/// options but `sslmode` when given) of a PostgreSQL address. An address
+/// The options of each host a PostgreSQL address names, in its order (at
+/// least one).
+struct Hosts(Vec<PgConnectOptions>);
+
+/// A PostgreSQL address, with the options of each host and the redacted
+/// form (no password, no options but `sslmode` when given). An address
 /// may name several hosts, as libpq's do (`postgres://u@h1:5432,h2:5432/db`,
 /// what `pg_autoctl show uri` prints): the receiver writes to the one that
 /// is not a standby (`target_session_attrs=read-write` is all it accepts).
-pub(crate) fn parse(s: &str) -> Result<(Vec<PgConnectOptions>, String), DsnError> {
+pub(crate) fn parse(s: &str) -> Result<Dsn, DsnError> {
     let (without_fragment, _) = s.split_once('#').unwrap_or((s, ""));
     let (base, query) = without_fragment
         .split_once('?')
@@ -95,7 +102,43 @@ pub(crate) fn parse(s: &str) -> Result<(Vec<PgConnectOptions>, String), DsnError
         redacted.push_str("?sslmode=");
         redacted.push_str(mode_name(mode));
     }
-    Ok((options, redacted))
+    Ok(Dsn::new(Hosts(options), redacted))
+}
+
+impl Address for Hosts {
+    fn engine(&self) -> EngineKind {
+        EngineKind::Postgres
+    }
+
+    fn database(&self) -> &str {
+        self.0[0].get_database().unwrap_or_default()
+    }
+
+    fn with_database(&self, database: &str) -> Arc<dyn Address> {
+        Arc::new(Hosts(
+            self.0
+                .iter()
+                .map(|o| o.clone().database(database))
+                .collect(),
+        ))
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl Dsn {
+    /// sqlx's connection options, for a PostgreSQL address.
+    pub fn postgres_options(&self) -> Option<PgConnectOptions> {
+        self.postgres_hosts().first().cloned()
+    }
+
+    /// The options of each host a PostgreSQL address names, in its order
+    /// (empty for a MySQL address).
+    pub fn postgres_hosts(&self) -> &[PgConnectOptions] {
+        self.options::<Hosts>().map_or(&[], |hosts| &hosts.0)
+    }
 }
 
 /// An option that would say again what the URL says in its one place for

@@ -13,8 +13,9 @@
 use sqlx::postgres::{PgConnection, PgTransactionManager};
 use sqlx::{Executor, TransactionManager};
 
+use super::placeholders;
+use super::sqlstate::is_unique_violation;
 use super::statement;
-use super::{is_unique_violation, placeholders};
 use crate::db::trace::traced;
 use crate::db::DbError;
 use crate::digest::Digest;

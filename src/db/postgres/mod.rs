@@ -3,10 +3,12 @@
 //! means. The callers decide; nothing here knows a delivery or an outcome.
 
 pub(crate) mod address;
+pub(crate) mod error;
 pub(crate) mod inbox;
 mod prune;
 pub(crate) mod schema;
 pub(crate) mod session;
+pub(crate) mod sqlstate;
 pub(crate) mod task_view;
 mod tools;
 pub(crate) mod transaction;
@@ -19,58 +21,11 @@ use sqlx::pool::PoolOptions;
 use sqlx::postgres::{PgConnectOptions, PgConnection, Postgres};
 
 use super::engine::{Met, Statements, ViewRow};
-use super::{DbError, DbErrorKind, Dsn};
+use super::{DbError, Dsn};
 use crate::digest::Digest;
 use crate::event::Event;
 use crate::ids::{EventId, TaskId};
 use crate::scope::InboxScope;
-
-/// The SQLSTATE of a server error.
-pub(crate) fn sqlstate(e: &sqlx::Error) -> Option<String> {
-    let db = e.as_database_error()?;
-    db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>()?;
-    db.code().map(|c| c.into_owned())
-}
-
-/// PostgreSQL's `undefined_table`.
-pub(crate) const UNDEFINED_TABLE: &str = "42P01";
-
-/// The kind of a PostgreSQL error, by its SQLSTATE alone: a deadlock or a
-/// serialization failure rolled the transaction back; a lock was not
-/// granted within `lock_timeout`; the connection, the server or a standby
-/// that took writes (after a failover) cannot serve; the account may not.
-pub(crate) fn kind_of_sqlstate(code: &str) -> DbErrorKind {
-    match code {
-        "40P01" | "40001" => DbErrorKind::Deadlock,
-        "55P03" => DbErrorKind::LockWaitTimeout,
-        "57P01" | "57P02" | "57P03" | "25006" => DbErrorKind::Connection,
-        c if c.starts_with("08") => DbErrorKind::Connection,
-        "28000" | "28P01" | crate::db::errno::INSUFFICIENT_PRIVILEGE => {
-            DbErrorKind::PermissionDenied
-        }
-        _ => DbErrorKind::Server,
-    }
-}
-
-/// What an operator can act on for a PostgreSQL error, by its SQLSTATE.
-pub(crate) fn detail_of_sqlstate(code: &str) -> Option<&'static str> {
-    match code {
-        "28P01" | "28000" => Some("wrong user or password, or no access"),
-        crate::db::errno::INVALID_CATALOG_NAME => Some("unknown database"),
-        crate::db::errno::INSUFFICIENT_PRIVILEGE => Some("the account lacks a privilege"),
-        "57P01" | "57P02" => Some("the server is shutting down"),
-        "57P03" => Some("the server is starting up or not accepting connections"),
-        "25006" => Some("the server is a read-only standby (a failover moved the primary)"),
-        "40001" => Some("serialization failure, transaction rolled back"),
-        crate::db::errno::UNIQUE_VIOLATION => Some(crate::db::errno::DUPLICATE_KEY_DETAIL),
-        _ => None,
-    }
-}
-
-/// `unique_violation` (23505): a unique key already holds the value.
-pub(crate) fn is_unique_violation(e: &sqlx::Error) -> bool {
-    sqlstate(e).as_deref() == Some(crate::db::errno::UNIQUE_VIOLATION)
-}
 
 /// `($1, $2, …), ($k, …)`: `n` rows of one bound value per entry of
 /// `casts` (each followed by its cast, `""` for none), then `tail`'s

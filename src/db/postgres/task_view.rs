@@ -10,8 +10,9 @@ use sqlx::postgres::PgConnection;
 use sqlx::Row;
 
 use super::inbox::NOW;
+use super::placeholders;
+use super::sqlstate::is_unique_violation;
 use super::statement;
-use super::{is_unique_violation, placeholders};
 use crate::db::engine::{Met, ViewRow};
 use crate::db::trace::traced;
 use crate::db::DbError;

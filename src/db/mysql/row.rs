@@ -3,7 +3,7 @@
 use sqlx::mysql::{MySql, MySqlRow};
 use sqlx::{Decode, Row, Type};
 
-use super::DbError;
+use crate::db::DbError;
 
 /// A text column of the receiver's tables as a `String`. Their binary
 /// collation makes sqlx see bytes; text that is not UTF-8 is an error, not

@@ -4,7 +4,7 @@
 //! of multi-primary clusters (MariaDB Galera, MySQL Group Replication) are
 //! among them.
 
-use super::error::DbErrorKind;
+use crate::db::error::{Condition, DbErrorKind, DUPLICATE_KEY_DETAIL};
 
 /// `ER_DUP_ENTRY`: a unique key already holds this value.
 pub const DUPLICATE_KEY: u16 = 1062;
@@ -85,6 +85,18 @@ pub(crate) fn detail_of(number: Option<u16>) -> Option<&'static str> {
     }
 }
 
+/// What the neutral predicates of [`DbError`](crate::db::DbError) ask of
+/// a server error, by its number alone: an unknown database, a privilege
+/// lacking on a table or its columns, a duplicate key.
+pub(crate) fn condition_of(number: Option<u16>) -> Option<Condition> {
+    match number {
+        Some(BAD_DB) => Some(Condition::UnknownDatabase),
+        Some(TABLE_ACCESS_DENIED | COLUMN_ACCESS_DENIED) => Some(Condition::LacksTablePrivilege),
+        Some(DUPLICATE_KEY) => Some(Condition::DuplicateKey),
+        _ => None,
+    }
+}
+
 /// The server's error number, when `e` is an error the server sent.
 pub(crate) fn number_of(e: &sqlx::Error) -> Option<u16> {
     e.as_database_error()?
@@ -97,14 +109,3 @@ pub(crate) fn number_of(e: &sqlx::Error) -> Option<u16> {
 pub(crate) fn is_duplicate_key(e: &sqlx::Error) -> bool {
     number_of(e) == Some(DUPLICATE_KEY)
 }
-
-/// A unique key that already holds a value, on either engine.
-pub(crate) const DUPLICATE_KEY_DETAIL: &str = "duplicate key: a unique key already holds the value";
-
-/// PostgreSQL's `invalid_catalog_name`: unknown database.
-pub(crate) const INVALID_CATALOG_NAME: &str = "3D000";
-/// PostgreSQL's SQLSTATE `insufficient_privilege`: the role lacks a
-/// privilege on a table (or other object) the statement names.
-pub(crate) const INSUFFICIENT_PRIVILEGE: &str = "42501";
-/// PostgreSQL's `unique_violation`: a unique key already holds the value.
-pub(crate) const UNIQUE_VIOLATION: &str = "23505";
