@@ -93,6 +93,7 @@ impl Target {
         let options = InitOptions {
             existing: Existing::Report,
             retention: true,
+            ..InitOptions::default()
         };
         let first = Dsn::parse(&db.dsn(0)).unwrap();
         schema::init_with(&first, options).await.unwrap();

@@ -132,6 +132,7 @@ feature! { "mysql":
     // Database, inbox and task view, operator tools.
     pub mod db;
     pub mod inbox;
+    pub mod outbox;
     pub mod task_view;
     pub mod diagnosis;
     pub mod inspect;

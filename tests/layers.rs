@@ -28,7 +28,11 @@ const VOCABULARY: &[&str] = &[
 const ABOVE: &[(&str, &[&str])] = &[
     ("db", &[]),
     ("source", &[]),
-    ("inbox", &["db"]),
+    // The inbox lends the outbox's recorder; the relay that sends after
+    // COMMIT sits beside the consumer, and the inbox never knows it.
+    ("outbox", &["db"]),
+    ("inbox", &["db", "outbox"]),
+    ("relay", &["db", "outbox"]),
     ("task_view", &["db", "inbox"]),
     ("consumer", &["source"]),
     ("orbit", &["source"]),
@@ -301,9 +305,12 @@ fn sends_a_statement(line: &str) -> Option<&'static str> {
 }
 
 #[test]
-fn the_inbox_and_the_task_view_send_no_statement_of_their_own() {
+fn the_inbox_the_task_view_and_the_outbox_send_no_statement_of_their_own() {
     for (relative, text) in source_files() {
-        if !matches!(module_of(&relative).as_deref(), Some("inbox" | "task_view")) {
+        if !matches!(
+            module_of(&relative).as_deref(),
+            Some("inbox" | "task_view" | "outbox")
+        ) {
             continue;
         }
         for line in code_lines(&text) {
@@ -390,6 +397,20 @@ fn the_check_names_the_file_and_the_import_that_break_a_layer() {
         check_file(Path::new("event.rs"), vocabulary)[0].target,
         "consumer"
     );
+}
+
+#[test]
+fn the_inbox_may_record_effects_but_never_know_a_relay_and_the_outbox_never_the_inbox() {
+    let inbox = "use crate::outbox::Recorder;\nuse crate::relay::Relay;\n";
+    let found = check_file(Path::new("inbox/mod.rs"), inbox);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].target, "relay");
+    let outbox = "use crate::inbox::Applying;\nuse crate::db::Engine;\n";
+    let found = check_file(Path::new("outbox/record.rs"), outbox);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].target, "inbox");
+    let relay = "use crate::inbox::InboxStore;";
+    assert_eq!(check_file(Path::new("relay/mod.rs"), relay)[0].target, "inbox");
 }
 
 #[test]

@@ -62,7 +62,8 @@ enum Command {
     /// any receiver table exists it stops with an error and changes
     /// nothing. Needs the CREATE privilege: on the database on MySQL, on
     /// the schema on PostgreSQL. Creates receiver_pruned, the table `prune`
-    /// counts in, only with --retention.
+    /// counts in, only with --retention, and receiver_outbox only with
+    /// --outbox.
     Init {
         /// The receiver's database, e.g. mysql://admin@127.0.0.1:3306/receiver
         /// or postgres://owner@127.0.0.1:5432/receiver. Must name the
@@ -80,6 +81,12 @@ enum Command {
         /// with --keep-existing, alone beside them, changing nothing else.
         #[arg(long)]
         retention: bool,
+        /// Also create receiver_outbox (outbox.sql, outbox.postgres.sql), the
+        /// effects recorded in the inbox's transaction to be sent after
+        /// COMMIT: after the two tables on an empty database; with
+        /// --keep-existing, alone beside them, changing nothing else.
+        #[arg(long)]
+        outbox: bool,
     },
     /// Run the whole flow once against a dedicated queue
     ///
@@ -248,7 +255,8 @@ fn run() -> Outcome {
             dsn,
             keep_existing,
             retention,
-        } => commands::init::run_init(dsn, keep_existing, retention),
+            outbox,
+        } => commands::init::run_init(dsn, keep_existing, retention, outbox),
         Command::Digest { file } => commands::digest::run_digest(file),
         Command::Demo(receiver) => commands::demo::run_demo(receiver),
         Command::Consume(args) => commands::consume::run_consume(args),

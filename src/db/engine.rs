@@ -22,7 +22,13 @@ use crate::scope::InboxScope;
 /// the `postgres` feature, `sqlx::Postgres`. Only this crate implements
 /// it; its statements are not part of the API.
 pub trait Engine:
-    sqlx::Database + Sync + sealed::Statements + sealed::Tools + sealed::Verify + sealed::Prune
+    sqlx::Database
+    + Sync
+    + sealed::Statements
+    + sealed::Tools
+    + sealed::Verify
+    + sealed::Prune
+    + sealed::Outbox
 {
 }
 
@@ -31,13 +37,13 @@ impl Engine for sqlx::MySql {}
 #[cfg(feature = "postgres")]
 impl Engine for sqlx::Postgres {}
 
-pub(crate) use sealed::{Met, Prune, Statements, Tools, Verify, ViewRow};
+pub(crate) use sealed::{Met, Outbox, Prune, Statements, Tools, Verify, ViewRow};
 
 mod sealed {
     use super::*;
     use crate::db::record::{
-        InboxPageRow, InboxRecord, InboxTotals, LastEventRow, LockedRow, PageKey, TaskTotal,
-        ViewPageRow, ViewRecord,
+        ClaimedRow, EffectRecord, InboxPageRow, InboxRecord, InboxTotals, LastEventRow, LockedRow,
+        NewEffectRow, PageKey, TaskTotal, ViewPageRow, ViewRecord,
     };
 
     /// The statements of the inbox and the task view, in an engine's dialect.
@@ -51,6 +57,8 @@ mod sealed {
         const SCHEMA_SQL: &'static str;
         /// See [`SCHEMA_SQL`](Self::SCHEMA_SQL).
         const RETENTION_SQL: &'static str;
+        /// The outbox's table (`outbox.sql`), created only when asked.
+        const OUTBOX_SQL: &'static str;
 
         /// For an address that names several hosts: the options of the one
         /// that takes writes now (not a standby), asked of each in turn;
@@ -468,6 +476,84 @@ mod sealed {
             cutoff: &'c str,
             keys: &'c [&'c str],
         ) -> impl Future<Output = Result<Vec<String>, DbError>> + Send + 'c;
+    }
+
+    /// The outbox's statements: the row an inner service records in the
+    /// inbox's transaction, and the relay's, each in a short transaction
+    /// of its own.
+    pub trait Outbox: sqlx::Database {
+        /// Writes one effect's row on the inbox's lent connection, inside
+        /// its transaction: `false` when the effect id is there already
+        /// (and, on PostgreSQL, without aborting the transaction).
+        fn record_effect<'c>(
+            conn: &'c mut Self::Connection,
+            row: NewEffectRow<'c>,
+        ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c;
+
+        /// The engine and the server's version string (`SELECT VERSION()`,
+        /// `SHOW server_version`).
+        fn server_version(
+            conn: &mut Self::Connection,
+        ) -> impl Future<Output = Result<(super::super::EngineKind, String), DbError>> + Send;
+
+        /// In one short transaction: up to `limit` due pending effects
+        /// whose lease is free or has run out, each the head of its
+        /// target's ordering key (no pending effect of the key before it),
+        /// locked with `FOR UPDATE SKIP LOCKED` and leased to `owner` for
+        /// `lease`; in record order.
+        fn claim<'c>(
+            conn: &'c mut Self::Connection,
+            owner: &'c str,
+            lease: Duration,
+            limit: u32,
+        ) -> impl Future<Output = Result<Vec<ClaimedRow>, DbError>> + Send + 'c;
+
+        /// Records a pending effect leased to `owner` as sent, with the
+        /// last answer: `false` when it is not (another relay holds it, or
+        /// it is no longer pending).
+        fn mark_sent<'c>(
+            conn: &'c mut Self::Connection,
+            effect_id: &'c str,
+            owner: &'c str,
+            result: &'c str,
+        ) -> impl Future<Output = Result<bool, DbError>> + Send + 'c;
+
+        /// Records a failed attempt of a pending effect leased to `owner`:
+        /// one more attempt, tried again `retry_in` from now, its lease let
+        /// go; `false` when the lease is not `owner`'s.
+        fn mark_failed<'c>(
+            conn: &'c mut Self::Connection,
+            effect_id: &'c str,
+            owner: &'c str,
+            retry_in: Duration,
+            result: &'c str,
+        ) -> impl Future<Output = Result<bool, DbError>> + Send + 'c;
+
+        /// Records a pending effect leased to `owner` as dead after one more
+        /// attempt; `false` when the lease is not `owner`'s.
+        fn mark_dead<'c>(
+            conn: &'c mut Self::Connection,
+            effect_id: &'c str,
+            owner: &'c str,
+            result: &'c str,
+        ) -> impl Future<Output = Result<bool, DbError>> + Send + 'c;
+
+        /// Up to `limit` effects in `state` (`pending` or `dead`), in
+        /// record order, after `after_seq`.
+        fn list_effects<'c>(
+            conn: &'c mut Self::Connection,
+            state: &'static str,
+            after_seq: u64,
+            limit: u32,
+        ) -> impl Future<Output = Result<Vec<EffectRecord>, DbError>> + Send + 'c;
+
+        /// Brings dead effects back to pending under the same id, due now,
+        /// with no attempt counted: the one of `effect_id`, or every one.
+        /// How many came back.
+        fn replay_dead<'c>(
+            conn: &'c mut Self::Connection,
+            effect_id: Option<&'c str>,
+        ) -> impl Future<Output = Result<u64, DbError>> + Send + 'c;
     }
 
     /// What the task view's statement met under the row's lock.

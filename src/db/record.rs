@@ -78,3 +78,56 @@ pub struct TaskTotal {
 /// An inbox row `receiver prune` locked: event id, digest, text, applied,
 /// received at.
 pub(crate) type LockedRow = (String, String, String, bool, String);
+
+/// An effect's row as the outbox records it: every column the recording
+/// statement writes, the rest being the engine's (state `pending`, no
+/// attempt yet, times from the server's clock).
+#[derive(Debug, Clone, Copy)]
+pub struct NewEffectRow<'a> {
+    pub effect_id: &'a str,
+    pub consumer: &'a str,
+    pub queue: &'a str,
+    pub event: &'a str,
+    pub target: &'a str,
+    pub key: &'a str,
+    pub ordering_key: &'a str,
+    pub body: &'a [u8],
+    pub headers: &'a str,
+    pub traceparent: Option<&'a str>,
+}
+
+/// An effect claimed under a lease: what a relay needs to send it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimedRow {
+    pub seq: u64,
+    pub effect_id: String,
+    pub consumer: String,
+    pub queue: String,
+    pub event: String,
+    pub target: String,
+    pub key: String,
+    pub ordering_key: String,
+    pub body: Vec<u8>,
+    pub headers: String,
+    pub traceparent: Option<String>,
+    pub attempts: u32,
+    pub created_at: String,
+}
+
+/// An effect as an operator lists it: no body, no headers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EffectRecord {
+    pub seq: u64,
+    pub effect_id: String,
+    pub event: String,
+    pub target: String,
+    pub key: String,
+    pub ordering_key: String,
+    pub state: String,
+    pub attempts: u32,
+    pub last_result: Option<String>,
+    pub created_at: String,
+    pub next_attempt_at: String,
+    /// How long ago it was recorded, by the server's clock.
+    pub age_seconds: i64,
+}

@@ -1,5 +1,5 @@
-//! `schema.sql`, `retention.sql` and the one-time initialization behind
-//! `receiver init`.
+//! `schema.sql`, `retention.sql`, `outbox.sql` and the one-time
+//! initialization behind `receiver init`.
 //!
 //! Initialization runs only the initial DDL: the two tables of
 //! `schema.sql`, and `retention.sql`'s tally only when asked
@@ -45,8 +45,20 @@ pub const RETENTION_SQL: &str = include_str!("../../retention.sql");
 /// The tally of pruned inbox rows: one row per task (see `retention.sql`).
 pub const PRUNED_TABLE: &str = "receiver_pruned";
 
-/// Every table of the receiver: the model's two and prune's tally.
-pub(crate) const ALL_TABLES: [&str; 3] = [INBOX_TABLE, TASK_VIEW_TABLE, PRUNED_TABLE];
+/// The DDL of the outbox, exactly as shipped in `outbox.sql`: not part of
+/// the model, created only when asked ([`InitOptions::outbox`]).
+pub const OUTBOX_SQL: &str = include_str!("../../outbox.sql");
+
+/// The outbox for PostgreSQL, exactly as shipped in `outbox.postgres.sql`.
+pub const POSTGRES_OUTBOX_SQL: &str = include_str!("../../outbox.postgres.sql");
+
+/// The outbox: one row per effect recorded in the inbox's transaction, to
+/// be sent after COMMIT (see `outbox.sql` and [`crate::outbox`]).
+pub const OUTBOX_TABLE: &str = "receiver_outbox";
+
+/// Every table of the receiver: the model's two, prune's tally and the
+/// outbox.
+pub(crate) const ALL_TABLES: [&str; 4] = [INBOX_TABLE, TASK_VIEW_TABLE, PRUNED_TABLE, OUTBOX_TABLE];
 
 /// What a successful initialization found when it read the schema back.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -152,6 +164,12 @@ pub fn retention_statements() -> Vec<&'static str> {
     create_statements(RETENTION_SQL)
 }
 
+/// The `CREATE TABLE` statement of [`OUTBOX_SQL`], without comments: what
+/// [`InitOptions::outbox`] adds.
+pub fn outbox_statements() -> Vec<&'static str> {
+    create_statements(OUTBOX_SQL)
+}
+
 pub(crate) fn create_statements(sql: &'static str) -> Vec<&'static str> {
     sql.split(";\n")
         .map(str::trim)
@@ -159,8 +177,8 @@ pub(crate) fn create_statements(sql: &'static str) -> Vec<&'static str> {
         .collect()
 }
 
-/// The columns `schema.sql` (or, for [`PRUNED_TABLE`], `retention.sql`)
-/// gives `table`, in order (empty for a table neither creates). Read from
+/// The columns `schema.sql` (or, for [`PRUNED_TABLE`], `retention.sql`,
+/// for [`OUTBOX_TABLE`], `outbox.sql`) gives `table`, in order (empty for a table neither creates). Read from
 /// the DDL itself, so the self-check can never expect other columns than
 /// `init` creates.
 pub fn columns(table: &str) -> Vec<&'static str> {
@@ -179,6 +197,7 @@ fn create_statement(table: &str) -> Option<&'static str> {
     statements()
         .into_iter()
         .chain(retention_statements())
+        .chain(outbox_statements())
         .find(|s| s.starts_with(&head))
 }
 
@@ -235,7 +254,8 @@ pub enum Existing {
     /// refused. `retention.sql`'s table is checked like the others if it
     /// is there; if it is missing it is created only with
     /// [`InitOptions::retention`] (a database initialized without it), and
-    /// only once the other two have been found whole.
+    /// only once the other two have been found whole; so is `outbox.sql`'s
+    /// table, with [`InitOptions::outbox`].
     Report,
 }
 
@@ -255,6 +275,7 @@ pub enum Existing {
 /// let options = InitOptions {
 ///     existing: Existing::Report,
 ///     retention: true,
+///     ..InitOptions::default()
 /// };
 /// let report = schema::init_with(&dsn, options).await?;
 /// assert_eq!(report.foreign_keys, 0);
@@ -271,6 +292,9 @@ pub struct InitOptions {
     /// database, or alone beside them with [`Existing::Report`]. Default
     /// `false`: the model's two tables only.
     pub retention: bool,
+    /// Whether `outbox.sql`'s table ([`OUTBOX_TABLE`]) is created too, as
+    /// the tally is. Default `false`.
+    pub outbox: bool,
 }
 
 /// Creates the two tables of `schema.sql` in the DSN's database, then reads
@@ -300,7 +324,7 @@ async fn init_on<E: Engine>(dsn: &Dsn, options: InitOptions) -> Result<InitRepor
     let found = E::existing_tables(&mut conn).await?;
     if !found.is_empty() {
         if options.existing == Existing::Report {
-            let report = report_existing::<E>(&mut conn, dsn, &found, options.retention).await;
+            let report = report_existing::<E>(&mut conn, dsn, &found, options).await;
             conn.close().await.ok();
             return report;
         }
@@ -313,19 +337,23 @@ async fn init_on<E: Engine>(dsn: &Dsn, options: InitOptions) -> Result<InitRepor
     if options.retention {
         create::<E>(&mut conn, E::RETENTION_SQL).await?;
     }
+    if options.outbox {
+        create::<E>(&mut conn, E::OUTBOX_SQL).await?;
+    }
     let foreign_keys = E::count_foreign_keys(&mut conn).await?;
     conn.close().await.ok();
     Ok(InitReport { foreign_keys })
 }
 
 /// The report of an `init` that found the tables in place: both must be
-/// there with all their columns, and the tally too when it is there; then,
-/// if asked, the missing tally is created; the foreign keys are counted.
+/// there with all their columns, and the tally and the outbox too when
+/// they are there; then, if asked, a missing tally or outbox is created;
+/// the foreign keys are counted.
 async fn report_existing<E: Engine>(
     conn: &mut E::Connection,
     dsn: &Dsn,
     found: &[String],
-    retention: bool,
+    options: InitOptions,
 ) -> Result<InitReport, InitError> {
     let not_the_schema = |problem: String| InitError::NotTheSchema {
         database: dsn.database().to_owned(),
@@ -353,8 +381,11 @@ async fn report_existing<E: Engine>(
             )));
         }
     }
-    if retention && !found.iter().any(|t| t == PRUNED_TABLE) {
+    if options.retention && !found.iter().any(|t| t == PRUNED_TABLE) {
         create::<E>(conn, E::RETENTION_SQL).await?;
+    }
+    if options.outbox && !found.iter().any(|t| t == OUTBOX_TABLE) {
+        create::<E>(conn, E::OUTBOX_SQL).await?;
     }
     Ok(InitReport {
         foreign_keys: E::count_foreign_keys(conn).await?,
@@ -379,6 +410,27 @@ mod tests {
         assert!(s.iter().all(|ddl| !ddl.contains(PRUNED_TABLE)));
         assert_eq!(InitOptions::default().existing, Existing::Refuse);
         assert!(!InitOptions::default().retention);
+        assert!(!InitOptions::default().outbox);
+        assert!(s.iter().all(|ddl| !ddl.contains(OUTBOX_TABLE)));
+    }
+
+    #[test]
+    fn the_outbox_statement_creates_the_outbox_alone_keyed_by_the_effect_id() {
+        let s = outbox_statements();
+        assert_eq!(s.len(), 1);
+        assert!(s[0].starts_with("CREATE TABLE receiver_outbox ("));
+        assert_eq!(columns(OUTBOX_TABLE).len(), 19);
+        assert_eq!(columns(OUTBOX_TABLE).first(), Some(&"seq"));
+        assert_eq!(key_columns(OUTBOX_TABLE), ["effect_id"]);
+        // The PostgreSQL twin names the same columns, in the same order.
+        for column in columns(OUTBOX_TABLE) {
+            assert!(
+                POSTGRES_OUTBOX_SQL.contains(&format!("\n  {column} "))
+                    && POSTGRES_OUTBOX_SQL
+                        .contains(&format!("COMMENT ON COLUMN receiver_outbox.{column} IS")),
+                "{column}"
+            );
+        }
     }
 
     #[test]
@@ -410,7 +462,7 @@ mod tests {
 
     #[test]
     fn the_privilege_probes_touch_no_row_and_never_update_a_key() {
-        for table in [INBOX_TABLE, TASK_VIEW_TABLE, PRUNED_TABLE] {
+        for table in [INBOX_TABLE, TASK_VIEW_TABLE, PRUNED_TABLE, OUTBOX_TABLE] {
             for privilege in ["SELECT", "INSERT", "UPDATE", "DELETE"] {
                 let statement = privilege_probe(table, privilege);
                 assert!(statement.ends_with("WHERE 1 = 0"), "{statement}");
@@ -428,6 +480,7 @@ mod tests {
         let upper = statements()
             .into_iter()
             .chain(retention_statements())
+            .chain(outbox_statements())
             .collect::<Vec<_>>()
             .join("\n")
             .to_uppercase();

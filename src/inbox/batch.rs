@@ -443,6 +443,8 @@ async fn one<S: Inner<E>, E: Engine>(
         event: job.event.clone(),
         scope: scope.clone(),
         tx: lent,
+        trace: job.delivery.trace().cloned(),
+        recorded: Default::default(),
     };
     // The inner service's work (the task view, the business), in a span of
     // its own under the delivery's part of the transaction.

@@ -228,6 +228,14 @@ impl InboxError {
             if let Some(refusal) = link.downcast_ref::<Refusal>() {
                 return Some(Found::Error(InboxError::Refused(refusal.clone())));
             }
+            // A bad or second effect fails the same way on every
+            // redelivery; the database's errors are found further down.
+            if let Some(outbox) = link.downcast_ref::<crate::outbox::OutboxError>() {
+                if !matches!(outbox, crate::outbox::OutboxError::Database(_)) {
+                    let refusal = Refusal::new(outbox.to_string());
+                    return Some(Found::Error(InboxError::Refused(refusal)));
+                }
+            }
             // A TimeoutLayer around the inner service: its limit, before
             // COMMIT, rolled back like the inbox's own.
             if link.is::<tower::timeout::error::Elapsed>() {

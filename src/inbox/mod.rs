@@ -111,11 +111,12 @@ pub use self::store::{InboxStats, InboxStore, Session, SessionSettings, StoreOpt
 pub(crate) use self::tx::committed_row;
 use self::tx::InboxTx;
 use crate::db::{DbError, Engine};
-use crate::delivery::Delivery;
+use crate::delivery::{Delivery, TraceContext};
 use crate::digest::Digest;
 use crate::event::Event;
 use crate::ids::{EventId, TaskId};
 use crate::retry::Backoff;
+use crate::outbox;
 use crate::scope::InboxScope;
 use crate::telemetry;
 use crate::BoxError;
@@ -212,6 +213,9 @@ pub struct Applying<E: Engine = MySql> {
     event: Arc<Event>,
     scope: InboxScope,
     tx: InboxTx<E>,
+    /// The delivery's trace context, which recorded effects carry.
+    trace: Option<TraceContext>,
+    recorded: outbox::Recorded,
 }
 
 impl<E: Engine> std::fmt::Debug for Applying<E> {
@@ -245,6 +249,21 @@ impl<E: Engine> Applying<E> {
     /// that writes (needs the connection) what the event says.
     pub fn split(&mut self) -> (&mut E::Connection, &InboxScope, &Event) {
         (self.tx.connection(), &self.scope, &self.event)
+    }
+
+    /// Records effects to be sent after COMMIT, in this transaction: each
+    /// [`Recorder::record`](outbox::Recorder::record) writes its row in
+    /// `receiver_outbox` at once, so it commits with this delivery or not
+    /// at all (see [`outbox`]). Needs the table (`receiver init
+    /// --outbox`).
+    pub fn outbox(&mut self) -> outbox::Recorder<'_, E> {
+        outbox::Recorder::new(
+            self.tx.connection(),
+            &self.scope,
+            self.event.id(),
+            self.trace.as_ref(),
+            &mut self.recorded,
+        )
     }
 
     /// The event advanced the business state.

@@ -1,5 +1,5 @@
 //! `receiver init`: the receiver's two tables, created once; prune's tally
-//! with them, or beside them later, when asked. On MySQL or PostgreSQL, as
+//! and the outbox with them, or beside them later, when asked. On MySQL or PostgreSQL, as
 //! the address says.
 
 use result_inbox::db::schema::{self, Existing, InitError, InitOptions};
@@ -8,7 +8,12 @@ use crate::args::required_dsn;
 use crate::exit::{config, failed, printed, Outcome};
 use crate::runtime::runtime;
 
-pub(crate) fn run_init(dsn: Option<String>, keep_existing: bool, retention: bool) -> Outcome {
+pub(crate) fn run_init(
+    dsn: Option<String>,
+    keep_existing: bool,
+    retention: bool,
+    outbox: bool,
+) -> Outcome {
     let dsn = required_dsn(dsn).map_err(config)?;
     let options = InitOptions {
         existing: if keep_existing {
@@ -17,12 +22,16 @@ pub(crate) fn run_init(dsn: Option<String>, keep_existing: bool, retention: bool
             Existing::Refuse
         },
         retention,
+        outbox,
     };
     let report = runtime()
         .block_on(schema::init_with(&dsn, options))
         .map_err(|e| {
             let file = schema::schema_file(dsn.engine());
             let hint = match e {
+                InitError::TablesExist { .. } if outbox => format!(
+                    " (`receiver init --keep-existing --outbox` adds receiver_outbox beside tables that have every column of {file})"
+                ),
                 InitError::TablesExist { .. } if retention => format!(
                     " (`receiver init --keep-existing --retention` adds receiver_pruned beside tables that have every column of {file})"
                 ),

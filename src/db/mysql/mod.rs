@@ -7,6 +7,7 @@ pub(crate) mod address;
 pub mod errno;
 pub(crate) mod error;
 pub(crate) mod inbox;
+mod outbox;
 mod prune;
 pub mod row;
 pub(crate) mod schema;
@@ -36,6 +37,7 @@ impl Statements for MySql {
 
     const SCHEMA_SQL: &'static str = crate::db::schema::SCHEMA_SQL;
     const RETENTION_SQL: &'static str = crate::db::schema::RETENTION_SQL;
+    const OUTBOX_SQL: &'static str = crate::db::schema::OUTBOX_SQL;
 
     /// A MySQL address names one host.
     fn writable_options(

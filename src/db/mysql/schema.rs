@@ -10,10 +10,12 @@ use crate::db::schema::{CreateGrant, ALL_TABLES};
 pub(crate) async fn existing_tables(
     conn: &mut MySqlConnection,
 ) -> Result<Vec<String>, sqlx::Error> {
-    let query = sqlx::query_scalar(
+    let sql = format!(
         "SELECT CAST(TABLE_NAME AS CHAR) FROM information_schema.TABLES \
-         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN (?, ?, ?) ORDER BY TABLE_NAME",
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN ({}) ORDER BY TABLE_NAME",
+        crate::db::sql::list("?", ALL_TABLES.len())
     );
+    let query = sqlx::query_scalar(&sql);
     let query = ALL_TABLES.iter().fold(query, |q, t| q.bind(*t));
     query.fetch_all(conn).await
 }

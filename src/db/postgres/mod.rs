@@ -5,6 +5,7 @@
 pub(crate) mod address;
 pub(crate) mod error;
 pub(crate) mod inbox;
+mod outbox;
 mod prune;
 pub(crate) mod schema;
 pub(crate) mod session;
@@ -51,6 +52,7 @@ impl Statements for Postgres {
 
     const SCHEMA_SQL: &'static str = crate::db::schema::POSTGRES_SCHEMA_SQL;
     const RETENTION_SQL: &'static str = crate::db::schema::POSTGRES_RETENTION_SQL;
+    const OUTBOX_SQL: &'static str = crate::db::schema::POSTGRES_OUTBOX_SQL;
 
     async fn writable_options(dsn: &Dsn) -> Option<PgConnectOptions> {
         use sqlx::Connection;
