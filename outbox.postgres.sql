@@ -27,7 +27,7 @@ CREATE TABLE receiver_outbox (
   CONSTRAINT receiver_outbox_seq UNIQUE (seq)
 );
 
-CREATE INDEX receiver_outbox_due ON receiver_outbox (state, next_attempt_at);
+CREATE INDEX receiver_outbox_due ON receiver_outbox (state, next_attempt_at, seq);
 CREATE INDEX receiver_outbox_ordering ON receiver_outbox (target, ordering_key, state, seq);
 CREATE INDEX receiver_outbox_event ON receiver_outbox (consumer_name, queue_id, event_id);
 

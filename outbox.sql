@@ -37,7 +37,7 @@ CREATE TABLE receiver_outbox (
   sent_at DATETIME(6) NULL COMMENT '确认发送成功的UTC时间，未发送时为NULL',
   PRIMARY KEY (effect_id),
   UNIQUE KEY receiver_outbox_seq (seq),
-  KEY receiver_outbox_due (state, next_attempt_at),
+  KEY receiver_outbox_due (state, next_attempt_at, seq),
   KEY receiver_outbox_ordering (target, ordering_key, state, seq),
   KEY receiver_outbox_event (consumer_name, queue_id, event_id)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='发件箱：在Inbox事务中记录、COMMIT之后由中继发送的外部效果，每个效果一行';

@@ -410,7 +410,10 @@ fn the_inbox_may_record_effects_but_never_know_a_relay_and_the_outbox_never_the_
     assert_eq!(found.len(), 1, "{found:?}");
     assert_eq!(found[0].target, "inbox");
     let relay = "use crate::inbox::InboxStore;";
-    assert_eq!(check_file(Path::new("relay/mod.rs"), relay)[0].target, "inbox");
+    assert_eq!(
+        check_file(Path::new("relay/mod.rs"), relay)[0].target,
+        "inbox"
+    );
 }
 
 #[test]

@@ -7,7 +7,7 @@ use crate::common;
 
 use common::postgres::PgTestDb;
 use result_inbox::db::schema::{
-    self, POSTGRES_RETENTION_SQL, POSTGRES_SCHEMA_SQL, RETENTION_SQL, SCHEMA_SQL,
+    self, OUTBOX_SQL, POSTGRES_RETENTION_SQL, POSTGRES_SCHEMA_SQL, RETENTION_SQL, SCHEMA_SQL,
 };
 use sqlx::PgPool;
 
@@ -424,4 +424,59 @@ async fn receiver_init_on_postgres_over_existing_tables_names_schema_postgres_sq
         "{err}"
     );
     assert!(!err.contains("schema.sql"), "{err}");
+}
+
+#[tokio::test]
+async fn receiver_init_outbox_on_postgres_creates_the_outbox_with_the_comments_of_outbox_sql() {
+    let db = PgTestDb::new().await;
+    let out = init(&db, &["--outbox"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let mut expected = mysql_comments(SCHEMA_SQL);
+    expected.extend(mysql_comments(OUTBOX_SQL));
+    assert_eq!(server_comments(&db.pool).await, sorted(expected));
+    let indexes: Vec<String> = sqlx::query_scalar(
+        "SELECT indexdef FROM pg_indexes WHERE tablename = 'receiver_outbox' ORDER BY indexname",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(indexes.len(), 5, "{indexes:?}");
+    for columns in [
+        "(effect_id)",
+        "(seq)",
+        "(state, next_attempt_at, seq)",
+        "(target, ordering_key, state, seq)",
+        "(consumer_name, queue_id, event_id)",
+    ] {
+        assert!(
+            indexes.iter().any(|i| i.ends_with(columns)),
+            "{columns}: {indexes:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn receiver_init_on_postgres_adds_the_outbox_beside_existing_tables_only_when_asked() {
+    let db = PgTestDb::new().await;
+    assert!(init(&db, &[]).status.success());
+    let tables = || async {
+        sqlx::query_scalar::<_, String>(
+            "SELECT table_name::text FROM information_schema.tables \
+             WHERE table_schema = current_schema() ORDER BY 1",
+        )
+        .fetch_all(&db.pool)
+        .await
+        .unwrap()
+    };
+    assert_eq!(tables().await, ["receiver_inbox", "receiver_task_views"]);
+    let before = server_comments(&db.pool).await;
+    let out = init(&db, &["--keep-existing", "--outbox"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        tables().await,
+        ["receiver_inbox", "receiver_outbox", "receiver_task_views"]
+    );
+    let after = server_comments(&db.pool).await;
+    assert!(before.iter().all(|row| after.contains(row)));
+    assert!(init(&db, &["--keep-existing", "--outbox"]).status.success());
 }

@@ -473,3 +473,101 @@ async fn init_keeping_existing_counts_a_foreign_key_on_the_tally_too() {
         "receiver_schema_initialized=true foreign_keys=1\n"
     );
 }
+
+#[tokio::test]
+async fn receiver_init_with_outbox_creates_the_two_tables_and_the_outbox_and_without_it_none() {
+    let db = TestDb::empty().await;
+    let out = init_with_args(&db, &["--outbox"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), INITIALIZED);
+    assert_eq!(
+        tables(&db.admin, &db.name).await,
+        ["receiver_inbox", "receiver_outbox", "receiver_task_views"]
+    );
+    let plain = TestDb::empty().await;
+    assert!(init_with_args(&plain, &[]).status.success());
+    assert_eq!(
+        tables(&plain.admin, &plain.name).await,
+        ["receiver_inbox", "receiver_task_views"]
+    );
+}
+
+#[tokio::test]
+async fn init_keeping_existing_with_outbox_adds_only_the_outbox_and_leaves_the_two_tables_as_they_were(
+) {
+    let db = TestDb::initialized().await;
+    let before = show_create(&db.admin, &db.name).await;
+    let out = init_with_args(&db, &["--keep-existing", "--outbox"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), INITIALIZED);
+    assert_eq!(
+        tables(&db.admin, &db.name).await,
+        ["receiver_inbox", "receiver_outbox", "receiver_task_views"]
+    );
+    assert_eq!(show_create(&db.admin, &db.name).await, before);
+    // Once there, it is checked like the others and left alone.
+    let out = init_with_args(&db, &["--keep-existing", "--outbox"]);
+    assert!(out.status.success());
+    let out = init_with_args(&db, &["--outbox"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("`receiver init --keep-existing --outbox` adds receiver_outbox"));
+}
+
+#[tokio::test]
+async fn the_outbox_s_columns_carry_chinese_comments_and_its_keys_are_those_the_relay_asks_by() {
+    let db = TestDb::empty().await;
+    assert!(init_with_args(&db, &["--outbox"]).status.success());
+    let comments: Vec<(Vec<u8>, Vec<u8>)> = sqlx::query_as(
+        "SELECT CAST(COLUMN_NAME AS BINARY), CAST(COLUMN_COMMENT AS BINARY) \
+         FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = 'receiver_outbox'",
+    )
+    .bind(&db.name)
+    .fetch_all(&db.admin)
+    .await
+    .unwrap();
+    assert_eq!(comments.len(), 19);
+    assert!(comments
+        .iter()
+        .all(|(_, c)| String::from_utf8_lossy(c).chars().any(is_chinese)));
+    let indexes: Vec<(Vec<u8>, Vec<u8>)> = sqlx::query_as(
+        "SELECT CAST(INDEX_NAME AS BINARY), CAST(GROUP_CONCAT(COLUMN_NAME ORDER BY SEQ_IN_INDEX) AS BINARY) \
+         FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = 'receiver_outbox' \
+         GROUP BY INDEX_NAME ORDER BY INDEX_NAME",
+    )
+    .bind(&db.name)
+    .fetch_all(&db.admin)
+    .await
+    .unwrap();
+    let indexes: Vec<(String, String)> = indexes
+        .into_iter()
+        .map(|(n, c)| (String::from_utf8(n).unwrap(), String::from_utf8(c).unwrap()))
+        .collect();
+    assert_eq!(
+        indexes,
+        [
+            ("PRIMARY".to_owned(), "effect_id".to_owned()),
+            (
+                "receiver_outbox_due".to_owned(),
+                "state,next_attempt_at,seq".to_owned()
+            ),
+            (
+                "receiver_outbox_event".to_owned(),
+                "consumer_name,queue_id,event_id".to_owned()
+            ),
+            (
+                "receiver_outbox_ordering".to_owned(),
+                "target,ordering_key,state,seq".to_owned()
+            ),
+            ("receiver_outbox_seq".to_owned(), "seq".to_owned()),
+        ]
+    );
+}

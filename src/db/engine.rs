@@ -500,7 +500,7 @@ mod sealed {
         /// whose lease is free or has run out, each the head of its
         /// target's ordering key (no pending effect of the key before it),
         /// locked with `FOR UPDATE SKIP LOCKED` and leased to `owner` for
-        /// `lease`; in record order.
+        /// `lease`; in the order they fell due, then in record order.
         fn claim<'c>(
             conn: &'c mut Self::Connection,
             owner: &'c str,

@@ -179,8 +179,8 @@ fn result_kept(result: &str) -> &str {
 
 /// Claims up to `limit` due effects for `owner` (a name unique to one
 /// relay process) for `lease`, in one short transaction: at most one per
-/// ordering key, the head of it; in record order. Relays that claim at
-/// once get disjoint effects.
+/// ordering key, the head of it; in the order they fell due, then in
+/// record order. Relays that claim at once get disjoint effects.
 pub async fn claim<E: Engine>(
     conn: &mut E::Connection,
     owner: &str,

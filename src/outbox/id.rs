@@ -17,7 +17,7 @@
 //! Webhooks' `webhook-id`, an `Idempotency-Key`, JetStream's
 //! `Nats-Msg-Id`) takes it once. The derivation is frozen as the digest's
 //! canonical form is: stored ids and the ids a target has seen depend on
-//! it, and `tests/outbox_id.rs`'s golden vectors lock it. A new one would
+//! it, and `tests/outbox.rs`'s golden vectors lock it. A new one would
 //! be a new version tag, never a change of this one.
 
 use sha2::{Digest as _, Sha256};

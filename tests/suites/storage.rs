@@ -24,6 +24,8 @@ mod embedding;
 mod fuzz_regressions;
 #[path = "../inbox.rs"]
 mod inbox;
+#[path = "../outbox.rs"]
+mod outbox;
 #[path = "../postgres.rs"]
 mod postgres;
 #[path = "../postgres_inbox.rs"]

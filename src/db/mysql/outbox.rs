@@ -27,18 +27,20 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, UTC_TIMESTAMP(6), UTC_TIMEST
 /// Due, free and the head of its target's ordering key: no pending effect
 /// of the key was recorded before it. The subquery is a plain read: only
 /// the outer rows are locked, and a row another claimer holds is skipped,
-/// never waited for.
+/// never waited for. The scan follows the due index in its own order, so
+/// it stops at the limit: a sort would read, and lock, every due row
+/// first, and leave a second claimer nothing to take.
 fn claim_sql() -> String {
     format!(
         "SELECT o.seq, o.effect_id, o.consumer_name, o.queue_id, o.event_id, o.target, \
          o.effect_key, o.ordering_key, o.body, o.headers, o.traceparent, o.attempts, {} \
-         FROM receiver_outbox o \
+         FROM receiver_outbox o FORCE INDEX (receiver_outbox_due) \
          WHERE o.state = 'pending' AND o.next_attempt_at <= UTC_TIMESTAMP(6) \
          AND (o.lease_until IS NULL OR o.lease_until <= UTC_TIMESTAMP(6)) \
          AND NOT EXISTS (SELECT 1 FROM receiver_outbox h \
            WHERE h.target = o.target AND h.ordering_key = o.ordering_key \
            AND h.state = 'pending' AND h.seq < o.seq) \
-         ORDER BY o.seq LIMIT ? FOR UPDATE SKIP LOCKED",
+         ORDER BY o.next_attempt_at, o.seq LIMIT ? FOR UPDATE SKIP LOCKED",
         sql::rfc3339("o.created_at")
     )
 }

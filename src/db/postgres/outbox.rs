@@ -132,7 +132,7 @@ impl Outbox for Postgres {
              AND NOT EXISTS (SELECT 1 FROM receiver_outbox h \
                WHERE h.target = o.target AND h.ordering_key = o.ordering_key \
                AND h.state = 'pending' AND h.seq < o.seq) \
-             ORDER BY o.seq LIMIT $1 FOR UPDATE OF o SKIP LOCKED",
+             ORDER BY o.next_attempt_at, o.seq LIMIT $1 FOR UPDATE OF o SKIP LOCKED",
             rfc3339("o.created_at")
         );
         let mut tx = conn.begin().await?;
