@@ -68,7 +68,7 @@ deps-check:
 	echo "deps-check: default features compile none of: $(CLI_ONLY_CRATES)"
 
 ## package-check: the published package holds what a user needs and not the repository's test apparatus, and it compiles on its own, outside the workspace, with the binary (cargo check of the unpacked .crate; it shares the target directory, so only what differs is checked again)
-PACKAGE_NEEDS := Cargo.toml README.md LICENSE-APACHE LICENSE-MIT schema.sql retention.sql schema.postgres.sql retention.postgres.sql src/lib.rs bin/receiver/main.rs examples/own_table.rs examples/own_table_postgres.rs examples/testing_inner_service.rs examples/testing_inner_service_postgres.rs
+PACKAGE_NEEDS := Cargo.toml README.md LICENSE-APACHE LICENSE-MIT schema.sql retention.sql schema.postgres.sql retention.postgres.sql outbox.sql outbox.postgres.sql src/lib.rs bin/receiver/main.rs examples/own_table.rs examples/own_table_postgres.rs examples/testing_inner_service.rs examples/testing_inner_service_postgres.rs
 PACKAGE_KEEPS_OUT := tests/ benches/ fuzz/ scripts/ .ci/ .config/ Makefile
 PACKAGED := target/package/result-inbox-$(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 package-check:

@@ -43,6 +43,10 @@ trait Server: Engine {
     /// A transaction of another client that holds `effect`'s row locked
     /// until it is dropped.
     fn hold(dsn: &Dsn, effect: &EffectId) -> impl Future<Output = Self::Connection> + Send;
+    /// The address of a new account with `SELECT, INSERT, UPDATE` on the
+    /// inbox, the view and the outbox, and nothing else.
+    fn runtime(db: &Self::Db) -> impl Future<Output = String> + Send;
+    fn connect_url(url: &str) -> impl Future<Output = Self::Connection> + Send;
 }
 
 /// The statement that locks `effect`'s row (an id is 32 hex digits:
@@ -66,6 +70,18 @@ async fn with_outbox(dsn: &Dsn) {
 
 impl Server for MySql {
     type Db = TestDb;
+    async fn runtime(db: &TestDb) -> String {
+        let grants: Vec<String> = ["receiver_inbox", "receiver_task_views", "receiver_outbox"]
+            .iter()
+            .map(|t| format!("SELECT, INSERT, UPDATE ON `{{db}}`.`{t}`"))
+            .collect();
+        let grants: Vec<&str> = grants.iter().map(String::as_str).collect();
+        let (user, password) = db.user_with(&grants).await;
+        db.dsn_of(&user, &password)
+    }
+    async fn connect_url(url: &str) -> MySqlConnection {
+        MySqlConnection::connect(url).await.unwrap()
+    }
     async fn hold(dsn: &Dsn, effect: &EffectId) -> MySqlConnection {
         use sqlx::Executor;
         let mut conn = Self::connect(dsn).await;
@@ -95,6 +111,22 @@ impl Server for MySql {
 
 impl Server for Postgres {
     type Db = PgTestDb;
+    async fn runtime(db: &PgTestDb) -> String {
+        let role = format!("outbox_runtime_{}", random_hex(4));
+        db.run_script(&format!(
+            "CREATE ROLE {role} LOGIN; \
+             GRANT SELECT, INSERT, UPDATE ON receiver_inbox, receiver_task_views, receiver_outbox \
+             TO {role};"
+        ))
+        .await
+        .unwrap();
+        let url = db.dsn.replacen("://postgres@", &format!("://{role}@"), 1);
+        assert_ne!(url, db.dsn, "the admin DSN names the postgres role");
+        url
+    }
+    async fn connect_url(url: &str) -> PgConnection {
+        PgConnection::connect(url).await.unwrap()
+    }
     async fn hold(dsn: &Dsn, effect: &EffectId) -> PgConnection {
         use sqlx::Executor;
         let mut conn = Self::connect(dsn).await;
@@ -685,6 +717,51 @@ async fn a_dead_effect_is_listed_and_replayed_under_the_same_id<E: Server>() {
     ));
 }
 
+async fn the_runtime_account_records_and_settles_effects_with_select_insert_and_update<
+    E: Server,
+>() {
+    let f = Fixture::<E>::new().await;
+    let url = E::runtime(&f._db).await;
+    let store = InboxStore::<E>::open(
+        &Dsn::parse(&url).unwrap(),
+        f.scope.clone(),
+        StoreOptions::default(),
+    )
+    .await
+    .unwrap();
+    let event = random_hex(16);
+    ServiceBuilder::new()
+        .layer(InboxLayer::new(store))
+        .service(Recording::of(&[("hook", "k", None), ("hook", "j", None)]))
+        .oneshot(delivery(&f.event(&event, 1)))
+        .await
+        .unwrap();
+    let mut conn = E::connect_url(&url).await;
+    outbox::check_skip_locked::<E>(&mut conn).await.unwrap();
+    let claimed = outbox::claim::<E>(&mut conn, "relay-a", LEASE, 10)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 2);
+    assert!(
+        outbox::mark_sent::<E>(&mut conn, &claimed[0].id, "relay-a", "200")
+            .await
+            .unwrap()
+    );
+    assert!(
+        outbox::mark_dead::<E>(&mut conn, &claimed[1].id, "relay-a", "410")
+            .await
+            .unwrap()
+    );
+    assert_eq!(outbox::replay_dead::<E>(&mut conn, None).await.unwrap(), 1);
+    assert_eq!(
+        outbox::list::<E>(&mut conn, EffectState::Pending, 0, 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
 async fn the_server_has_skip_locked<E: Server>() {
     let f = Fixture::<E>::new().await;
     let mut conn = f.conn().await;
@@ -716,6 +793,7 @@ on_both!(
     an_expired_lease_is_claimed_again_and_the_old_owner_s_outcome_changes_nothing,
     a_dead_effect_is_listed_and_replayed_under_the_same_id,
     the_server_has_skip_locked,
+    the_runtime_account_records_and_settles_effects_with_select_insert_and_update,
 );
 
 /// The derivation is frozen: these ids were computed outside the crate,
