@@ -211,9 +211,9 @@ impl<E: Server> Service<Delivery<Applying<E>>> for Recording {
                 for (target, key, ordering) in this.effects.iter() {
                     let key = key.replace("{delivery}", &delivery_id);
                     let mut effect = Effect::new(target, &key, body_of(&id, &key))?
-                        .header("Content-Type", "application/json")?;
+                        .with_header("Content-Type", "application/json")?;
                     if let Some(ordering) = ordering {
-                        effect = effect.ordering_key(ordering)?;
+                        effect = effect.with_ordering_key(ordering)?;
                     }
                     if let Err(e) = recorder.record_effect(effect).await {
                         this.errors.lock().unwrap().push(format!("{e:?}"));

@@ -256,6 +256,20 @@ impl<E: Engine> Applying<E> {
     /// `receiver_outbox` at once, so it commits with this delivery or not
     /// at all (see [`outbox`]). Needs the table (`receiver init
     /// --outbox`).
+    ///
+    /// ```no_run
+    /// use result_inbox::delivery::Delivery;
+    /// use result_inbox::inbox::{Applying, Verdict};
+    ///
+    /// async fn notify(mut delivery: Delivery<Applying>) -> Result<Verdict, result_inbox::BoxError> {
+    ///     let applying = delivery.body_mut();
+    ///     let event = applying.event().id().as_str().to_owned();
+    ///     // One effect per event for this target: the event is its key.
+    ///     let body = format!("{{\"event\":\"{event}\"}}");
+    ///     applying.outbox().record("customer-webhook", &event, body).await?;
+    ///     Ok(delivery.into_body().applied())
+    /// }
+    /// ```
     pub fn outbox(&mut self) -> outbox::Recorder<'_, E> {
         outbox::Recorder::new(
             self.tx.connection(),

@@ -142,8 +142,8 @@ impl Headers {
 /// use result_inbox::outbox::Effect;
 ///
 /// let effect = Effect::new("customer-webhook", "order-42/shipped", &b"{\"order\":42}"[..])?
-///     .header("content-type", "application/json")?
-///     .ordering_key("order-42")?;
+///     .with_header("content-type", "application/json")?
+///     .with_ordering_key("order-42")?;
 /// assert_eq!(effect.ordering_key().as_str(), "order-42");
 /// # Ok::<(), result_inbox::outbox::OutboxError>(())
 /// ```
@@ -175,13 +175,13 @@ impl Effect {
 
     /// The same effect, sent after the effects of its target recorded
     /// before it with the same ordering key, and before those after it.
-    pub fn ordering_key(mut self, key: &str) -> Result<Self, OutboxError> {
+    pub fn with_ordering_key(mut self, key: &str) -> Result<Self, OutboxError> {
         self.ordering_key = Some(EffectKey::named(key, "ordering key")?);
         Ok(self)
     }
 
     /// The same effect, with header `name` set to `value`.
-    pub fn header(mut self, name: &str, value: &str) -> Result<Self, OutboxError> {
+    pub fn with_header(mut self, name: &str, value: &str) -> Result<Self, OutboxError> {
         self.headers.insert(name, value)?;
         if self.headers.to_json().len() > MAX_HEADERS_BYTES {
             return Err(OutboxError::invalid("headers", "at most 64 KiB - 1 bytes of JSON"));
@@ -190,7 +190,7 @@ impl Effect {
     }
 
     /// The same effect, with `headers`.
-    pub fn headers(mut self, headers: Headers) -> Result<Self, OutboxError> {
+    pub fn with_headers(mut self, headers: Headers) -> Result<Self, OutboxError> {
         if headers.to_json().len() > MAX_HEADERS_BYTES {
             return Err(OutboxError::invalid("headers", "at most 64 KiB - 1 bytes of JSON"));
         }
@@ -209,7 +209,7 @@ impl Effect {
     }
 
     /// Its ordering key: the one given, or its key.
-    pub fn ordering(&self) -> &EffectKey {
+    pub fn ordering_key(&self) -> &EffectKey {
         self.ordering_key.as_ref().unwrap_or(&self.key)
     }
 
@@ -219,7 +219,7 @@ impl Effect {
     }
 
     /// The headers to send.
-    pub fn header_map(&self) -> &Headers {
+    pub fn headers(&self) -> &Headers {
         &self.headers
     }
 }
@@ -237,9 +237,9 @@ mod tests {
             (Effect::new("t", "", Bytes::new()), "key"),
             (Effect::new("t", "a\nb", Bytes::new()), "key"),
             (Effect::new("t", &"k".repeat(256), Bytes::new()), "key"),
-            (Effect::new("t", "k", Bytes::new()).and_then(|e| e.ordering_key("")), "ordering key"),
-            (Effect::new("t", "k", Bytes::new()).and_then(|e| e.header("a:b", "v")), "header name"),
-            (Effect::new("t", "k", Bytes::new()).and_then(|e| e.header("a", "x\r\ny: z")), "header value"),
+            (Effect::new("t", "k", Bytes::new()).and_then(|e| e.with_ordering_key("")), "ordering key"),
+            (Effect::new("t", "k", Bytes::new()).and_then(|e| e.with_header("a:b", "v")), "header name"),
+            (Effect::new("t", "k", Bytes::new()).and_then(|e| e.with_header("a", "x\r\ny: z")), "header value"),
         ] {
             let e = effect.unwrap_err();
             assert!(e.to_string().contains(&format!("invalid {what}")), "{e}");
@@ -250,23 +250,23 @@ mod tests {
     #[test]
     fn the_ordering_key_is_the_key_unless_given_and_headers_are_canonical() {
         let effect = Effect::new("hook", "k1", &b"x"[..]).unwrap();
-        assert_eq!(effect.ordering().as_str(), "k1");
+        assert_eq!(effect.ordering_key().as_str(), "k1");
         let effect = effect
-            .ordering_key("task-7")
+            .with_ordering_key("task-7")
             .unwrap()
-            .header("X-B", "2")
+            .with_header("X-B", "2")
             .unwrap()
-            .header("content-type", "a/b")
+            .with_header("content-type", "a/b")
             .unwrap();
-        assert_eq!(effect.ordering().as_str(), "task-7");
+        assert_eq!(effect.ordering_key().as_str(), "task-7");
         assert_eq!(
-            effect.header_map().to_json(),
+            effect.headers().to_json(),
             r#"{"content-type":"a/b","x-b":"2"}"#
         );
         assert_eq!(
-            Headers::from_json(&effect.header_map().to_json()).as_ref(),
-            Some(effect.header_map())
+            Headers::from_json(&effect.headers().to_json()).as_ref(),
+            Some(effect.headers())
         );
-        assert_eq!(effect.header_map().get("X-b"), Some("2"));
+        assert_eq!(effect.headers().get("X-b"), Some("2"));
     }
 }

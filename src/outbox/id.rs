@@ -1,24 +1,6 @@
 //! The effect id: stable, derived from where the effect came from.
 //!
-//! `effect_id` is the first 16 bytes, as 32 lowercase hex digits, of
-//! SHA-256 over
-//!
-//! ```text
-//! "result-inbox/outbox/effect-id/v1" 0x00
-//! u32be(len) consumer_name  u32be(len) queue_id  u32be(len) event_id
-//! u32be(len) target         u32be(len) effect_key
-//! ```
-//!
-//! each field its UTF-8 bytes after its length as a 4-byte big-endian
-//! number, so no two lists of fields encode alike. The same event applied
-//! again — redelivered after a lost COMMIT answer, re-applied after its
-//! inbox row was pruned, replayed on a fresh database — gives the same id
-//! for the same effect: a target that keeps the ids it has seen (Standard
-//! Webhooks' `webhook-id`, an `Idempotency-Key`, JetStream's
-//! `Nats-Msg-Id`) takes it once. The derivation is frozen as the digest's
-//! canonical form is: stored ids and the ids a target has seen depend on
-//! it, and `tests/outbox.rs`'s golden vectors lock it. A new one would
-//! be a new version tag, never a change of this one.
+//! See [`EffectId`], whose documentation gives the derivation.
 
 use sha2::{Digest as _, Sha256};
 
@@ -30,7 +12,27 @@ use crate::scope::InboxScope;
 const DOMAIN: &[u8] = b"result-inbox/outbox/effect-id/v1";
 
 /// An effect's id: 32 lowercase hex digits, derived by
-/// [`derive`](Self::derive) (see the [module docs](self)).
+/// [`derive`](Self::derive).
+///
+/// `effect_id` is the first 16 bytes, as 32 lowercase hex digits, of
+/// SHA-256 over
+///
+/// ```text
+/// "result-inbox/outbox/effect-id/v1" 0x00
+/// u32be(len) consumer_name  u32be(len) queue_id  u32be(len) event_id
+/// u32be(len) target         u32be(len) effect_key
+/// ```
+///
+/// each field its UTF-8 bytes after its length as a 4-byte big-endian
+/// number, so no two lists of fields encode alike. The same event applied
+/// again — redelivered after a lost COMMIT answer, re-applied after its
+/// inbox row was pruned, replayed on a fresh database — gives the same id
+/// for the same effect: a target that keeps the ids it has seen (Standard
+/// Webhooks' `webhook-id`, an `Idempotency-Key`, JetStream's
+/// `Nats-Msg-Id`) takes it once. The derivation is frozen as the digest's
+/// canonical form is: stored ids and the ids a target has seen depend on
+/// it, and `tests/outbox.rs`'s golden vectors lock it. A new one would
+/// be a new version tag, never a change of this one.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct EffectId(String);
 

@@ -85,7 +85,7 @@ impl<'a, E: Engine> Recorder<'a, E> {
         if self.recorded.0.contains(&id) {
             return Err(duplicate());
         }
-        let headers = effect.header_map().to_json();
+        let headers = effect.headers().to_json();
         let row = NewEffectRow {
             effect_id: id.as_str(),
             consumer: self.scope.receiver.as_str(),
@@ -93,7 +93,7 @@ impl<'a, E: Engine> Recorder<'a, E> {
             event: self.event.as_str(),
             target: effect.target().as_str(),
             key: effect.key().as_str(),
-            ordering_key: effect.ordering().as_str(),
+            ordering_key: effect.ordering_key().as_str(),
             body: effect.body(),
             headers: &headers,
             traceparent: self
