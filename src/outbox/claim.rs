@@ -159,7 +159,8 @@ impl From<EffectRecord> for Listed {
 }
 
 fn owner_checked(owner: &str) -> Result<&str, OutboxError> {
-    let valid = (1..=MAX_OWNER_BYTES).contains(&owner.len()) && !owner.chars().any(char::is_control);
+    let valid =
+        (1..=MAX_OWNER_BYTES).contains(&owner.len()) && !owner.chars().any(char::is_control);
     if !valid {
         return Err(OutboxError::invalid(
             "lease owner",
@@ -287,16 +288,18 @@ pub fn skip_locked_support(engine: EngineKind, version: &str) -> Result<(), Outb
     );
     let (has, needs) = match engine {
         EngineKind::Postgres => ((major, minor) >= (9, 5), "PostgreSQL 9.5 or later"),
-        EngineKind::MySql if mariadb => {
-            ((major, minor) >= (10, 6), "MariaDB 10.6 or later")
-        }
+        EngineKind::MySql if mariadb => ((major, minor) >= (10, 6), "MariaDB 10.6 or later"),
         EngineKind::MySql => (major >= 8, "MySQL 8.0 or later"),
     };
     if has {
         return Ok(());
     }
     Err(OutboxError::SkipLockedMissing {
-        server: version.chars().filter(|c| !c.is_control()).take(64).collect(),
+        server: version
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(64)
+            .collect(),
         needs,
     })
 }

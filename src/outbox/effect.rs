@@ -58,8 +58,7 @@ impl EffectKey {
     }
 
     fn named(key: &str, what: &'static str) -> Result<Self, OutboxError> {
-        let valid =
-            (1..=MAX_KEY_BYTES).contains(&key.len()) && !key.chars().any(char::is_control);
+        let valid = (1..=MAX_KEY_BYTES).contains(&key.len()) && !key.chars().any(char::is_control);
         if !valid {
             return Err(OutboxError::invalid(
                 what,
@@ -184,7 +183,10 @@ impl Effect {
     pub fn with_header(mut self, name: &str, value: &str) -> Result<Self, OutboxError> {
         self.headers.insert(name, value)?;
         if self.headers.to_json().len() > MAX_HEADERS_BYTES {
-            return Err(OutboxError::invalid("headers", "at most 64 KiB - 1 bytes of JSON"));
+            return Err(OutboxError::invalid(
+                "headers",
+                "at most 64 KiB - 1 bytes of JSON",
+            ));
         }
         Ok(self)
     }
@@ -192,7 +194,10 @@ impl Effect {
     /// The same effect, with `headers`.
     pub fn with_headers(mut self, headers: Headers) -> Result<Self, OutboxError> {
         if headers.to_json().len() > MAX_HEADERS_BYTES {
-            return Err(OutboxError::invalid("headers", "at most 64 KiB - 1 bytes of JSON"));
+            return Err(OutboxError::invalid(
+                "headers",
+                "at most 64 KiB - 1 bytes of JSON",
+            ));
         }
         self.headers = headers;
         Ok(self)
@@ -237,9 +242,18 @@ mod tests {
             (Effect::new("t", "", Bytes::new()), "key"),
             (Effect::new("t", "a\nb", Bytes::new()), "key"),
             (Effect::new("t", &"k".repeat(256), Bytes::new()), "key"),
-            (Effect::new("t", "k", Bytes::new()).and_then(|e| e.with_ordering_key("")), "ordering key"),
-            (Effect::new("t", "k", Bytes::new()).and_then(|e| e.with_header("a:b", "v")), "header name"),
-            (Effect::new("t", "k", Bytes::new()).and_then(|e| e.with_header("a", "x\r\ny: z")), "header value"),
+            (
+                Effect::new("t", "k", Bytes::new()).and_then(|e| e.with_ordering_key("")),
+                "ordering key",
+            ),
+            (
+                Effect::new("t", "k", Bytes::new()).and_then(|e| e.with_header("a:b", "v")),
+                "header name",
+            ),
+            (
+                Effect::new("t", "k", Bytes::new()).and_then(|e| e.with_header("a", "x\r\ny: z")),
+                "header value",
+            ),
         ] {
             let e = effect.unwrap_err();
             assert!(e.to_string().contains(&format!("invalid {what}")), "{e}");

@@ -252,7 +252,11 @@ impl Outbox for MySql {
             "UPDATE receiver_outbox SET state = 'pending', attempts = 0, \
              next_attempt_at = UTC_TIMESTAMP(6), lease_owner = NULL, lease_until = NULL \
              WHERE state = 'dead'{}",
-            if effect_id.is_some() { " AND effect_id = ?" } else { "" }
+            if effect_id.is_some() {
+                " AND effect_id = ?"
+            } else {
+                ""
+            }
         );
         let mut query = sqlx::query(&replay_sql);
         if let Some(id) = effect_id {
