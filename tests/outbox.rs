@@ -47,6 +47,12 @@ trait Server: Engine {
     /// inbox, the view and the outbox, and nothing else.
     fn runtime(db: &Self::Db) -> impl Future<Output = String> + Send;
     fn connect_url(url: &str) -> impl Future<Output = Self::Connection> + Send;
+    /// The administrator's address of the database `dsn` names, as an
+    /// operator gives it to `receiver`.
+    fn admin_url(dsn: &Dsn) -> String;
+    /// A database `receiver init` made without `--outbox`, and its
+    /// administrator's address.
+    fn without_outbox() -> impl Future<Output = (Self::Db, String)> + Send;
 }
 
 /// The statement that locks `effect`'s row (an id is 32 hex digits:
@@ -96,9 +102,17 @@ impl Server for MySql {
         (db, dsn)
     }
     async fn connect(dsn: &Dsn) -> MySqlConnection {
-        MySqlConnection::connect(&common::dsn_for(dsn.database()))
+        MySqlConnection::connect(&Self::admin_url(dsn))
             .await
             .unwrap()
+    }
+    fn admin_url(dsn: &Dsn) -> String {
+        common::dsn_for(dsn.database())
+    }
+    async fn without_outbox() -> (TestDb, String) {
+        let db = TestDb::initialized().await;
+        let url = common::dsn_for(&db.name);
+        (db, url)
     }
     async fn forget_inbox_rows(dsn: &Dsn) {
         let mut conn = Self::connect(dsn).await;
@@ -141,13 +155,17 @@ impl Server for Postgres {
         (db, dsn)
     }
     async fn connect(dsn: &Dsn) -> PgConnection {
-        let (server, _) = common::postgres::admin_dsn()
-            .rsplit_once('/')
-            .map(|(s, d)| (s.to_owned(), d.to_owned()))
-            .unwrap();
-        PgConnection::connect(&format!("{server}/{}", dsn.database()))
-            .await
-            .unwrap()
+        PgConnection::connect(&Self::admin_url(dsn)).await.unwrap()
+    }
+    fn admin_url(dsn: &Dsn) -> String {
+        let admin = common::postgres::admin_dsn();
+        let (server, _) = admin.rsplit_once('/').unwrap();
+        format!("{server}/{}", dsn.database())
+    }
+    async fn without_outbox() -> (PgTestDb, String) {
+        let db = PgTestDb::initialized().await;
+        let url = db.dsn.clone();
+        (db, url)
     }
     async fn forget_inbox_rows(dsn: &Dsn) {
         let mut conn = Self::connect(dsn).await;
@@ -768,6 +786,122 @@ async fn the_server_has_skip_locked<E: Server>() {
     outbox::check_skip_locked::<E>(&mut conn).await.unwrap();
 }
 
+/// `receiver outbox <args>` on `url`: exit code, stdout, stderr.
+fn outbox_command(url: &str, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = common::orbit::receiver()
+        .arg("outbox")
+        .args(args)
+        .env("ORBIT_RECEIVER_DSN", url)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+async fn receiver_outbox_lists_pending_and_dead_effects_and_replays_a_dead_one_under_its_id<
+    E: Server,
+>() {
+    let (f, ids) = recorded::<E>(&[
+        ("hook", "gone", Some("task-1")),
+        ("hook", "next", Some("task-1")),
+        ("other", "with space", None),
+    ])
+    .await;
+    let mut conn = f.conn().await;
+    outbox::claim::<E>(&mut conn, "relay-a", LEASE, 10)
+        .await
+        .unwrap();
+    assert!(outbox::mark_dead::<E>(&mut conn, &ids[0], "relay-a", "410")
+        .await
+        .unwrap());
+    let url = E::admin_url(&f.dsn);
+
+    let (code, stdout, stderr) = outbox_command(&url, &[]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 4, "{stdout}");
+    let line_of = |id: &EffectId| {
+        lines
+            .iter()
+            .find(|l| l.starts_with(&format!("effect={id} ")))
+            .unwrap_or_else(|| panic!("no line for {id}: {stdout}"))
+            .to_string()
+    };
+    assert!(
+        line_of(&ids[0]).contains(" target=hook key=gone state=dead attempts=1 last=410 age_s="),
+        "{stdout}"
+    );
+    assert!(
+        line_of(&ids[2]).contains(r#" key="with space" state=pending attempts=0 last=- "#),
+        "{stdout}"
+    );
+    assert!(
+        lines[3].starts_with("outbox pending=2 dead=1 oldest_pending_age_s="),
+        "{stdout}"
+    );
+    assert!(
+        !stdout.contains("\"event\""),
+        "a body was printed: {stdout}"
+    );
+
+    let (code, json, _) = outbox_command(&url, &["--json"]);
+    assert_eq!(code, Some(0));
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(
+        (v["pending"].as_u64(), v["dead"].as_u64()),
+        (Some(2), Some(1))
+    );
+    assert_eq!(v["effects"].as_array().unwrap().len(), 3);
+
+    let dead = ids[0].as_str();
+    let (code, stdout, stderr) = outbox_command(&url, &["replay", "--effect", dead, "--dry-run"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains(&format!("effect={dead} target=hook result=would_replay")));
+    assert!(
+        stdout.ends_with("outbox replay dead=1 replayed=0 dry_run=true\n"),
+        "{stdout}"
+    );
+    assert!(outbox_command(&url, &[]).1.contains("pending=2 dead=1"));
+
+    let (code, stdout, stderr) = outbox_command(&url, &["replay", "--effect", dead]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.ends_with("outbox replay dead=1 replayed=1 dry_run=false\n"),
+        "{stdout}"
+    );
+    let (_, listed, _) = outbox_command(&url, &[]);
+    assert!(listed.contains("pending=3 dead=0"), "{listed}");
+    assert!(
+        listed.contains(&format!(
+            "effect={dead} target=hook key=gone state=pending attempts=0"
+        )),
+        "replayed under the same id: {listed}"
+    );
+
+    let pending = ids[1].as_str();
+    let (code, _, stderr) = outbox_command(&url, &["replay", "--effect", pending]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("is not dead"), "{stderr}");
+    let (code, _, stderr) = outbox_command(&url, &["replay", "--effect", "not-an-id"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    let (code, _, stderr) = outbox_command(&url, &["replay"]);
+    assert_eq!(code, Some(2), "{stderr}");
+}
+
+async fn receiver_outbox_without_the_table_says_what_creates_it<E: Server>() {
+    let (_db, url) = E::without_outbox().await;
+    let (code, _, stderr) = outbox_command(&url, &[]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("table receiver_outbox is missing")
+            && stderr.contains("receiver init --keep-existing --outbox"),
+        "{stderr}"
+    );
+}
+
 macro_rules! on_both {
     ($($name:ident),* $(,)?) => {
         mod on_mysql {
@@ -794,6 +928,8 @@ on_both!(
     a_dead_effect_is_listed_and_replayed_under_the_same_id,
     the_server_has_skip_locked,
     the_runtime_account_records_and_settles_effects_with_select_insert_and_update,
+    receiver_outbox_lists_pending_and_dead_effects_and_replays_a_dead_one_under_its_id,
+    receiver_outbox_without_the_table_says_what_creates_it,
 );
 
 /// The derivation is frozen: these ids were computed outside the crate,

@@ -32,6 +32,7 @@ use crate::args::{DatabaseArgs, Receiver};
 use crate::commands::check::CheckArgs;
 use crate::commands::consume::ConsumeArgs;
 use crate::commands::failures::FailuresArgs;
+use crate::commands::outbox::OutboxArgs;
 use crate::commands::prune::PruneArgs;
 use crate::commands::replay::ReplayArgs;
 use crate::commands::stats::StatsArgs;
@@ -193,6 +194,12 @@ enum Command {
     /// way (exit 0); safe to run again, and beside consumers and another
     /// prune. Prints what it did: rows, bytes, time.
     Prune(PruneArgs),
+    /// List the outbox's pending and dead effects (replay: bring dead ones back)
+    ///
+    /// One line per effect (id, target, key, state, attempts, last answer,
+    /// age), then a summary; never a body. Needs SELECT on receiver_outbox
+    /// (`receiver init --outbox` creates it); `outbox replay` also UPDATE.
+    Outbox(OutboxArgs),
     /// Show what is stored about one event or one task
     ///
     /// Ids, digest, applied, version, state, times, result size; never a
@@ -267,6 +274,7 @@ fn run() -> Outcome {
         Command::Verify(database) => commands::verify::run_verify(database),
         Command::Stats(args) => commands::stats::run_stats(args),
         Command::Prune(args) => commands::prune::run_prune(args),
+        Command::Outbox(args) => commands::outbox::run_outbox(args),
         Command::Inspect { database, what } => commands::inspect::run_inspect(database, what),
     }
 }

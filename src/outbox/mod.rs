@@ -27,12 +27,14 @@
 //! | `id.rs` | [`EffectId`] and its derivation (frozen, with golden vectors). |
 //! | `record.rs` | [`Recorder`]: the row written in the inbox's transaction. |
 //! | `claim.rs` | The relay's statements: [`claim`], [`mark_sent`], [`mark_failed`], [`mark_dead`], [`list`], [`replay_dead`], [`check_skip_locked`]. |
+//! | `operator.rs` | What `receiver outbox` lists and replays, on the engine an address names: [`effects`], [`replay`], [`Replayed`]. |
 //! | `error.rs` | [`OutboxError`]. |
 
 mod claim;
 mod effect;
 mod error;
 mod id;
+mod operator;
 mod record;
 
 pub use self::claim::{
@@ -45,5 +47,6 @@ pub use self::effect::{
 };
 pub use self::error::OutboxError;
 pub use self::id::EffectId;
+pub use self::operator::{effects, replay, Replayed};
 pub(crate) use self::record::Recorded;
 pub use self::record::Recorder;

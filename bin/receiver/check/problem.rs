@@ -137,6 +137,8 @@ const RUNTIME_GRANTS: &str = "SELECT, INSERT, UPDATE";
 pub fn missing_table_hint(table: &str, grants: &str) -> String {
     if table == result_inbox::db::schema::PRUNED_TABLE {
         "run `receiver init --keep-existing --retention` with an administrator account: it adds this table and changes nothing else".to_owned()
+    } else if table == result_inbox::db::schema::OUTBOX_TABLE {
+        "run `receiver init --keep-existing --outbox` with an administrator account: it adds this table and changes nothing else".to_owned()
     } else {
         format!("run `receiver init` with an administrator account, or grant this account {grants} on it")
     }

@@ -9,6 +9,7 @@ pub(crate) mod digest;
 pub(crate) mod failures;
 pub(crate) mod init;
 pub(crate) mod inspect;
+pub(crate) mod outbox;
 pub(crate) mod prune;
 pub(crate) mod replay;
 pub(crate) mod stats;

@@ -6,7 +6,7 @@ use sqlx::error::DatabaseError;
 use sqlx::mysql::MySqlDatabaseError;
 
 use super::errno;
-use crate::db::schema::{PRUNED_TABLE, TABLES};
+use crate::db::schema::{OUTBOX_TABLE, PRUNED_TABLE, TABLES};
 use crate::db::DbError;
 
 /// The failure a MySQL server answered with. Its number classifies it,
@@ -22,7 +22,7 @@ pub(crate) fn db_error(db: &dyn DatabaseError) -> DbError {
         .then(|| {
             TABLES
                 .into_iter()
-                .chain([PRUNED_TABLE])
+                .chain([PRUNED_TABLE, OUTBOX_TABLE])
                 .find(|table| db.message().contains(&format!(".{table}'")))
         })
         .flatten();

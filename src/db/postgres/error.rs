@@ -5,7 +5,7 @@
 use sqlx::postgres::PgDatabaseError;
 
 use super::sqlstate;
-use crate::db::schema::{PRUNED_TABLE, TABLES};
+use crate::db::schema::{OUTBOX_TABLE, PRUNED_TABLE, TABLES};
 use crate::db::DbError;
 
 /// The failure a PostgreSQL server answered with. Its SQLSTATE classifies
@@ -18,7 +18,7 @@ pub(crate) fn db_error(db: &PgDatabaseError) -> DbError {
         .then(|| {
             TABLES
                 .into_iter()
-                .chain([PRUNED_TABLE])
+                .chain([PRUNED_TABLE, OUTBOX_TABLE])
                 .find(|table| db.message().contains(&format!("\"{table}\"")))
         })
         .flatten();
