@@ -409,6 +409,7 @@ fn receiver_help_lists_every_command_in_one_short_line_and_its_own_help_has_the_
         "stats",
         "prune",
         "inspect",
+        "outbox",
         "digest",
     ] {
         assert!(names.contains(&name), "{name} missing from:\n{help}");

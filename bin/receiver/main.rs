@@ -194,7 +194,7 @@ enum Command {
     /// way (exit 0); safe to run again, and beside consumers and another
     /// prune. Prints what it did: rows, bytes, time.
     Prune(PruneArgs),
-    /// List the outbox's pending and dead effects (replay: bring dead ones back)
+    /// The outbox's pending and dead effects; replay brings dead ones back
     ///
     /// One line per effect (id, target, key, state, attempts, last answer,
     /// age), then a summary; never a body. Needs SELECT on receiver_outbox
