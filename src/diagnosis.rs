@@ -84,6 +84,7 @@ pub struct Diagnosed {
 pub struct Diagnoser {
     conn: AnyConnection,
     scope: InboxScope,
+    server: String,
 }
 
 impl std::fmt::Debug for Diagnoser {
@@ -98,10 +99,19 @@ impl Diagnoser {
     /// Connects to the receiver's database, on the engine its address
     /// names (an account with `SELECT` on its two tables is enough).
     pub async fn connect(dsn: &Dsn, scope: InboxScope) -> Result<Self, DbError> {
+        let mut conn = AnyConnection::open(dsn).await?;
+        let server = on_engine!(&mut conn, c => server_of::<E>(c).await)?;
         Ok(Self {
-            conn: AnyConnection::open(dsn).await?,
+            conn,
             scope,
+            server,
         })
+    }
+
+    /// The server the diagnoses read from, as `host:port`: on an address
+    /// of several hosts, the one that takes writes when it connected.
+    pub fn server(&self) -> &str {
+        &self.server
     }
 
     /// The scope the deliveries are diagnosed in.
@@ -118,6 +128,11 @@ impl Diagnoser {
     pub async fn close(self) {
         self.conn.close().await;
     }
+}
+
+/// The server `conn` reached, as `host:port`.
+async fn server_of<E: Engine>(conn: &mut E::Connection) -> Result<String, DbError> {
+    Ok(E::server_address(conn).await?)
 }
 
 /// Diagnoses the event bytes `raw` of a delivery to `scope`, on `conn`

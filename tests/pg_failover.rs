@@ -93,6 +93,25 @@ fn assert_unconfirmed_settled_once(out: &str) {
     }
 }
 
+/// `receiver check` until it says `expected` of the replication (a
+/// standby that just joined streams before the primary counts it as
+/// synchronous), at most 30 s; what it printed last.
+fn check_until(
+    dsn: &str,
+    creds: &QueueCredentials,
+    sub: &SubscriptionId,
+    expected: &str,
+) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = check(dsn, creds, sub);
+        if out.contains(expected) || std::time::Instant::now() > deadline {
+            return out;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
 /// `receiver check` on the formation's address answers within seconds.
 fn check(dsn: &str, creds: &QueueCredentials, sub: &SubscriptionId) -> String {
     let started = std::time::Instant::now();
@@ -133,11 +152,9 @@ async fn on_pg_auto_failover_a_failover_at_full_rate_loses_nothing_and_a_restart
     assert!(init.status.success(), "{}", text(&init));
 
     let (orbit, creds, sub) = OrbitDev::subscribed(5_000, 20, "pg-failover").await;
-    let out = check(&dsn, &creds, &sub);
-    assert!(
-        out.contains("check=replication ok synchronous_standbys=1 standbys=1"),
-        "{out}"
-    );
+    let expected = "check=replication ok synchronous_standbys=1 standbys=1";
+    let out = check_until(&dsn, &creds, &sub, expected);
+    assert!(out.contains(expected), "{out}");
     for _ in 0..EVENTS {
         orbit.inject_new_task(&creds, &sub).await;
     }
@@ -169,6 +186,12 @@ async fn on_pg_auto_failover_a_failover_at_full_rate_loses_nothing_and_a_restart
     let dsn = formation.uri();
     assert_eq!(first_port(&dsn), first_primary, "{dsn}");
     check(&dsn, &creds, &sub);
+    let failures = command(&["failures"], &dsn, &creds, &sub);
+    let said = text(&failures);
+    assert!(
+        said.contains(&format!(" database=127.0.0.1:{new_primary}")),
+        "failures names the host it read from: {said}"
+    );
     let prune = command(&["prune", "--older-than", "30d"], &dsn, &creds, &sub);
     assert!(prune.status.success(), "{}", text(&prune));
     for _ in 0..EVENTS / 6 {
@@ -228,11 +251,9 @@ async fn on_three_nodes_a_planned_failover_and_a_crashed_primary_lose_nothing_an
         .unwrap();
     assert!(init.status.success(), "{}", text(&init));
     let (orbit, creds, sub) = OrbitDev::subscribed(5_000, 20, "pg-three").await;
-    let out = check(&dsn, &creds, &sub);
-    assert!(
-        out.contains("check=replication ok synchronous_standbys=2 standbys=2"),
-        "{out}"
-    );
+    let expected = "check=replication ok synchronous_standbys=2 standbys=2";
+    let out = check_until(&dsn, &creds, &sub, expected);
+    assert!(out.contains(expected), "{out}");
     for _ in 0..EVENTS {
         orbit.inject_new_task(&creds, &sub).await;
     }
@@ -268,11 +289,9 @@ async fn on_three_nodes_a_planned_failover_and_a_crashed_primary_lose_nothing_an
     assert!(consume.terminate().success(), "{}", consume.output());
     outputs += &consume.output();
     let dsn = formation.uri();
-    let out = check(&dsn, &creds, &sub);
-    assert!(
-        out.contains("check=replication ok synchronous_standbys=1"),
-        "{out}"
-    );
+    let expected = "check=replication ok synchronous_standbys=1";
+    let out = check_until(&dsn, &creds, &sub, expected);
+    assert!(out.contains(expected), "{out}");
     let mut consume = Consume::start(&orbit, &creds, &dsn, &sub, NAME, &[]);
     orbit
         .wait_for_counts(&creds, &sub, Duration::from_secs(120), |c| {

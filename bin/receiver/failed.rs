@@ -208,10 +208,11 @@ pub(crate) async fn list(
     origin: &Origin,
     dsn: &Dsn,
     scope: &InboxScope,
-) -> Result<Vec<FailedDelivery>, Listing> {
+) -> Result<Listed, Listing> {
     let mut diagnoser = Diagnoser::connect(dsn, scope.clone())
         .await
         .map_err(Listing::Database)?;
+    let server = diagnoser.server().to_owned();
     let listed = match origin {
         Origin::Orbit {
             client,
@@ -220,7 +221,18 @@ pub(crate) async fn list(
         Origin::Nats(settings) => from_nats(settings, &mut diagnoser).await,
     };
     diagnoser.close().await;
-    listed
+    Ok(Listed {
+        failed: listed?,
+        server,
+    })
+}
+
+/// The failed deliveries, and the database server that diagnosed them
+/// (`host:port`: on an address of several hosts, the one that takes
+/// writes), which the summary names.
+pub(crate) struct Listed {
+    pub(crate) failed: Vec<FailedDelivery>,
+    pub(crate) server: String,
 }
 
 /// Why a listing could not be made.

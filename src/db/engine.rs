@@ -134,6 +134,12 @@ mod sealed {
             conn: &mut Self::Connection,
         ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
 
+        /// The server the connection reached, as `host:port` (where it
+        /// says: an address of several hosts may reach any of them).
+        fn server_address(
+            conn: &mut Self::Connection,
+        ) -> impl Future<Output = Result<String, sqlx::Error>> + Send;
+
         /// Whether [`replication`](Self::replication) asks the server
         /// anything.
         const REPORTS_REPLICATION: bool;

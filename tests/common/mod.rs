@@ -539,3 +539,21 @@ pub fn numbered_delivery(n: u64, queue: &str) -> result_inbox::delivery::Deliver
     )
     .with_attempt(1)
 }
+
+/// A tool's output without the ` database=<host>:<port>` its summary line
+/// (the last) ends with, once it is checked to be there: the server the
+/// tool read from.
+pub fn without_database(out: &str) -> String {
+    let trimmed = out.strip_suffix('\n').unwrap_or(out);
+    let (head, server) = trimmed
+        .rsplit_once(" database=")
+        .unwrap_or_else(|| panic!("no database= in the summary: {out}"));
+    assert!(!server.contains('\n'), "database= is not last: {out}");
+    let (host, port) = server.rsplit_once(':').unwrap_or(("", ""));
+    assert!(
+        !host.is_empty() && port.parse::<u16>().is_ok(),
+        "database={server} is not host:port"
+    );
+    let newline = if out.ends_with('\n') { "\n" } else { "" };
+    format!("{head}{newline}")
+}

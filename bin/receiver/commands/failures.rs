@@ -64,15 +64,17 @@ pub(crate) struct FailuresArgs {
 
 pub(crate) fn run_failures(args: FailuresArgs) -> Outcome {
     let (origin, dsn, scope) = args.failed.resolve()?;
-    let failed = runtime()
+    let listed = runtime()
         .block_on(list(&origin, &dsn, &scope))
         .map_err(|e| listing_failure("failures", e))?;
+    let failed = listed.failed;
     let key = origin.key();
     if args.json {
-        let summary: serde_json::Map<String, serde_json::Value> = summary_pairs(&failed)
+        let mut summary: serde_json::Map<String, serde_json::Value> = summary_pairs(&failed)
             .into_iter()
             .map(|(k, v)| (k.to_owned(), v.into()))
             .collect();
+        summary.insert("database".to_owned(), listed.server.into());
         let document = serde_json::json!({
             "failures": failed.iter().map(|f| f.json(key)).collect::<Vec<_>>(),
             "summary": summary,
@@ -86,7 +88,7 @@ pub(crate) fn run_failures(args: FailuresArgs) -> Outcome {
             .iter()
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
-        println!("failures {}", pairs.join(" "));
+        println!("failures {} database={}", pairs.join(" "), listed.server);
     }
     passed(failed.is_empty())
 }

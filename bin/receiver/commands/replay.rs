@@ -97,9 +97,10 @@ pub(crate) fn run_replay(args: ReplayArgs) -> Outcome {
         _ => None,
     };
     let runtime = runtime();
-    let failed = runtime
+    let listed = runtime
         .block_on(list(&origin, &dsn, &scope))
         .map_err(|e| listing_failure("replay", e))?;
+    let failed = listed.failed;
     let key = origin.key();
     let chosen: Vec<&FailedDelivery> = failed
         .iter()
@@ -174,9 +175,10 @@ pub(crate) fn run_replay(args: ReplayArgs) -> Outcome {
     }
     let [replayed, skipped, refused, failures] = tally;
     println!(
-        "replay total={} replayed={replayed} skipped={skipped} refused={refused} failed={failures}{}",
+        "replay total={} replayed={replayed} skipped={skipped} refused={refused} failed={failures}{} database={}",
         lines.len(),
-        if args.dry_run { " dry_run=true" } else { "" }
+        if args.dry_run { " dry_run=true" } else { "" },
+        listed.server
     );
     // A dry run that could list and diagnose did its work: what it would
     // refuse is in its lines, not in its exit code.

@@ -46,6 +46,12 @@ impl Statements for MySql {
         std::future::ready(None)
     }
 
+    async fn server_address(conn: &mut MySqlConnection) -> Result<String, sqlx::Error> {
+        sqlx::query_scalar("SELECT CAST(CONCAT(@@hostname, ':', @@port) AS CHAR)")
+            .fetch_one(conn)
+            .await
+    }
+
     /// A MySQL primary's replicas are not asked: nothing is said.
     const REPORTS_REPLICATION: bool = false;
 

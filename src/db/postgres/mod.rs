@@ -61,6 +61,16 @@ impl Statements for Postgres {
         Some(options)
     }
 
+    /// The address the server took the connection on (`inet_server_addr`
+    /// is empty for a Unix socket).
+    async fn server_address(conn: &mut PgConnection) -> Result<String, sqlx::Error> {
+        sqlx::query_scalar(
+            "SELECT coalesce(host(inet_server_addr()), 'socket') || ':' || current_setting('port')",
+        )
+        .fetch_one(conn)
+        .await
+    }
+
     const REPORTS_REPLICATION: bool = true;
 
     async fn replication(
