@@ -133,6 +133,7 @@ feature! { "mysql":
     pub mod db;
     pub mod inbox;
     pub mod outbox;
+    pub mod relay;
     pub mod task_view;
     pub mod diagnosis;
     pub mod inspect;

@@ -52,6 +52,23 @@ pub const BREAKER_OPEN: &str = "receiver_breaker_open";
 /// server has standbys); 0 means a failover can lose acknowledged commits.
 pub const SYNCHRONOUS_STANDBYS: &str = "receiver_database_synchronous_standbys";
 
+/// Effects pending in the outbox, as a relay last counted them.
+pub const OUTBOX_PENDING: &str = "receiver_outbox_pending";
+/// Seconds since the oldest pending effect was recorded (0 when none is).
+pub const OUTBOX_OLDEST_PENDING: &str = "receiver_outbox_oldest_pending_seconds";
+/// Seconds from an effect's COMMIT (its `created_at`) to its target's
+/// answer that took it, by `target`.
+pub const OUTBOX_COMMIT_TO_SENT: &str = "receiver_outbox_commit_to_sent_seconds";
+/// Attempts to send an effect, by `target` and `result`: `sent`, `retry`
+/// (tried again later), `dead`. Target names are the relay's configured
+/// ones, a small fixed set.
+pub const OUTBOX_ATTEMPTS: &str = "receiver_outbox_attempts_total";
+/// Effects given up (dead), by `target`.
+pub const OUTBOX_DEAD: &str = "receiver_outbox_dead_total";
+/// Whether a target answered gone (`410`) and its effects wait (1) or not
+/// (0), by `target`.
+pub const OUTBOX_TARGET_PAUSED: &str = "receiver_outbox_target_paused";
+
 /// Gives every series its help text and unit, for exporters that show them.
 /// Call once after installing a recorder; recording works without it.
 pub fn describe() {
@@ -87,6 +104,26 @@ pub fn describe() {
     describe_gauge!(
         SYNCHRONOUS_STANDBYS,
         "Standbys a COMMIT waits for, where the database has standbys."
+    );
+    describe_gauge!(OUTBOX_PENDING, "Effects pending in the outbox.");
+    describe_gauge!(
+        OUTBOX_OLDEST_PENDING,
+        Unit::Seconds,
+        "Age of the oldest pending effect."
+    );
+    describe_histogram!(
+        OUTBOX_COMMIT_TO_SENT,
+        Unit::Seconds,
+        "Time from an effect's COMMIT to its target taking it, by target."
+    );
+    describe_counter!(
+        OUTBOX_ATTEMPTS,
+        "Attempts to send an effect, by target and result."
+    );
+    describe_counter!(OUTBOX_DEAD, "Effects given up, by target.");
+    describe_gauge!(
+        OUTBOX_TARGET_PAUSED,
+        "1 while a target that answered gone is left alone."
     );
     describe_gauge!(
         BREAKER_OPEN,

@@ -553,6 +553,12 @@ mod sealed {
             limit: u32,
         ) -> impl Future<Output = Result<Vec<EffectRecord>, DbError>> + Send + 'c;
 
+        /// How many effects are pending, and the age in seconds (by the
+        /// server's clock) of the oldest, `None` when there is none.
+        fn pending_summary(
+            conn: &mut Self::Connection,
+        ) -> impl Future<Output = Result<(u64, Option<f64>), DbError>> + Send;
+
         /// Brings dead effects back to pending under the same id, due now,
         /// with no attempt counted: the one of `effect_id`, or every one.
         /// How many came back.

@@ -266,6 +266,19 @@ pub async fn replay_dead<E: Engine>(
     Ok(E::replay_dead(conn, id.map(EffectId::as_str)).await?)
 }
 
+/// How many effects are pending, and how old the oldest is (by the
+/// server's clock; `None` when none is): what a relay reports as its
+/// backlog.
+pub async fn pending_summary<E: Engine>(
+    conn: &mut E::Connection,
+) -> Result<(u64, Option<Duration>), OutboxError> {
+    let (count, oldest) = E::pending_summary(conn).await?;
+    Ok((
+        count,
+        oldest.map(|s| Duration::try_from_secs_f64(s.max(0.0)).unwrap_or(Duration::ZERO)),
+    ))
+}
+
 /// Whether a server of `engine` that reports `version` has `FOR UPDATE
 /// SKIP LOCKED`: MySQL from 8.0, MariaDB from 10.6, PostgreSQL from 9.5.
 /// Otherwise [`OutboxError::SkipLockedMissing`], naming the version needed.

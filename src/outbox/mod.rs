@@ -26,7 +26,7 @@
 //! | `effect.rs` | [`Effect`], [`Target`], [`EffectKey`], [`Headers`]: what an effect is, checked before any statement. |
 //! | `id.rs` | [`EffectId`] and its derivation (frozen, with golden vectors). |
 //! | `record.rs` | [`Recorder`]: the row written in the inbox's transaction. |
-//! | `claim.rs` | The relay's statements: [`claim`], [`mark_sent`], [`mark_failed`], [`mark_dead`], [`list`], [`replay_dead`], [`check_skip_locked`]. |
+//! | `claim.rs` | The relay's statements: [`claim`], [`mark_sent`], [`mark_failed`], [`mark_dead`], [`list`], [`pending_summary`], [`replay_dead`], [`check_skip_locked`]. |
 //! | `operator.rs` | What `receiver outbox` lists and replays, on the engine an address names: [`effects`], [`replay`], [`Replayed`]. |
 //! | `error.rs` | [`OutboxError`]. |
 
@@ -38,8 +38,8 @@ mod operator;
 mod record;
 
 pub use self::claim::{
-    check_skip_locked, claim, list, mark_dead, mark_failed, mark_sent, replay_dead,
-    skip_locked_support, Claimed, EffectState, Listed,
+    check_skip_locked, claim, list, mark_dead, mark_failed, mark_sent, pending_summary,
+    replay_dead, skip_locked_support, Claimed, EffectState, Listed,
 };
 pub use self::effect::{
     Effect, EffectKey, Headers, Target, MAX_BODY_BYTES, MAX_HEADERS_BYTES, MAX_KEY_BYTES,

@@ -244,6 +244,18 @@ impl Outbox for MySql {
         rows.iter().map(listed).collect()
     }
 
+    async fn pending_summary(conn: &mut MySqlConnection) -> Result<(u64, Option<f64>), DbError> {
+        let mut tx = conn.begin().await?;
+        let (count, oldest): (i64, Option<f64>) = sqlx::query_as(
+            "SELECT COUNT(*), CAST(TIMESTAMPDIFF(MICROSECOND, MIN(created_at), UTC_TIMESTAMP(6)) \
+             AS DOUBLE) / 1e6 FROM receiver_outbox WHERE state = 'pending'",
+        )
+        .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok((u64::try_from(count).unwrap_or(0), oldest))
+    }
+
     async fn replay_dead(
         conn: &mut MySqlConnection,
         effect_id: Option<&str>,

@@ -236,6 +236,17 @@ impl Outbox for Postgres {
         rows.iter().map(listed).collect()
     }
 
+    async fn pending_summary(conn: &mut PgConnection) -> Result<(u64, Option<f64>), DbError> {
+        let sql = format!(
+            "SELECT count(*), extract(epoch FROM {NOW} - min(created_at))::float8 \
+             FROM receiver_outbox WHERE state = 'pending'"
+        );
+        let mut tx = conn.begin().await?;
+        let (count, oldest): (i64, Option<f64>) = sqlx::query_as(&sql).fetch_one(&mut *tx).await?;
+        tx.commit().await?;
+        Ok((unsigned(count)?, oldest))
+    }
+
     async fn replay_dead(conn: &mut PgConnection, effect_id: Option<&str>) -> Result<u64, DbError> {
         let sql = format!(
             "UPDATE receiver_outbox SET state = 'pending', attempts = 0, \
