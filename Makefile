@@ -9,7 +9,7 @@ WITH_POSTGRES := scripts/with-postgres.sh
 # helpers for testing an inner service (an example and its test use them).
 CLI := --features result-inbox/cli,result-inbox/testing
 
-.PHONY: demo test bench build check fmt-check clippy doc deps-check package-check unit integration cluster-test toolchain fuzz nats-server nextest doctest
+.PHONY: demo test bench build check fmt-check clippy doc deps-check package-check unit integration cluster-test toolchain fuzz nats-server nextest doctest standardwebhooks
 
 ## demo: the whole local demo (orbit-dev, a throwaway database unless ORBIT_RECEIVER_DSN is set, init, demo)
 demo: toolchain build
@@ -28,7 +28,7 @@ BATCHING_TESTS := binary(crash) | test(/^(commit_loss|db_outage|cluster|cluster_
 ## test: formatting, lints, docs, then every test (against a throwaway MariaDB server, a throwaway PostgreSQL server, a throwaway three-node Galera cluster and throwaway nats-servers): the doctests, the batching-mode pass, then every test binary; the last lines are the count of passed and failed tests
 # One server and one cluster for both passes; the cluster starts while the
 # tests compile.
-test: check nats-server nextest doctest
+test: check nats-server standardwebhooks nextest doctest
 	$(WITH_POSTGRES) $(WITH_MYSQL) $(WITH_GALERA) bash -c "RECEIVER_BATCH_MAX=16 $(NEXTEST) -E '$(BATCHING_TESTS)' && $(NEXTEST)"
 
 ## doctest: the examples in the documentation (cargo-nextest does not run them)
@@ -90,7 +90,7 @@ unit: nextest
 	$(CARGO) nextest run --workspace --lib --bins --locked $(CLI)
 
 ## integration: only the integration tests, against a throwaway server
-integration: nats-server nextest
+integration: nats-server standardwebhooks nextest
 	$(WITH_POSTGRES) $(WITH_MYSQL) $(WITH_GALERA) $(NEXTEST) -E 'kind(test)'
 
 ## cluster-test: only the tests on a throwaway three-node MariaDB Galera cluster (the cluster binary)
@@ -104,6 +104,10 @@ nextest:
 ## nats-server: the NATS server the JetStream tests start (installs Debian's package when missing)
 nats-server:
 	@scripts/need-nats.sh
+
+## standardwebhooks: the Python package of Standard Webhooks that tests/webhook_endpoint.py verifies the relay's signatures with (installed with pip when missing)
+standardwebhooks:
+	@python3 -c 'import standardwebhooks' 2>/dev/null || python3 -m pip install --quiet standardwebhooks || { echo "standardwebhooks: the relay's tests verify signatures with the Python package standardwebhooks, which is missing and could not be installed (python3 -m pip install standardwebhooks)"; exit 2; }
 
 toolchain:
 	@command -v $(CARGO) >/dev/null || { echo "cargo not found: install the Rust toolchain (https://rustup.rs)"; exit 2; }

@@ -35,7 +35,7 @@ use tower::{Service, ServiceBuilder, ServiceExt};
 /// What these tests need of an engine: a database of a test's own with
 /// the outbox, a connection to it, and a way to forget an inbox row as
 /// prune would.
-trait Server: Engine {
+pub(crate) trait Server: Engine {
     type Db: Send + Sync;
     fn database() -> impl Future<Output = (Self::Db, Dsn)> + Send;
     fn connect(dsn: &Dsn) -> impl Future<Output = Self::Connection> + Send;
@@ -181,7 +181,7 @@ impl Server for Postgres {
 /// task view. The key `{delivery}` stands for the delivery's id; a plug
 /// event waits for the gate after it recorded.
 #[derive(Clone)]
-struct Recording {
+pub(crate) struct Recording {
     effects: Arc<Vec<(&'static str, &'static str, Option<&'static str>)>>,
     refused: Arc<HashSet<String>>,
     plug: Option<String>,
@@ -192,7 +192,7 @@ struct Recording {
 }
 
 impl Recording {
-    fn of(effects: &[(&'static str, &'static str, Option<&'static str>)]) -> Self {
+    pub(crate) fn of(effects: &[(&'static str, &'static str, Option<&'static str>)]) -> Self {
         Self {
             effects: Arc::new(effects.to_vec()),
             refused: Arc::default(),
@@ -204,7 +204,7 @@ impl Recording {
     }
 }
 
-fn body_of(event: &str, key: &str) -> Bytes {
+pub(crate) fn body_of(event: &str, key: &str) -> Bytes {
     Bytes::from(format!(
         "{{\"event\":\"{event}\",\"key\":\"{key}\"}}\u{0}\u{ff}"
     ))
@@ -251,16 +251,16 @@ impl<E: Server> Service<Delivery<Applying<E>>> for Recording {
     }
 }
 
-struct Fixture<E: Server> {
+pub(crate) struct Fixture<E: Server> {
     _db: E::Db,
-    dsn: Dsn,
-    scope: InboxScope,
+    pub(crate) dsn: Dsn,
+    pub(crate) scope: InboxScope,
     store: InboxStore<E>,
     task: String,
 }
 
 impl<E: Server> Fixture<E> {
-    async fn new() -> Self {
+    pub(crate) async fn new() -> Self {
         Self::on_queue(&random_hex(16)).await
     }
 
@@ -282,7 +282,7 @@ impl<E: Server> Fixture<E> {
         }
     }
 
-    fn event(&self, id: &str, version: u64) -> String {
+    pub(crate) fn event(&self, id: &str, version: u64) -> String {
         EventSpec {
             id: id.to_owned(),
             queue_id: self.scope.queue_id.as_str(),
@@ -295,11 +295,15 @@ impl<E: Server> Fixture<E> {
         .json()
     }
 
-    async fn apply(&self, service: Recording, json: &str) -> Result<Receipt, InboxError> {
+    pub(crate) async fn apply(
+        &self,
+        service: Recording,
+        json: &str,
+    ) -> Result<Receipt, InboxError> {
         self.apply_traced(service, json, None).await
     }
 
-    async fn apply_traced(
+    pub(crate) async fn apply_traced(
         &self,
         service: Recording,
         json: &str,
@@ -312,12 +316,12 @@ impl<E: Server> Fixture<E> {
             .await
     }
 
-    async fn conn(&self) -> E::Connection {
+    pub(crate) async fn conn(&self) -> E::Connection {
         E::connect(&self.dsn).await
     }
 
     /// Every pending effect's id, in record order.
-    async fn pending(&self) -> Vec<String> {
+    pub(crate) async fn pending(&self) -> Vec<String> {
         let mut conn = self.conn().await;
         outbox::list::<E>(&mut conn, EffectState::Pending, 0, 1000)
             .await
@@ -327,7 +331,7 @@ impl<E: Server> Fixture<E> {
             .collect()
     }
 
-    fn id(&self, event: &str, target: &str, key: &str) -> EffectId {
+    pub(crate) fn id(&self, event: &str, target: &str, key: &str) -> EffectId {
         EffectId::derive(
             &self.scope,
             &EventId::parse(event).unwrap(),
@@ -345,7 +349,7 @@ fn delivery(json: &str) -> Delivery<Bytes> {
     .with_attempt(1)
 }
 
-const TRACEPARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+pub(crate) const TRACEPARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
 
 async fn an_applied_delivery_records_one_pending_row_under_the_derived_id<E: Server>() {
     let f = Fixture::<E>::new().await;

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use tower::util::BoxCloneService;
+use tower::util::BoxCloneSyncService;
 use tower::{Service, ServiceExt};
 
 use crate::outbox::{Claimed, OutboxError, Target};
@@ -139,7 +139,7 @@ impl Failed {
 
 /// A target as the relay keeps it: any service from [`Attempt`] to
 /// [`Sent`], boxed.
-pub type BoxTarget = BoxCloneService<Attempt, Sent, BoxError>;
+pub type BoxTarget = BoxCloneSyncService<Attempt, Sent, BoxError>;
 
 /// The relay's targets: a service for each target name. An effect whose
 /// target has none here stays pending, for a relay that knows it.
@@ -160,13 +160,14 @@ impl Targets {
     /// service: a timeout, a rate limit, a concurrency limit.
     pub fn with<S>(mut self, name: &str, service: S) -> Result<Self, OutboxError>
     where
-        S: Service<Attempt, Response = Sent> + Clone + Send + 'static,
+        S: Service<Attempt, Response = Sent> + Clone + Send + Sync + 'static,
         S::Error: Into<BoxError>,
         S::Future: Send + 'static,
     {
         let target = Target::parse(name)?;
         let service = service.map_err(Into::into);
-        self.services.insert(target, BoxCloneService::new(service));
+        self.services
+            .insert(target, BoxCloneSyncService::new(service));
         Ok(self)
     }
 

@@ -32,6 +32,8 @@ mod postgres;
 mod postgres_inbox;
 #[path = "../privileges.rs"]
 mod privileges;
+#[path = "../relay.rs"]
+mod relay;
 #[path = "../schema.rs"]
 mod schema;
 #[path = "../tls.rs"]

@@ -1,0 +1,715 @@
+//! The relay and its webhook target against real servers, on MySQL and on
+//! PostgreSQL, and a real HTTP endpoint (`tests/webhook_endpoint.py`) that
+//! records every request and checks each signature with the
+//! `standardwebhooks` package, Standard Webhooks' own implementation:
+//! effects recorded through a real delivery are sent once each, signed,
+//! under their id; failures are retried under the same id, or kill the
+//! effect, as their answer says; per-key order holds with concurrency
+//! across keys; two relays never send one effect at once; and a relay
+//! stopped between the answer and its record sends again under the same
+//! id.
+
+use crate::common::random_hex;
+use crate::outbox::{body_of, Fixture, Recording, Server, TRACEPARENT};
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use result_inbox::delivery::TraceContext;
+use result_inbox::outbox::{self, EffectState};
+use result_inbox::relay::{
+    Attempt, Failed, Relay, RelayOptions, Sent, Targets, Webhook, WebhookSecret,
+};
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tower::Service;
+
+/// The endpoint: a Python process on a free loopback port, killed when
+/// dropped, and its secret file removed.
+struct Endpoint {
+    child: Child,
+    port: u16,
+    secret: String,
+    secret_file: PathBuf,
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.secret_file);
+    }
+}
+
+/// One request the endpoint received.
+#[derive(Debug, Clone)]
+struct Received {
+    path: String,
+    id: String,
+    idempotency_key: String,
+    timestamp: String,
+    traceparent: Option<String>,
+    content_type: String,
+    verified: bool,
+    verify_error: String,
+    body_hex: String,
+    start: f64,
+    end: f64,
+    status: u64,
+}
+
+/// What the endpoint saw.
+struct Seen {
+    requests: Vec<Received>,
+    max_in_flight: u64,
+    overlapping: Vec<String>,
+}
+
+impl Endpoint {
+    fn start() -> Self {
+        let key: Vec<u8> = (0..24).map(|_| rand_byte()).collect();
+        let secret = format!("whsec_{}", data_encoding::BASE64.encode(&key));
+        let secret_file = std::env::temp_dir().join(format!("webhook-secret-{}", random_hex(8)));
+        std::fs::write(&secret_file, &secret).unwrap();
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/webhook_endpoint.py");
+        let mut child = Command::new("python3")
+            .arg(script)
+            .arg(&secret_file)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3 runs tests/webhook_endpoint.py");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line
+            .trim()
+            .strip_prefix("port ")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| {
+                panic!(
+                    "tests/webhook_endpoint.py did not start: it needs the standardwebhooks \
+                     package (python3 -m pip install standardwebhooks; make test installs it)"
+                )
+            });
+        Endpoint {
+            child,
+            port,
+            secret,
+            secret_file,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    fn webhook(&self, path: &str) -> Webhook {
+        Webhook::new(&self.url(path), WebhookSecret::parse(&self.secret).unwrap())
+            .unwrap()
+            .with_timeout(Duration::from_secs(2))
+    }
+
+    async fn call(&self, method: &str, path: &str, body: &str) -> String {
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+            .await
+            .unwrap();
+        let request = format!(
+            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\n\
+             Connection: close\r\n\r\n{body}",
+            body.len()
+        );
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.unwrap();
+        answer
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or_default()
+    }
+
+    /// `path` answers `answers` (JSON objects) in order, then `default`.
+    async fn script(&self, path: &str, answers: &str, default: &str) {
+        let body = format!(r#"{{"path":"{path}","answers":{answers},"default":{default}}}"#);
+        self.call("PUT", "/_answers", &body).await;
+    }
+
+    async fn seen(&self) -> Seen {
+        let v: Value = serde_json::from_str(&self.call("GET", "/_requests", "").await).unwrap();
+        let s = |r: &Value, k: &str| r[k].as_str().unwrap_or_default().to_owned();
+        let requests = v["requests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| Received {
+                path: s(r, "path"),
+                id: s(r, "id"),
+                idempotency_key: s(r, "idempotency_key"),
+                timestamp: s(r, "timestamp"),
+                traceparent: r["traceparent"].as_str().map(str::to_owned),
+                content_type: s(r, "content_type"),
+                verified: r["verified"].as_bool().unwrap(),
+                verify_error: s(r, "verify_error"),
+                body_hex: s(r, "body_hex"),
+                start: r["start"].as_f64().unwrap(),
+                end: r["end"].as_f64().unwrap(),
+                status: r["status"].as_u64().unwrap(),
+            })
+            .collect();
+        Seen {
+            requests,
+            max_in_flight: v["max_in_flight"].as_u64().unwrap(),
+            overlapping: v["overlapping"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|i| i.as_str().unwrap_or_default().to_owned())
+                .collect(),
+        }
+    }
+
+    /// The requests once there are at least `n`, within `within`.
+    async fn wait_for(&self, n: usize, within: Duration) -> Vec<Received> {
+        let until = Instant::now() + within;
+        loop {
+            let seen = self.seen().await.requests;
+            if seen.len() >= n {
+                return seen;
+            }
+            assert!(
+                Instant::now() < until,
+                "the endpoint got {} requests, not {n}: {seen:?}",
+                seen.len()
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+}
+
+fn rand_byte() -> u8 {
+    random_hex(1)
+        .chars()
+        .fold(0u8, |b, c| b * 16 + c.to_digit(16).unwrap() as u8)
+}
+
+/// Short waits, so that each test takes seconds.
+fn quick(concurrency: usize) -> RelayOptions {
+    let mut options = RelayOptions::default();
+    options.concurrency = concurrency;
+    options.poll_interval = Duration::from_millis(50);
+    options.initial_backoff = Duration::from_millis(50);
+    options.max_backoff = Duration::from_secs(1);
+    options.lease = Duration::from_secs(5);
+    options.shutdown_grace = Duration::from_secs(1);
+    options.report_interval = Duration::from_millis(200);
+    options
+}
+
+struct Running {
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl Running {
+    async fn stop(self) {
+        self.stop.cancel();
+        self.task.await.unwrap();
+    }
+}
+
+fn run<E: Server>(f: &Fixture<E>, targets: Targets, options: RelayOptions) -> Running {
+    let relay = Relay::<E>::new(f.dsn.clone(), targets, options);
+    let stop = CancellationToken::new();
+    let token = stop.clone();
+    let task = tokio::spawn(async move { relay.run(token).await.expect("the relay runs") });
+    Running { stop, task }
+}
+
+fn hook(endpoint: &Endpoint, path: &str) -> Targets {
+    Targets::new().with("hook", endpoint.webhook(path)).unwrap()
+}
+
+/// Waits until no effect is pending.
+async fn settled<E: Server>(f: &Fixture<E>, within: Duration) {
+    let until = Instant::now() + within;
+    while !f.pending().await.is_empty() {
+        assert!(
+            Instant::now() < until,
+            "effects still pending: {:?}",
+            f.pending().await
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+async fn dead<E: Server>(f: &Fixture<E>) -> Vec<(String, Option<String>, u32)> {
+    let mut conn = f.conn().await;
+    outbox::list::<E>(&mut conn, EffectState::Dead, 0, 1000)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|l| (l.id, l.last_result, l.attempts))
+        .collect()
+}
+
+fn ids(requests: &[Received]) -> Vec<&str> {
+    requests.iter().map(|r| r.id.as_str()).collect()
+}
+
+async fn effects_recorded_through_a_delivery_are_sent_once_each_signed_under_their_id<E: Server>() {
+    let f = Fixture::<E>::new().await;
+    let endpoint = Endpoint::start();
+    // Polling alone would wait 30 s: only the wake-up sends them in time.
+    let mut options = quick(4);
+    options.poll_interval = Duration::from_secs(30);
+    let relay = Relay::<E>::new(f.dsn.clone(), hook(&endpoint, "/hook"), options);
+    let waker = relay.waker();
+    let stop = CancellationToken::new();
+    let token = stop.clone();
+    let task = tokio::spawn(async move { relay.run(token).await.unwrap() });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let recording = Recording::of(&[("hook", "shipped", None), ("hook", "paid", None)]);
+    let (first, second) = (random_hex(16), random_hex(16));
+    f.apply_traced(
+        recording.clone(),
+        &f.event(&first, 1),
+        TraceContext::parse(TRACEPARENT, None),
+    )
+    .await
+    .unwrap();
+    f.apply(recording, &f.event(&second, 2)).await.unwrap();
+    waker.wake();
+    let requests = endpoint.wait_for(4, Duration::from_secs(5)).await;
+    settled(&f, Duration::from_secs(5)).await;
+    // Nothing comes a second time.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let requests_after = endpoint.seen().await.requests;
+    assert_eq!(ids(&requests_after), ids(&requests));
+    stop.cancel();
+    task.await.unwrap();
+
+    let mut expected = BTreeMap::new();
+    for (event, traced) in [(&first, true), (&second, false)] {
+        for key in ["shipped", "paid"] {
+            expected.insert(
+                f.id(event, "hook", key).as_str().to_owned(),
+                (hex::encode(body_of(event, key)), traced),
+            );
+        }
+    }
+    assert_eq!(requests.len(), 4);
+    let distinct: BTreeSet<&str> = ids(&requests).into_iter().collect();
+    assert_eq!(distinct.len(), 4, "each effect once: {requests:?}");
+    for r in &requests {
+        let (body, traced) = &expected[&r.id];
+        assert!(
+            r.verified,
+            "standardwebhooks refused {}: {}",
+            r.id, r.verify_error
+        );
+        assert_eq!(&r.body_hex, body, "the stored bytes, as recorded");
+        assert_eq!(r.idempotency_key, r.id);
+        assert_eq!(r.content_type, "application/json");
+        assert_eq!(r.path, "/hook");
+        let sent_at: f64 = r.timestamp.parse().unwrap();
+        assert!((sent_at - r.start).abs() < 5.0, "webhook-timestamp is now");
+        assert_eq!(r.traceparent.as_deref(), traced.then_some(TRACEPARENT));
+    }
+    assert!(dead(&f).await.is_empty());
+}
+
+async fn a_503_is_sent_again_under_the_same_id_after_its_retry_after<E: Server>() {
+    let f = Fixture::<E>::new().await;
+    let endpoint = Endpoint::start();
+    endpoint
+        .script(
+            "/hook",
+            r#"[{"status":503,"headers":{"Retry-After":"1"}}]"#,
+            r#"{"status":200}"#,
+        )
+        .await;
+    let event = random_hex(16);
+    f.apply(Recording::of(&[("hook", "k", None)]), &f.event(&event, 1))
+        .await
+        .unwrap();
+    let relay = run(&f, hook(&endpoint, "/hook"), quick(4));
+    let requests = endpoint.wait_for(2, Duration::from_secs(5)).await;
+    settled(&f, Duration::from_secs(5)).await;
+    relay.stop().await;
+
+    let id = f.id(&event, "hook", "k");
+    assert_eq!(ids(&requests), [id.as_str(), id.as_str()]);
+    assert_eq!((requests[0].status, requests[1].status), (503, 200));
+    for r in &requests {
+        assert!(r.verified, "{}", r.verify_error);
+        assert_eq!(r.idempotency_key, id.as_str());
+    }
+    let waited = requests[1].start - requests[0].end;
+    assert!(
+        waited >= 0.9,
+        "Retry-After: 1 honoured, tried again after {waited:.3} s"
+    );
+    assert!(dead(&f).await.is_empty());
+}
+
+async fn a_410_kills_the_effect_and_the_target_s_other_effects_wait<E: Server>() {
+    let f = Fixture::<E>::new().await;
+    let endpoint = Endpoint::start();
+    endpoint.script("/gone", "[]", r#"{"status":410}"#).await;
+    let event = random_hex(16);
+    f.apply(
+        Recording::of(&[
+            ("gone-hook", "first", None),
+            ("gone-hook", "second", None),
+            ("hook", "other", None),
+        ]),
+        &f.event(&event, 1),
+    )
+    .await
+    .unwrap();
+    let targets = hook(&endpoint, "/hook")
+        .with("gone-hook", endpoint.webhook("/gone"))
+        .unwrap();
+    // One at a time, so that the second effect of the gone target comes
+    // after the first's answer.
+    let relay = run(&f, targets, quick(1));
+    let requests = endpoint.wait_for(2, Duration::from_secs(5)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let requests_after = endpoint.seen().await.requests;
+    relay.stop().await;
+
+    assert_eq!(requests_after.len(), 2, "{requests_after:?}");
+    let first = f.id(&event, "gone-hook", "first");
+    let second = f.id(&event, "gone-hook", "second");
+    let other = f.id(&event, "hook", "other");
+    let by_path: BTreeMap<&str, &str> = requests
+        .iter()
+        .map(|r| (r.path.as_str(), r.id.as_str()))
+        .collect();
+    assert_eq!(by_path["/gone"], first.as_str());
+    assert_eq!(by_path["/hook"], other.as_str(), "other targets go on");
+    assert_eq!(
+        dead(&f).await,
+        [(first.as_str().to_owned(), Some("410".to_owned()), 1)]
+    );
+    assert_eq!(
+        f.pending().await,
+        [second.as_str()],
+        "the gone target's others wait"
+    );
+}
+
+async fn a_redirect_is_dead_with_its_status_and_not_followed<E: Server>() {
+    let f = Fixture::<E>::new().await;
+    let endpoint = Endpoint::start();
+    let elsewhere = endpoint.url("/hook");
+    endpoint
+        .script(
+            "/moved",
+            "[]",
+            &format!(r#"{{"status":301,"headers":{{"Location":"{elsewhere}"}}}}"#),
+        )
+        .await;
+    let event = random_hex(16);
+    f.apply(Recording::of(&[("hook", "k", None)]), &f.event(&event, 1))
+        .await
+        .unwrap();
+    let relay = run(&f, hook(&endpoint, "/moved"), quick(4));
+    endpoint.wait_for(1, Duration::from_secs(5)).await;
+    settled(&f, Duration::from_secs(5)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    relay.stop().await;
+
+    let requests = endpoint.seen().await.requests;
+    assert_eq!(
+        requests.len(),
+        1,
+        "the redirect is not followed: {requests:?}"
+    );
+    assert_eq!(requests[0].path, "/moved");
+    let id = f.id(&event, "hook", "k");
+    assert_eq!(
+        dead(&f).await,
+        [(id.as_str().to_owned(), Some("301".to_owned()), 1)]
+    );
+}
+
+async fn per_key_order_is_kept_at_the_endpoint_with_concurrency_across_keys<E: Server>() {
+    let f = Fixture::<E>::new().await;
+    let endpoint = Endpoint::start();
+    // Every answer takes a while, so that sends overlap; the first fails,
+    // so that one key waits behind its head while the others go on.
+    endpoint
+        .script(
+            "/hook",
+            r#"[{"status":503,"headers":{"Retry-After":"0"},"delay":0.03}]"#,
+            r#"{"status":200,"delay":0.03}"#,
+        )
+        .await;
+    let recording = Recording::of(&[
+        ("hook", "{delivery}/a", Some("a")),
+        ("hook", "{delivery}/b", Some("b")),
+        ("hook", "{delivery}/c", Some("c")),
+    ]);
+    for version in 1..=6 {
+        f.apply(recording.clone(), &f.event(&random_hex(16), version))
+            .await
+            .unwrap();
+    }
+    let mut conn = f.conn().await;
+    let mut expected: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for listed in outbox::list::<E>(&mut conn, EffectState::Pending, 0, 100)
+        .await
+        .unwrap()
+    {
+        expected
+            .entry(listed.ordering_key)
+            .or_default()
+            .push(listed.id);
+    }
+    assert_eq!(expected.values().map(Vec::len).sum::<usize>(), 18);
+    let relay = run(&f, hook(&endpoint, "/hook"), quick(4));
+    endpoint.wait_for(19, Duration::from_secs(10)).await;
+    settled(&f, Duration::from_secs(5)).await;
+    relay.stop().await;
+
+    let seen = endpoint.seen().await;
+    let mut requests = seen.requests.clone();
+    requests.sort_by(|a, b| a.start.total_cmp(&b.start));
+    for (key, ids_in_order) in &expected {
+        let mut arrived: Vec<String> = Vec::new();
+        for r in requests.iter().filter(|r| ids_in_order.contains(&r.id)) {
+            if r.status == 200 {
+                arrived.push(r.id.clone());
+            }
+        }
+        assert_eq!(&arrived, ids_in_order, "key {key} in record order");
+    }
+    assert!(requests.iter().all(|r| r.verified));
+    assert!(seen.max_in_flight > 1, "keys were sent at once");
+}
+
+async fn two_relays_at_once_never_have_one_effect_in_flight_twice<E: Server>() {
+    let f = Fixture::<E>::new().await;
+    let endpoint = Endpoint::start();
+    endpoint
+        .script("/hook", "[]", r#"{"status":200,"delay":0.02}"#)
+        .await;
+    let recording = Recording::of(&[
+        ("hook", "{delivery}/1", None),
+        ("hook", "{delivery}/2", None),
+        ("hook", "{delivery}/3", None),
+        ("hook", "{delivery}/4", None),
+        ("hook", "{delivery}/5", None),
+        ("hook", "{delivery}/6", None),
+        ("hook", "{delivery}/7", None),
+        ("hook", "{delivery}/8", None),
+    ]);
+    for version in 1..=4 {
+        f.apply(recording.clone(), &f.event(&random_hex(16), version))
+            .await
+            .unwrap();
+    }
+    let recorded: BTreeSet<String> = f.pending().await.into_iter().collect();
+    assert_eq!(recorded.len(), 32);
+    let one = run(&f, hook(&endpoint, "/hook"), quick(4));
+    let two = run(&f, hook(&endpoint, "/hook"), quick(4));
+    endpoint.wait_for(32, Duration::from_secs(10)).await;
+    settled(&f, Duration::from_secs(5)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    one.stop().await;
+    two.stop().await;
+
+    let seen = endpoint.seen().await;
+    assert!(
+        seen.overlapping.is_empty(),
+        "in flight twice: {:?}",
+        seen.overlapping
+    );
+    assert_eq!(seen.requests.len(), 32, "each effect once");
+    let distinct: BTreeSet<String> = seen.requests.iter().map(|r| r.id.clone()).collect();
+    assert_eq!(distinct, recorded);
+}
+
+/// A target that stops its relay once the endpoint has answered, before
+/// the relay can record the answer: as if the process died there.
+#[derive(Clone)]
+struct StopsAfterTheAnswer {
+    inner: Webhook,
+    stop: CancellationToken,
+}
+
+impl Service<Attempt> for StopsAfterTheAnswer {
+    type Response = Sent;
+    type Error = Failed;
+    type Future = BoxFuture<'static, Result<Sent, Failed>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Failed>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, attempt: Attempt) -> Self::Future {
+        let answer = self.inner.call(attempt);
+        let stop = self.stop.clone();
+        Box::pin(async move {
+            answer.await?;
+            stop.cancel();
+            std::future::pending().await
+        })
+    }
+}
+
+async fn a_relay_stopped_after_the_answer_before_its_record_sends_again_under_the_same_id<
+    E: Server,
+>() {
+    let f = Fixture::<E>::new().await;
+    let endpoint = Endpoint::start();
+    let event = random_hex(16);
+    f.apply(Recording::of(&[("hook", "k", None)]), &f.event(&event, 1))
+        .await
+        .unwrap();
+    let id = f.id(&event, "hook", "k");
+
+    let stop = CancellationToken::new();
+    let target = StopsAfterTheAnswer {
+        inner: endpoint.webhook("/hook"),
+        stop: stop.clone(),
+    };
+    let mut options = quick(4);
+    options.lease = Duration::from_secs(1);
+    options.shutdown_grace = Duration::ZERO;
+    let relay = Relay::<E>::new(
+        f.dsn.clone(),
+        Targets::new().with("hook", target).unwrap(),
+        options,
+    );
+    tokio::time::timeout(Duration::from_secs(5), relay.run(stop))
+        .await
+        .expect("the relay stops")
+        .unwrap();
+    let first = endpoint.seen().await.requests;
+    assert_eq!(ids(&first), [id.as_str()]);
+    assert_eq!(first[0].status, 200);
+    assert_eq!(
+        f.pending().await,
+        [id.as_str()],
+        "the answer was never recorded"
+    );
+
+    let relay = run(&f, hook(&endpoint, "/hook"), quick(4));
+    let requests = endpoint.wait_for(2, Duration::from_secs(5)).await;
+    settled(&f, Duration::from_secs(5)).await;
+    relay.stop().await;
+    assert_eq!(ids(&requests), [id.as_str(), id.as_str()]);
+    assert!(requests
+        .iter()
+        .all(|r| r.idempotency_key == id.as_str() && r.verified));
+    assert!(dead(&f).await.is_empty());
+}
+
+async fn an_answer_that_never_came_is_tried_again_under_the_same_id<E: Server>() {
+    let f = Fixture::<E>::new().await;
+    let endpoint = Endpoint::start();
+    endpoint
+        .script(
+            "/hook",
+            r#"[{"status":200,"delay":1.5}]"#,
+            r#"{"status":200}"#,
+        )
+        .await;
+    let event = random_hex(16);
+    f.apply(Recording::of(&[("hook", "k", None)]), &f.event(&event, 1))
+        .await
+        .unwrap();
+    let webhook = endpoint
+        .webhook("/hook")
+        .with_timeout(Duration::from_millis(300));
+    let relay = run(&f, Targets::new().with("hook", webhook).unwrap(), quick(4));
+    let requests = endpoint.wait_for(2, Duration::from_secs(5)).await;
+    settled(&f, Duration::from_secs(5)).await;
+    relay.stop().await;
+    let id = f.id(&event, "hook", "k");
+    // The endpoint took the first one too: its outcome was unknown to the
+    // relay, and the same id lets the endpoint see it is the same effect.
+    assert_eq!(ids(&requests[..2]), [id.as_str(), id.as_str()]);
+    assert!(requests.iter().all(|r| r.idempotency_key == id.as_str()));
+}
+
+async fn an_effect_failing_past_its_attempts_is_dead_with_its_last_answer<E: Server>() {
+    let f = Fixture::<E>::new().await;
+    let endpoint = Endpoint::start();
+    endpoint.script("/hook", "[]", r#"{"status":503}"#).await;
+    let event = random_hex(16);
+    f.apply(Recording::of(&[("hook", "k", None)]), &f.event(&event, 1))
+        .await
+        .unwrap();
+    let mut options = quick(4);
+    options.max_attempts = 3;
+    let relay = run(&f, hook(&endpoint, "/hook"), options);
+    endpoint.wait_for(3, Duration::from_secs(5)).await;
+    settled(&f, Duration::from_secs(5)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    relay.stop().await;
+    assert_eq!(endpoint.seen().await.requests.len(), 3);
+    let id = f.id(&event, "hook", "k");
+    assert_eq!(
+        dead(&f).await,
+        [(id.as_str().to_owned(), Some("503".to_owned()), 3)]
+    );
+}
+
+async fn an_effect_of_a_target_the_relay_does_not_know_stays_pending<E: Server>() {
+    let f = Fixture::<E>::new().await;
+    let endpoint = Endpoint::start();
+    let event = random_hex(16);
+    f.apply(
+        Recording::of(&[("elsewhere", "k", None), ("hook", "k", None)]),
+        &f.event(&event, 1),
+    )
+    .await
+    .unwrap();
+    let relay = run(&f, hook(&endpoint, "/hook"), quick(4));
+    endpoint.wait_for(1, Duration::from_secs(5)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    relay.stop().await;
+    let unknown = f.id(&event, "elsewhere", "k");
+    assert_eq!(f.pending().await, [unknown.as_str()]);
+    assert!(dead(&f).await.is_empty(), "never dead by surprise");
+    let mut conn = f.conn().await;
+    let listed = outbox::list::<E>(&mut conn, EffectState::Pending, 0, 10)
+        .await
+        .unwrap();
+    assert_eq!(listed[0].attempts, 0);
+}
+
+macro_rules! on_both {
+    ($($name:ident),* $(,)?) => {
+        mod on_mysql {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name::<sqlx::MySql>().await })*
+        }
+        mod on_postgres {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name::<sqlx::Postgres>().await })*
+        }
+    };
+}
+
+on_both!(
+    effects_recorded_through_a_delivery_are_sent_once_each_signed_under_their_id,
+    a_503_is_sent_again_under_the_same_id_after_its_retry_after,
+    a_410_kills_the_effect_and_the_target_s_other_effects_wait,
+    a_redirect_is_dead_with_its_status_and_not_followed,
+    per_key_order_is_kept_at_the_endpoint_with_concurrency_across_keys,
+    two_relays_at_once_never_have_one_effect_in_flight_twice,
+    a_relay_stopped_after_the_answer_before_its_record_sends_again_under_the_same_id,
+    an_answer_that_never_came_is_tried_again_under_the_same_id,
+    an_effect_failing_past_its_attempts_is_dead_with_its_last_answer,
+    an_effect_of_a_target_the_relay_does_not_know_stays_pending,
+);
