@@ -146,3 +146,36 @@ async fn testing_inner_service_postgres_checks_each_outcome_on_a_database_of_its
          a task that needs review: refused\norders=1\n"
     );
 }
+
+#[tokio::test]
+async fn outbox_webhook_sends_its_effect_signed_after_the_commit() {
+    let db = TestDb::empty().await;
+    let options = result_inbox::db::schema::InitOptions {
+        outbox: true,
+        ..Default::default()
+    };
+    result_inbox::db::schema::init_with(&db.dsn, options)
+        .await
+        .unwrap();
+    let endpoint = common::webhook::Endpoint::start();
+    let secret_file =
+        std::env::temp_dir().join(format!("example-secret-{}", common::random_hex(8)));
+    std::fs::write(&secret_file, &endpoint.secret).unwrap();
+    let out = example("outbox_webhook")
+        .env("ORBIT_RECEIVER_DSN", dsn_for(&db.name))
+        .env("WEBHOOK_URL", endpoint.url("/orders"))
+        .env("WEBHOOK_SECRET_FILE", &secret_file)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&secret_file);
+    let text = stdout(&out);
+    assert!(text.contains("delivery: applied\n"), "{text}");
+    let id = text
+        .lines()
+        .find_map(|l| l.strip_prefix("sent effect="))
+        .unwrap_or_else(|| panic!("{text}"));
+    let requests = endpoint.seen().await.requests;
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    assert_eq!(requests[0].id, id);
+    assert!(requests[0].verified, "{}", requests[0].verify_error);
+}

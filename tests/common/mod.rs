@@ -19,6 +19,7 @@ pub mod orbit;
 pub mod otlp;
 pub mod postgres;
 pub mod tls;
+pub mod webhook;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
