@@ -469,6 +469,33 @@ async fn an_answer_that_never_came_is_tried_again_under_the_same_id<E: Server>()
     assert!(requests.iter().all(|r| r.idempotency_key == id.as_str()));
 }
 
+async fn a_tower_timeout_in_front_of_the_webhook_is_an_outcome_unknown_tried_again<E: Server>() {
+    let f = Fixture::<E>::new().await;
+    let endpoint = Endpoint::start();
+    endpoint
+        .script(
+            "/hook",
+            r#"[{"status":200,"delay":1.5}]"#,
+            r#"{"status":200}"#,
+        )
+        .await;
+    let event = random_hex(16);
+    f.apply(Recording::of(&[("hook", "k", None)]), &f.event(&event, 1))
+        .await
+        .unwrap();
+    // The embedder's own layer, not an option of the relay.
+    let target = tower::ServiceBuilder::new()
+        .timeout(Duration::from_millis(300))
+        .service(endpoint.webhook("/hook"));
+    let relay = run(&f, Targets::new().with("hook", target).unwrap(), quick(4));
+    let requests = endpoint.wait_for(2, Duration::from_secs(5)).await;
+    settled(&f, Duration::from_secs(5)).await;
+    relay.stop().await;
+    let id = f.id(&event, "hook", "k");
+    assert_eq!(ids(&requests[..2]), [id.as_str(), id.as_str()]);
+    assert!(dead(&f).await.is_empty());
+}
+
 async fn an_effect_failing_past_its_attempts_is_dead_with_its_last_answer<E: Server>() {
     let f = Fixture::<E>::new().await;
     let endpoint = Endpoint::start();
@@ -536,6 +563,7 @@ on_both!(
     two_relays_at_once_never_have_one_effect_in_flight_twice,
     a_relay_stopped_after_the_answer_before_its_record_sends_again_under_the_same_id,
     an_answer_that_never_came_is_tried_again_under_the_same_id,
+    a_tower_timeout_in_front_of_the_webhook_is_an_outcome_unknown_tried_again,
     an_effect_failing_past_its_attempts_is_dead_with_its_last_answer,
     an_effect_of_a_target_the_relay_does_not_know_stays_pending,
 );

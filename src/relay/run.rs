@@ -225,7 +225,11 @@ impl<E: Engine> Relay<E> {
             tokio::select! {
                 biased;
                 () = shutdown.cancelled() => break,
-                Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
+                Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {
+                    // Every send that ended meanwhile frees its slot for
+                    // the same claim: one claim for several, not one each.
+                    while let Some(Some(_)) = in_flight.join_next().now_or_never() {}
+                }
                 () = notified.notified() => {}
                 () = tokio::time::sleep(options.poll_interval) => {}
             }
@@ -355,9 +359,8 @@ async fn send<E: Engine>(shared: Arc<Shared<E>>, service: super::BoxTarget, effe
     let target = effect.target.clone();
     let id = effect.id.clone();
     let created = clock::parse_rfc3339_utc(&effect.created_at);
-    let attempt = Attempt::new(effect, 0);
-    let number = attempt.effect.attempts.saturating_add(1);
-    let attempt = Attempt { number, ..attempt };
+    let number = effect.attempts.saturating_add(1);
+    let attempt = Attempt::new(effect, number);
     let span = tracing::info_span!(
         "send",
         otel.name = %format_args!("send {}", target.as_str()),
