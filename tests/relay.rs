@@ -14,6 +14,7 @@ use crate::common::webhook::{Endpoint, Received};
 use crate::outbox::{body_of, Fixture, Recording, Server, TRACEPARENT};
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -543,6 +544,195 @@ async fn an_effect_of_a_target_the_relay_does_not_know_stays_pending<E: Server>(
     assert_eq!(listed[0].attempts, 0);
 }
 
+/// What the relay recorded through the `metrics` facade: each series by
+/// its name and sorted labels, a counter's total, a gauge's last value, a
+/// histogram's number of records. Installed once per process (nextest
+/// runs each test in its own).
+#[derive(Clone, Default)]
+struct Series(Arc<Mutex<BTreeMap<String, f64>>>);
+
+struct Handle {
+    key: String,
+    series: Series,
+}
+
+impl Handle {
+    fn apply(&self, change: impl FnOnce(&mut f64)) {
+        change(
+            self.series
+                .0
+                .lock()
+                .unwrap()
+                .entry(self.key.clone())
+                .or_default(),
+        );
+    }
+}
+
+impl metrics::CounterFn for Handle {
+    fn increment(&self, value: u64) {
+        self.apply(|v| *v += value as f64);
+    }
+    fn absolute(&self, value: u64) {
+        self.apply(|v| *v = v.max(value as f64));
+    }
+}
+
+impl metrics::GaugeFn for Handle {
+    fn increment(&self, value: f64) {
+        self.apply(|v| *v += value);
+    }
+    fn decrement(&self, value: f64) {
+        self.apply(|v| *v -= value);
+    }
+    fn set(&self, value: f64) {
+        self.apply(|v| *v = value);
+    }
+}
+
+impl metrics::HistogramFn for Handle {
+    fn record(&self, _value: f64) {
+        self.apply(|v| *v += 1.0);
+    }
+}
+
+impl Series {
+    fn handle(&self, key: &metrics::Key) -> Arc<Handle> {
+        let mut labels: Vec<String> = key
+            .labels()
+            .map(|l| format!("{}={}", l.key(), l.value()))
+            .collect();
+        labels.sort();
+        Arc::new(Handle {
+            key: format!("{}{{{}}}", key.name(), labels.join(",")),
+            series: self.clone(),
+        })
+    }
+
+    fn get(&self, key: &str) -> Option<f64> {
+        self.0.lock().unwrap().get(key).copied()
+    }
+
+    fn installed() -> Series {
+        static SERIES: std::sync::OnceLock<Series> = std::sync::OnceLock::new();
+        SERIES
+            .get_or_init(|| {
+                let series = Series::default();
+                metrics::set_global_recorder(series.clone()).expect("one recorder");
+                series
+            })
+            .clone()
+    }
+}
+
+impl metrics::Recorder for Series {
+    fn describe_counter(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_gauge(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_histogram(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn register_counter(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
+        metrics::Counter::from_arc(self.handle(key))
+    }
+    fn register_gauge(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+        metrics::Gauge::from_arc(self.handle(key))
+    }
+    fn register_histogram(
+        &self,
+        key: &metrics::Key,
+        _: &metrics::Metadata<'_>,
+    ) -> metrics::Histogram {
+        metrics::Histogram::from_arc(self.handle(key))
+    }
+}
+
+async fn the_relay_counts_attempts_dead_effects_a_gone_target_and_the_backlog<E: Server>() {
+    let series = Series::installed();
+    // Target names of this test's own, so that no other test's series mix in.
+    let tag = random_hex(4);
+    let ok: &'static str = Box::leak(format!("ok-{tag}").into_boxed_str());
+    let gone: &'static str = Box::leak(format!("gone-{tag}").into_boxed_str());
+    let f = Fixture::<E>::new().await;
+    let endpoint = Endpoint::start();
+    endpoint.script("/gone", "[]", r#"{"status":410}"#).await;
+    f.apply(
+        Recording::of(&[
+            (ok, "a", None),
+            (ok, "b", None),
+            (gone, "first", None),
+            (gone, "second", None),
+        ]),
+        &f.event(&random_hex(16), 1),
+    )
+    .await
+    .unwrap();
+    let targets = Targets::new()
+        .with(ok, endpoint.webhook("/hook"))
+        .unwrap()
+        .with(gone, endpoint.webhook("/gone"))
+        .unwrap();
+    let relay = run(&f, targets, quick(1));
+    endpoint.wait_for(3, Duration::from_secs(5)).await;
+    // The backlog is counted every report interval (200 ms here).
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    relay.stop().await;
+
+    let value = |key: String| {
+        series
+            .get(&key)
+            .unwrap_or_else(|| panic!("no series {key}"))
+    };
+    assert_eq!(
+        value(format!(
+            "receiver_outbox_attempts_total{{result=sent,target={ok}}}"
+        )),
+        2.0
+    );
+    assert_eq!(
+        value(format!(
+            "receiver_outbox_attempts_total{{result=dead,target={gone}}}"
+        )),
+        1.0
+    );
+    assert_eq!(
+        value(format!("receiver_outbox_dead_total{{target={gone}}}")),
+        1.0
+    );
+    assert_eq!(
+        value(format!("receiver_outbox_target_paused{{target={gone}}}")),
+        1.0
+    );
+    assert_eq!(
+        value(format!(
+            "receiver_outbox_commit_to_sent_seconds{{target={ok}}}"
+        )),
+        2.0
+    );
+    assert_eq!(
+        series.get(&format!("receiver_outbox_dead_total{{target={ok}}}")),
+        None
+    );
+    // The gone target's second effect waits.
+    assert_eq!(value("receiver_outbox_pending{}".to_owned()), 1.0);
+    assert!(value("receiver_outbox_oldest_pending_seconds{}".to_owned()) > 0.0);
+}
+
 macro_rules! on_both {
     ($($name:ident),* $(,)?) => {
         mod on_mysql {
@@ -566,4 +756,5 @@ on_both!(
     a_tower_timeout_in_front_of_the_webhook_is_an_outcome_unknown_tried_again,
     an_effect_failing_past_its_attempts_is_dead_with_its_last_answer,
     an_effect_of_a_target_the_relay_does_not_know_stays_pending,
+    the_relay_counts_attempts_dead_effects_a_gone_target_and_the_backlog,
 );
