@@ -544,6 +544,39 @@ async fn an_effect_of_a_target_the_relay_does_not_know_stays_pending<E: Server>(
     assert_eq!(listed[0].attempts, 0);
 }
 
+#[tokio::test]
+async fn a_relay_with_options_it_cannot_run_with_says_which() {
+    let dsn: result_inbox::db::Dsn = "mysql://relay@127.0.0.1:1/none".parse().unwrap();
+    for (change, what) in [
+        (
+            Box::new(|o: &mut RelayOptions| o.concurrency = 0) as Box<dyn Fn(&mut RelayOptions)>,
+            "concurrency",
+        ),
+        (
+            Box::new(|o: &mut RelayOptions| o.max_attempts = 0),
+            "max_attempts",
+        ),
+        (
+            Box::new(|o: &mut RelayOptions| o.owner = "a\nb".to_owned()),
+            "owner",
+        ),
+        (
+            Box::new(|o: &mut RelayOptions| o.owner = "o".repeat(129)),
+            "owner",
+        ),
+    ] {
+        let mut options = RelayOptions::default();
+        change(&mut options);
+        let relay = Relay::<sqlx::MySql>::new(dsn.clone(), Targets::new(), options);
+        let e = relay.run(CancellationToken::new()).await.unwrap_err();
+        assert!(
+            e.to_string()
+                .contains(&format!("invalid relay option {what}")),
+            "{e}"
+        );
+    }
+}
+
 /// What the relay recorded through the `metrics` facade: each series by
 /// its name and sorted labels, a counter's total, a gauge's last value, a
 /// histogram's number of records. Installed once per process (nextest

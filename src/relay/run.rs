@@ -174,14 +174,23 @@ impl<E: Engine> Relay<E> {
     /// every poll interval), sends each with no transaction or lock held,
     /// and records the answer. Once cancelled it claims nothing more,
     /// waits up to the shutdown grace for the sends in flight, abandons
-    /// the rest, and returns. A database that cannot be reached while it
-    /// runs is logged and tried again; it does not end the relay.
+    /// the rest, and returns. A database that cannot be reached at start
+    /// is an error; one that cannot be reached while it runs is logged
+    /// and tried again, and does not end the relay. Invalid options
+    /// (no concurrency, no attempt, a bad owner) are an error at once.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), RelayError> {
         let options = self.options;
         if options.concurrency == 0 {
             return Err(RelayError::Invalid {
                 what: "concurrency",
                 expected: "at least 1",
+            });
+        }
+        let owner = &options.owner;
+        if owner.is_empty() || owner.len() > 128 || owner.chars().any(char::is_control) {
+            return Err(RelayError::Invalid {
+                what: "owner",
+                expected: "1 to 128 bytes of UTF-8 without control characters",
             });
         }
         if options.max_attempts == 0 {
@@ -192,6 +201,8 @@ impl<E: Engine> Relay<E> {
         }
         let connect = E::connect_options(&self.dsn)
             .ok_or_else(|| DbError::wrong_engine(self.dsn.engine()))?;
+        // An address of several hosts: the one that takes writes now.
+        let connect = E::writable_options(&self.dsn).await.unwrap_or(connect);
         let pool = E::pool_options(options.max_connections.max(2), Duration::from_secs(5))
             .connect_lazy_with(connect);
         {
