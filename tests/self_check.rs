@@ -104,7 +104,25 @@ async fn consume_refuses_a_table_without_one_of_its_columns() {
     let out = consume_once(&creds, &dsn_for(&db.name), &sub);
     assert_refused(
         &out,
-        "table receiver_task_views lacks the column(s) applied_events",
+        "table receiver_task_views lacks the column(s) applied_events of schema.sql",
+        &orbit,
+        &creds,
+        &sub,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn on_postgres_consume_refuses_a_table_without_one_of_its_columns_naming_its_schema_file() {
+    let (orbit, creds, sub) = one_pending_delivery("check-pg-column").await;
+    let db = common::postgres::PgTestDb::initialized().await;
+    db.run_script("ALTER TABLE receiver_task_views DROP COLUMN applied_events")
+        .await
+        .unwrap();
+    let out = consume_once(&creds, &db.dsn, &sub);
+    assert_refused(
+        &out,
+        "table receiver_task_views lacks the column(s) applied_events of schema.postgres.sql",
         &orbit,
         &creds,
         &sub,

@@ -173,6 +173,11 @@ impl<E: Engine> InboxStore<E> {
         }
     }
 
+    /// The engine the store's address names.
+    pub fn engine(&self) -> crate::db::EngineKind {
+        self.dsn.engine()
+    }
+
     /// Retries counted so far (shared by all clones of this store).
     pub fn stats(&self) -> InboxStats {
         InboxStats {

@@ -15,7 +15,11 @@ pub const DATABASE_CHECKS: [&str; 3] = ["database", "schema", "privileges"];
 pub async fn database<E: Engine>(store: &InboxStore<E>) -> Result<(), Problem> {
     store.check_ready().await.map_err(|unready| match unready {
         Unready::MissingTable { table } => Problem::MissingTable { table },
-        Unready::MissingColumns { table, columns } => Problem::MissingColumns { table, columns },
+        Unready::MissingColumns { table, columns } => Problem::MissingColumns {
+            table,
+            columns,
+            schema_file: result_inbox::db::schema::schema_file(store.engine()),
+        },
         Unready::MissingPrivilege { privilege, table } => {
             Problem::MissingPrivilege { privilege, table }
         }

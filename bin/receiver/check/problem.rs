@@ -27,12 +27,15 @@ pub enum Problem {
         table: &'static str,
     },
     /// A receiver table lacks columns of `schema.sql`.
-    #[error("table {table} lacks the column(s) {} of schema.sql", .columns.join(", "))]
+    #[error("table {table} lacks the column(s) {} of {schema_file}", .columns.join(", "))]
     MissingColumns {
         /// The table.
         table: &'static str,
         /// The missing columns.
         columns: Vec<&'static str>,
+        /// The schema file of the store's engine (`schema.sql`,
+        /// `schema.postgres.sql`).
+        schema_file: &'static str,
     },
     /// The prune account lacks a grant `receiver prune` needs (the whole
     /// sentence, naming it).
