@@ -243,14 +243,13 @@ pub const ACCEPTED_OPTIONS: [&str; 9] = [
 /// `ssl-cert`, `ssl-key` and `options[name]`. The options that name the
 /// database, the user, the host or the port (`dbname`, `user`, `host`,
 /// `hostaddr`, `port`) are refused: the URL has one place for each.
-pub const POSTGRES_OPTIONS: [&str; 9] = [
+pub const POSTGRES_OPTIONS: [&str; 8] = [
     "sslmode",
     "target_session_attrs",
     "sslrootcert",
     "sslcert",
     "sslkey",
     "statement-cache-capacity",
-    "password",
     "application_name",
     "options",
 ];

@@ -46,6 +46,12 @@ pub(crate) fn parse(s: &str) -> Result<Dsn, DsnError> {
             },
             "dbname" => return Err(out_of_place("dbname", "its database in its path")),
             "user" => return Err(out_of_place("user", "its user before the @")),
+            "password" => {
+                return Err(out_of_place(
+                    "password",
+                    "its password after the user, before the @",
+                ))
+            }
             option @ ("host" | "hostaddr") => {
                 return Err(out_of_place(option, "its host after the @"))
             }
@@ -225,6 +231,7 @@ mod tests {
         for (query, option, place) in [
             ("dbname=platform", "dbname", "database in its path"),
             ("user=postgres", "user", "user before the @"),
+            ("password=other", "password", "password after the user"),
             ("host=10.0.0.9", "host", "host after the @"),
             ("hostaddr=10.0.0.9", "hostaddr", "host after the @"),
             ("port=6432", "port", "port after the host"),
