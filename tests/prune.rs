@@ -471,6 +471,32 @@ async fn on_postgres_check_warns_a_runtime_role_that_may_not_read_the_tally_nami
 }
 
 #[tokio::test]
+async fn on_postgres_consume_warns_at_start_a_runtime_role_that_may_not_read_the_tally() {
+    let aged = Aged::on_postgres(1).await;
+    let Server::Postgres(db) = &aged.server else {
+        unreachable!()
+    };
+    let without = db.role_with(PG_RUNTIME_TABLE_GRANTS).await;
+    let (orbit, creds, sub) = common::orbit::OrbitDev::subscribed(30_000, 5, "tally-c").await;
+    let mut consume =
+        common::consume::Consume::start(&orbit, &creds, &without, &sub, "task-result-view", &[]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let out = loop {
+        let out = consume.output();
+        if out.contains("delivery stream open") || std::time::Instant::now() > deadline {
+            break out;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert!(consume.terminate().success(), "{out}");
+    assert!(
+        out.contains("the account may not SELECT receiver_pruned")
+            && out.contains("grant it SELECT on receiver_pruned"),
+        "{out}"
+    );
+}
+
+#[tokio::test]
 async fn check_warns_a_mysql_account_that_sees_the_tally_but_may_not_read_it() {
     let aged = Aged::new(1).await;
     // MySQL shows the table only to an account with a grant on it.

@@ -238,6 +238,9 @@ async fn run_on<E: Engine>(
     if let Some(warning) = check::name_warning(&config.dsn, &config.scope).await {
         tracing::warn!("{warning}");
     }
+    if let Some(warning) = check::tally_warning(&config.dsn).await {
+        tracing::warn!("{warning}");
+    }
     match &config.source {
         SourceConfig::Orbit {
             client,
