@@ -1033,3 +1033,30 @@ fn a_database_host_that_does_not_resolve_is_named_by_every_command_on_both_engin
         assert!(line.contains(UNRESOLVED), "{dsn} consume: {line:?}");
     }
 }
+
+#[test]
+fn subscribe_refuses_a_jetstream_setting_for_an_orbit_subscription_naming_it() {
+    for flag in [
+        &["--replicas", "3"][..],
+        &["--ack-wait", "60"],
+        &["--max-deliver", "5"],
+        &["--create-stream"],
+    ] {
+        let out = Command::new(receiver_bin())
+            .arg("subscribe")
+            .args(flag)
+            .env("ORBIT_URL", "http://127.0.0.1:1")
+            .env("ORBIT_TOKEN", "t")
+            .env("ORBIT_QUEUE_ID", "0123456789abcdef0123456789abcdef")
+            .env_remove("ORBIT_CREDENTIALS_FILE")
+            .env_remove("RECEIVER_SOURCE")
+            .output()
+            .unwrap();
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag:?}: {err}");
+        assert!(
+            err.contains(&format!("{} is only for --source nats", flag[0])),
+            "{flag:?}: {err}"
+        );
+    }
+}

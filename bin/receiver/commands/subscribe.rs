@@ -75,7 +75,20 @@ fn at_least_one(value: &str) -> Result<i64, String> {
 
 pub(crate) fn run_subscribe(args: SubscribeArgs) -> Outcome {
     match args.source {
-        SourceKind::Orbit => subscribe_orbit(args.orbit, args.events),
+        SourceKind::Orbit => {
+            let nats_only = [
+                ("--ack-wait", args.ack_wait.is_some()),
+                ("--max-deliver", args.max_deliver.is_some()),
+                ("--create-stream", args.create_stream),
+                ("--replicas", args.replicas.is_some()),
+            ];
+            if let Some((flag, _)) = nats_only.iter().find(|(_, given)| *given) {
+                return Err(config(format!(
+                    "{flag} is only for --source nats: an Orbit subscription's lease and budget are the platform's"
+                )));
+            }
+            subscribe_orbit(args.orbit, args.events)
+        }
         SourceKind::Nats => subscribe_nats(args),
     }
 }
