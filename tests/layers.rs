@@ -33,7 +33,8 @@ const ABOVE: &[(&str, &[&str])] = &[
     ("outbox", &["db"]),
     ("inbox", &["db", "outbox"]),
     ("relay", &["db", "outbox"]),
-    ("task_view", &["db", "inbox"]),
+    // The task view that notifies records its effect through the inbox.
+    ("task_view", &["db", "inbox", "outbox"]),
     ("consumer", &["source"]),
     ("orbit", &["source"]),
     ("nats", &["source"]),

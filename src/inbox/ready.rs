@@ -53,6 +53,17 @@ impl<E: Engine> InboxStore<E> {
     /// why), both tables with their columns, and each privilege. Stops at
     /// the first thing missing.
     pub async fn check_ready(&self) -> Result<(), Unready> {
+        self.check_tables(&TABLES).await
+    }
+
+    /// The same for `receiver_outbox`, which an inner service that
+    /// records effects needs besides the two tables: there, with its
+    /// columns, and `SELECT`, `INSERT`, `UPDATE` on it.
+    pub async fn check_outbox_ready(&self) -> Result<(), Unready> {
+        self.check_tables(&[schema::OUTBOX_TABLE]).await
+    }
+
+    async fn check_tables(&self, tables: &[&'static str]) -> Result<(), Unready> {
         // Opened lazily, the pool points at an address's first host, which
         // after a failover is a standby: asked here, as the breaker's probe
         // asks, every start finds the host that takes writes.
@@ -63,7 +74,7 @@ impl<E: Engine> InboxStore<E> {
         // A statement proves the login and database are usable: the pool
         // may hand out a connection made before a grant was revoked.
         E::ping(conn).await.map_err(DbError::from)?;
-        for table in TABLES {
+        for &table in tables {
             let present = E::table_columns(conn, table).await.map_err(DbError::from)?;
             if present.is_empty() {
                 return Err(Unready::MissingTable { table });
@@ -79,7 +90,7 @@ impl<E: Engine> InboxStore<E> {
                 });
             }
         }
-        for table in TABLES {
+        for &table in tables {
             for privilege in RUNTIME_PRIVILEGES {
                 let statement = schema::privilege_probe(table, privilege);
                 if let Err(e) = E::probe(conn, &statement).await {

@@ -17,6 +17,7 @@
 //! | equal, same event id     | nothing                                  | stale   |
 //! | equal, other event id    | nothing; the caller rolls back           | [`Conflict::VersionTaken`] |
 
+mod notify;
 mod set;
 
 use std::future::Future;
@@ -33,6 +34,8 @@ use crate::event::{result_size, Event};
 use crate::ids::TaskId;
 use crate::inbox::{Applying, Conflict, InboxError, InboxStore, Verdict};
 use crate::scope::InboxScope;
+
+pub use self::notify::Notify;
 
 /// What [`advance`] did to the view.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

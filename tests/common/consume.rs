@@ -45,6 +45,14 @@ impl Consume {
         Consume::spawn(command, dir)
     }
 
+    /// `receiver relay` with exactly this environment (besides the
+    /// inherited one), its output in files under `dir`.
+    pub fn relay(dir: &Path, env: &[(&str, &str)]) -> Consume {
+        let mut command = receiver();
+        command.arg("relay").envs(env.iter().copied());
+        Consume::spawn(command, dir)
+    }
+
     fn spawn(mut command: Command, dir: &Path) -> Consume {
         let tag = random_hex(4);
         let stdout = dir.join(format!("consume-{tag}.out"));

@@ -20,6 +20,8 @@ mod escaped_events;
 mod examples;
 #[path = "../failures.rs"]
 mod failures;
+#[path = "../notify.rs"]
+mod notify;
 #[path = "../observability.rs"]
 mod observability;
 #[path = "../orbit_failures.rs"]

@@ -97,6 +97,14 @@ impl fmt::Display for Finding {
 }
 
 impl Finding {
+    /// A check that was not run because `failed` failed before it.
+    pub fn not_run(check: &'static str, failed: &str) -> Finding {
+        Finding {
+            ok: false,
+            line: format!("check={check} not run (check {failed} failed)"),
+        }
+    }
+
     /// A finding that never fails the command: `check=<name> ok <detail>`,
     /// or `check=<name> WARN <detail>` for what an operator should know.
     pub fn advisory(check: &str, ok: bool, detail: impl fmt::Display) -> Finding {

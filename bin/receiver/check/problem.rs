@@ -42,7 +42,7 @@ pub enum Problem {
     #[error("{0}")]
     PruneGrant(String),
     /// The runtime account lacks a privilege the receiver needs.
-    #[error("the account may not {privilege} {table} (the runtime account needs SELECT, INSERT, UPDATE on both receiver tables)")]
+    #[error("the account may not {privilege} {table} (the runtime account needs SELECT, INSERT, UPDATE on every receiver table it uses)")]
     MissingPrivilege {
         /// `SELECT`, `INSERT` or `UPDATE`.
         privilege: &'static str,

@@ -3,7 +3,9 @@
 //! and the subscription when one is given) or, with `--source nats`, NATS
 //! and the durable consumer, as `consume` checks them before it leases;
 //! last, when traces are exported, whether the collector takes an export
-//! (`check=traces`) and where it is.
+//! (`check=traces`) and where it is. With a notify webhook, after the
+//! database's: the outbox table and its grants (`check=outbox`), and after
+//! the source's: whether the webhook's host answers (`check=notify`).
 
 use std::future::Future;
 
@@ -21,6 +23,7 @@ use super::{orbit_client, NATS_CALL_TIMEOUT};
 use crate::args::{required_subscription, NatsArgs, Receiver, SourceKind};
 use crate::check::{self, findings, Finding, Problem, DATABASE_CHECKS, NATS_CHECKS, ORBIT_CHECKS};
 use crate::exit::{config, passed, Failed, Outcome};
+use crate::notify::{outbox_ready, NotifyArgs, NotifyConfig};
 use crate::runtime::runtime;
 
 /// What `check` is given.
@@ -51,15 +54,24 @@ pub(crate) struct CheckArgs {
     /// postgres://user:password@host:port/database.
     #[arg(long, env = "RECEIVER_PRUNE_DSN", hide_env_values = true)]
     prune_dsn: Option<String>,
+    #[command(flatten)]
+    notify: NotifyArgs,
 }
 
 pub(crate) fn run_check(args: CheckArgs) -> Outcome {
+    let notify = match args.prune {
+        true => None,
+        false => args.notify.resolve().map_err(config)?,
+    };
+    let notify = notify.as_ref();
     let mut findings = if args.prune {
         check_prune(args.prune_dsn)?
     } else {
         match args.source {
-            SourceKind::Orbit => check_orbit(args.receiver, args.subscription_id, args.demo)?,
-            SourceKind::Nats => check_nats(args.receiver, args.nats)?,
+            SourceKind::Orbit => {
+                check_orbit(args.receiver, args.subscription_id, args.demo, notify)?
+            }
+            SourceKind::Nats => check_nats(args.receiver, args.nats, notify)?,
         }
     };
     // Whether consume's traces would reach their collector, and where it
@@ -87,6 +99,7 @@ fn check_orbit(
     receiver: Receiver,
     subscription_id: Option<String>,
     demo: bool,
+    notify: Option<&NotifyConfig>,
 ) -> Result<Vec<Finding>, Failed> {
     let resolved = receiver.resolve().map_err(config)?;
     // `consume` needs a subscription; `demo` creates its own, and checks
@@ -112,10 +125,20 @@ fn check_orbit(
             None => Ok(()),
         }
     };
-    Ok(database_and(&resolved.dsn, resolved.scope, checks, orbit))
+    Ok(database_and(
+        &resolved.dsn,
+        resolved.scope,
+        checks,
+        orbit,
+        notify,
+    ))
 }
 
-fn check_nats(receiver: Receiver, nats: NatsArgs) -> Result<Vec<Finding>, Failed> {
+fn check_nats(
+    receiver: Receiver,
+    nats: NatsArgs,
+    notify: Option<&NotifyConfig>,
+) -> Result<Vec<Finding>, Failed> {
     let (dsn, scope, settings) = receiver.resolve_for_nats(nats).map_err(config)?;
     let nats = async {
         JetStreamSource::connect(&settings, NATS_CALL_TIMEOUT)
@@ -123,25 +146,36 @@ fn check_nats(receiver: Receiver, nats: NatsArgs) -> Result<Vec<Finding>, Failed
             .map(drop)
             .map_err(Problem::Nats)
     };
-    Ok(database_and(&dsn, scope, &NATS_CHECKS, nats))
+    Ok(database_and(&dsn, scope, &NATS_CHECKS, nats, notify))
 }
 
 /// The database checks on the engine the address names, and once they
 /// passed, what the server says of its standbys.
+/// With `outbox`, the outbox check too (`None` without).
 async fn database_on<E: Engine>(
     dsn: &Dsn,
     scope: &InboxScope,
-) -> (Result<(), Problem>, Option<Finding>) {
+    outbox: bool,
+) -> (Result<(), Problem>, Option<Finding>, Option<Finding>) {
     let store = match InboxStore::<E>::open_lazy(dsn, scope.clone(), StoreOptions::default()) {
         Ok(store) => store,
-        Err(e) => return (Err(check::database_problem(e)), None),
+        Err(e) => return (Err(check::database_problem(e)), None, None),
     };
     let checked = check::database(&store).await;
-    let replication = match checked {
-        Ok(()) => check::replication(&store).await,
-        Err(_) => None,
+    let (replication, outbox) = match checked {
+        Ok(()) => (
+            check::replication(&store).await,
+            match outbox {
+                true => Some(Finding::of(
+                    "outbox",
+                    outbox_ready(&store).await.map_err(|p| p.reason()),
+                )),
+                false => None,
+            },
+        ),
+        Err(_) => (None, outbox.then(|| Finding::not_run("outbox", "database"))),
     };
-    (checked, replication)
+    (checked, replication, outbox)
 }
 
 /// The database checks, then the `checks` that `source` runs.
@@ -150,11 +184,13 @@ fn database_and(
     scope: InboxScope,
     checks: &[&'static str],
     source: impl Future<Output = Result<(), Problem>>,
+    notify: Option<&NotifyConfig>,
 ) -> Vec<Finding> {
     runtime().block_on(async {
-        let (database, replication) = match dsn.engine() {
-            EngineKind::Postgres => database_on::<Postgres>(dsn, &scope).await,
-            _ => database_on::<MySql>(dsn, &scope).await,
+        let outbox = notify.is_some();
+        let (database, replication, outbox) = match dsn.engine() {
+            EngineKind::Postgres => database_on::<Postgres>(dsn, &scope, outbox).await,
+            _ => database_on::<MySql>(dsn, &scope, outbox).await,
         };
         if database.is_ok() {
             if let Some(warning) = check::name_warning(dsn, &scope).await {
@@ -166,7 +202,11 @@ fn database_and(
         }
         let mut all = findings(&DATABASE_CHECKS, &database);
         all.extend(replication);
+        all.extend(outbox);
         all.extend(findings(checks, &source.await));
+        if let Some(notify) = notify {
+            all.push(Finding::of("notify", notify.host_answers().await));
+        }
         all
     })
 }

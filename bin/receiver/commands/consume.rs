@@ -14,6 +14,11 @@
 //!
 //! Then the consumer runs the inbox over the task view, with the store as
 //! the probe of its breaker, until the shutdown token is cancelled.
+//!
+//! With a notify webhook the start-up check also asks for the outbox, the
+//! inner service records a notification for each delivery that advanced
+//! the view (`task_view::Notify`), and a relay runs beside the consumer,
+//! woken after each such delivery's COMMIT and stopped with it.
 
 use std::process::ExitCode;
 
@@ -25,20 +30,25 @@ use tracing::info;
 use result_inbox::consumer::{Consumer, ConsumerError, ConsumerOptions, ConsumerReport, Health};
 use result_inbox::db::{Dsn, Engine, EngineKind};
 use result_inbox::ids::{QueueId, SubscriptionId};
-use result_inbox::inbox::{Batching, InboxLayer, InboxStore, StoreOptions};
+use result_inbox::inbox::{
+    Batching, InboxLayer, InboxStore, Outcome as Applied, Receipt, StoreOptions,
+};
 use result_inbox::nats::{JetStreamSource, NatsError, NatsSettings};
 use result_inbox::orbit::{OrbitClient, OrbitSource, Scope};
+use result_inbox::relay::RelayError;
 use result_inbox::retry::until_answered;
 use result_inbox::scope::InboxScope;
 use result_inbox::source::{Source, SourceError};
 use result_inbox::sqlx::{MySql, Postgres};
 use result_inbox::task_view::TaskView;
+use result_inbox::BoxError;
 
 use super::{orbit_client, CONSUME_GRACE, NATS_CALL_TIMEOUT};
 use crate::args::{required_subscription, NatsArgs, Receiver, SourceKind};
 use crate::check::{self, Problem};
 use crate::exit::{config, failed, Outcome};
 use crate::health::metrics_endpoint;
+use crate::notify::{outbox_ready, NotifyArgs, NotifyConfig};
 use crate::runtime::until_shutdown;
 
 /// What `consume` is given.
@@ -74,6 +84,8 @@ pub(crate) struct ConsumeArgs {
     /// batch's COMMIT. Off unless set: one transaction per delivery.
     #[arg(long, env = "RECEIVER_BATCH_MAX", value_parser = clap::value_parser!(u32).range(1..=64))]
     pub(crate) batch_max: Option<u32>,
+    #[command(flatten)]
+    pub(crate) notify: NotifyArgs,
 }
 
 pub(crate) fn run_consume(args: ConsumeArgs) -> Outcome {
@@ -142,6 +154,7 @@ fn consume_config(args: ConsumeArgs) -> Result<ConsumeConfig, String> {
         }
     };
     Ok(ConsumeConfig {
+        notify: args.notify.resolve()?,
         source,
         dsn,
         scope,
@@ -164,6 +177,8 @@ struct ConsumeConfig {
     consumer: ConsumerOptions,
     /// Deliveries per transaction in batching mode; `None`: one each.
     batch_max: Option<u32>,
+    /// The webhook notified of each delivery that advanced the view.
+    notify: Option<NotifyConfig>,
 }
 
 /// Where `receiver consume` takes its deliveries from.
@@ -192,6 +207,9 @@ enum ConsumeError {
     /// The consumer was refused or had to stop.
     #[error("{0}")]
     Consumer(ConsumerError),
+    /// The relay beside it could not start.
+    #[error("{0}")]
+    Relay(RelayError),
 }
 
 impl ConsumeError {
@@ -201,6 +219,7 @@ impl ConsumeError {
         match self {
             ConsumeError::Check(p) => p.is_configuration(),
             ConsumeError::Consumer(e) => e.is_configuration(),
+            ConsumeError::Relay(e) => !matches!(e, RelayError::Database(_)),
         }
     }
 }
@@ -232,7 +251,13 @@ async fn run_on<E: Engine>(
     let checked = tokio::select! {
         biased;
         _ = shutdown.cancelled() => return Ok(None),
-        checked = until_answered(config.consumer.backoff(), "database", Problem::is_transient, || check::database(&store)) => checked,
+        checked = until_answered(config.consumer.backoff(), "database", Problem::is_transient, || async {
+            check::database(&store).await?;
+            match &config.notify {
+                Some(_) => outbox_ready(&store).await,
+                None => Ok(()),
+            }
+        }) => checked,
     };
     checked.map_err(ConsumeError::Check)?;
     if let Some(warning) = check::name_warning(&config.dsn, &config.scope).await {
@@ -271,7 +296,8 @@ async fn run_on<E: Engine>(
     }
 }
 
-/// The inbox over the task view, fed by `source` until shutdown.
+/// The inbox over the task view, fed by `source` until shutdown; with a
+/// notify webhook, over the view that notifies, a relay beside it.
 async fn serve<Src: Source, E: Engine>(
     source: Src,
     store: InboxStore<E>,
@@ -280,14 +306,63 @@ async fn serve<Src: Source, E: Engine>(
     shutdown: CancellationToken,
 ) -> Result<Option<ConsumerReport>, ConsumeError> {
     let mut inbox = InboxLayer::new(store.clone());
-    if let Some(n) = config.batch_max {
-        let batching = Batching::<E>::up_to(n as usize)
+    let batching = config.batch_max.map(|n| {
+        Batching::<E>::up_to(n as usize)
             // The seed's four handlers, as transactions.
             .transactions(ConsumerOptions::default().concurrency as usize)
-            .set_path(TaskView::new());
+    });
+    let Some(notify) = &config.notify else {
+        if let Some(batching) = batching {
+            inbox = inbox.batching(batching.set_path(TaskView::new()));
+        }
+        let service = ServiceBuilder::new().layer(inbox).service(TaskView::new());
+        return consume(source, store, service, health, config, shutdown).await;
+    };
+    // No set path: it must have exactly the inner service's effects, and
+    // the task view's records no notification.
+    if let Some(batching) = batching {
         inbox = inbox.batching(batching);
     }
-    let service = ServiceBuilder::new().layer(inbox).service(TaskView::new());
+    let relay = notify.relay::<E>(&config.dsn);
+    let waker = relay.waker();
+    // The inbox answers after COMMIT: the relay finds the effect at once.
+    let service = ServiceBuilder::new()
+        .map_response(move |receipt: Receipt| {
+            if receipt.outcome == Applied::Applied {
+                waker.wake();
+            }
+            receipt
+        })
+        .layer(inbox)
+        .service(notify.service());
+    info!(
+        target_name = crate::notify::TARGET,
+        "notifying a webhook of every applied delivery, through the outbox"
+    );
+    crate::notify::with_relay(relay, &shutdown, |stop| {
+        consume(source, store, service, health, config, stop)
+    })
+    .await
+    .map_err(ConsumeError::Relay)?
+}
+
+/// The consumer over `service` until `shutdown`.
+async fn consume<Src, S, E>(
+    source: Src,
+    store: InboxStore<E>,
+    service: S,
+    health: Health,
+    config: &ConsumeConfig,
+    shutdown: CancellationToken,
+) -> Result<Option<ConsumerReport>, ConsumeError>
+where
+    Src: Source,
+    S: tower::Service<result_inbox::delivery::Delivery<bytes::Bytes>> + Clone + Send + 'static,
+    S::Error: Into<BoxError>,
+    S::Future: Send,
+    S::Response: Send,
+    E: Engine,
+{
     let watching = shutdown.child_token();
     tokio::spawn(crate::replication::watch(store.clone(), watching.clone()));
     let _stop_watching = watching.drop_guard();

@@ -11,6 +11,7 @@ pub(crate) mod init;
 pub(crate) mod inspect;
 pub(crate) mod outbox;
 pub(crate) mod prune;
+pub(crate) mod relay;
 pub(crate) mod replay;
 pub(crate) mod stats;
 pub(crate) mod subscribe;

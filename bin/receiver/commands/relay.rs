@@ -1,0 +1,84 @@
+//! `receiver relay`: the relay alone, with no consumer: sends what the
+//! outbox holds to the notify webhook until SIGINT/SIGTERM. Beside
+//! `receiver consume --notify-url`, or after it stopped, any number of
+//! them on any number of hosts: each effect is claimed by one at a time.
+
+use std::process::ExitCode;
+
+use clap::Args;
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use result_inbox::consumer::Health;
+use result_inbox::db::{Dsn, Engine, EngineKind};
+use result_inbox::retry::{until_answered, Backoff};
+use result_inbox::sqlx::{MySql, Postgres};
+
+use crate::args::{required_dsn, DatabaseArgs};
+use crate::check::Problem;
+use crate::exit::{config, failed, Failed, Outcome};
+use crate::health::metrics_endpoint;
+use crate::notify::{outbox_ready, store_for_check, NotifyArgs, NotifyConfig};
+use crate::runtime::until_shutdown;
+
+/// What `relay` is given.
+#[derive(Args)]
+pub(crate) struct RelayArgs {
+    #[command(flatten)]
+    database: DatabaseArgs,
+    #[command(flatten)]
+    notify: NotifyArgs,
+    /// Serve /metrics (Prometheus text), /healthz and /readyz on this
+    /// address, e.g. 127.0.0.1:9464. Off unless set.
+    #[arg(long, env = "RECEIVER_METRICS_ADDR")]
+    metrics_addr: Option<String>,
+}
+
+pub(crate) fn run_relay(args: RelayArgs) -> Outcome {
+    let dsn = required_dsn(args.database.dsn).map_err(config)?;
+    let notify = args.notify.resolve().map_err(config)?.ok_or_else(|| {
+        config(
+            "RECEIVER_NOTIFY_URL is not set (or pass --notify-url): the webhook the relay sends to",
+        )
+    })?;
+    until_shutdown(|shutdown| async move {
+        let health = Health::new();
+        let endpoint = metrics_endpoint(args.metrics_addr, &health).await?;
+        let ran = match dsn.engine() {
+            EngineKind::Postgres => relay::<Postgres>(&dsn, &notify, shutdown).await,
+            _ => relay::<MySql>(&dsn, &notify, shutdown).await,
+        };
+        if let Some(endpoint) = endpoint {
+            endpoint.stop();
+        }
+        ran?;
+        info!("stopped");
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// Checks the outbox (waiting for a database that is not up yet), then
+/// runs the relay until `shutdown`.
+async fn relay<E: Engine>(
+    dsn: &Dsn,
+    notify: &NotifyConfig,
+    shutdown: CancellationToken,
+) -> Result<(), Failed> {
+    let store = store_for_check::<E>(dsn)?;
+    let checked = tokio::select! {
+        biased;
+        _ = shutdown.cancelled() => return Ok(()),
+        checked = until_answered(Backoff::default(), "database", Problem::is_transient, || outbox_ready(&store)) => checked,
+    };
+    checked.map_err(|p| failed(p.is_configuration(), p))?;
+    info!(
+        target_name = crate::notify::TARGET,
+        "relaying the outbox's notifications"
+    );
+    notify.relay::<E>(dsn).run(shutdown).await.map_err(|e| {
+        failed(
+            !matches!(e, result_inbox::relay::RelayError::Database(_)),
+            e,
+        )
+    })
+}

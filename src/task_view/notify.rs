@@ -1,0 +1,135 @@
+//! The task view, telling downstream of each event that advanced it: one
+//! effect recorded in the same transaction, sent after COMMIT by a relay.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use serde::Serialize;
+use serde_json::value::RawValue;
+use sha2::{Digest as _, Sha256};
+use tower::Service;
+
+use super::{advance_on, Advance};
+use crate::db::Engine;
+use crate::delivery::Delivery;
+use crate::event::Event;
+use crate::inbox::{Applying, Verdict};
+use crate::outbox::{Effect, OutboxError, Target};
+use crate::scope::InboxScope;
+use crate::BoxError;
+
+/// The inner service of `receiver consume` with a notify target: the task
+/// view ([`advance_on`]), and for each event that advanced it one effect
+/// in the outbox, in the same transaction.
+///
+/// The effect's key is the event id, so a redelivery or a second
+/// application of the event can never make a second effect; its ordering
+/// key is the task id, so a task's notifications are sent in the order
+/// the view advanced. A stale event records nothing (and a duplicate never
+/// reaches the inner service). Its body is one JSON object:
+///
+/// ```json
+/// {"receiver":"task-result-view","queue_id":"…","task_id":"…","state":"SUCCEEDED",
+///  "version":3,"event_id":"…","result_sha256":"…"}
+/// ```
+///
+/// `result_sha256` is the hex SHA-256 of the result's canonical form as the
+/// event holds it, `null` without a result; `result`, the result itself, is
+/// there only [with the result](Notify::with_result). Content type
+/// `application/json`.
+///
+/// Needs `receiver_outbox` (`receiver init --outbox`). In batching mode it
+/// has no set path: a set path must have exactly the inner service's
+/// effects, and the task view's records none.
+#[derive(Debug, Clone)]
+pub struct Notify {
+    target: Arc<Target>,
+    include_result: bool,
+}
+
+impl Notify {
+    /// Notifies `target` (a target name the relay maps to a webhook or a
+    /// subject) of each event that advanced the view, without the result.
+    pub fn new(target: &str) -> Result<Self, OutboxError> {
+        Ok(Self {
+            target: Arc::new(Target::parse(target)?),
+            include_result: false,
+        })
+    }
+
+    /// The same, each notification carrying the result too (`result`):
+    /// the business data itself goes to the target.
+    pub fn with_result(mut self) -> Self {
+        self.include_result = true;
+        self
+    }
+
+    /// The notification's body for `event`, applied under `scope`.
+    pub fn body(&self, scope: &InboxScope, event: &Event) -> Vec<u8> {
+        let task = event.task();
+        let result = task.result.as_deref();
+        let body = Body {
+            receiver: scope.receiver.as_str(),
+            queue_id: event.queue_id().as_str(),
+            task_id: task.id.as_str(),
+            state: task.state.as_str(),
+            version: task.version,
+            event_id: event.id().as_str(),
+            result_sha256: result.map(|r| hex::encode(Sha256::digest(r.as_bytes()))),
+            result: match self.include_result {
+                // The canonical text is JSON by construction.
+                true => Some(result.and_then(|r| RawValue::from_string(r.to_owned()).ok())),
+                false => None,
+            },
+        };
+        serde_json::to_vec(&body).expect("a notification serializes")
+    }
+}
+
+/// The notification, in its documented field order.
+#[derive(Serialize)]
+struct Body<'a> {
+    receiver: &'a str,
+    queue_id: &'a str,
+    task_id: &'a str,
+    state: &'a str,
+    version: u64,
+    event_id: &'a str,
+    result_sha256: Option<String>,
+    /// Absent unless asked for; `null` when asked for and there is none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<Option<Box<RawValue>>>,
+}
+
+impl<E: Engine> Service<Delivery<Applying<E>>> for Notify {
+    type Response = Verdict<E>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Verdict<E>, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, delivery: Delivery<Applying<E>>) -> Self::Future {
+        let notify = self.clone();
+        let mut applying = delivery.into_body();
+        Box::pin(async move {
+            let (conn, scope, event) = applying.split();
+            if advance_on::<E>(conn, scope, event).await? == Advance::Stale {
+                return Ok(applying.stale());
+            }
+            let event = applying.event();
+            let effect = Effect::new(
+                notify.target.as_str(),
+                event.id().as_str(),
+                notify.body(applying.scope(), event),
+            )?
+            .with_ordering_key(event.task().id.as_str())?
+            .with_header("content-type", "application/json")?;
+            applying.outbox().record_effect(effect).await?;
+            Ok(applying.applied())
+        })
+    }
+}
