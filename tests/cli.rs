@@ -410,6 +410,7 @@ fn receiver_help_lists_every_command_in_one_short_line_and_its_own_help_has_the_
         "prune",
         "inspect",
         "outbox",
+        "relay",
         "digest",
     ] {
         assert!(names.contains(&name), "{name} missing from:\n{help}");

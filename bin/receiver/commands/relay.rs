@@ -14,7 +14,7 @@ use result_inbox::db::{Dsn, Engine, EngineKind};
 use result_inbox::retry::{until_answered, Backoff};
 use result_inbox::sqlx::{MySql, Postgres};
 
-use crate::args::{required_dsn, DatabaseArgs};
+use crate::args::required_dsn;
 use crate::check::Problem;
 use crate::exit::{config, failed, Failed, Outcome};
 use crate::health::metrics_endpoint;
@@ -24,8 +24,11 @@ use crate::runtime::until_shutdown;
 /// What `relay` is given.
 #[derive(Args)]
 pub(crate) struct RelayArgs {
-    #[command(flatten)]
-    database: DatabaseArgs,
+    /// The receiver's own database, e.g. mysql://receiver@127.0.0.1:3306/receiver
+    /// or postgres://receiver@127.0.0.1:5432/receiver; must name the
+    /// database. SELECT, INSERT, UPDATE on receiver_outbox is enough.
+    #[arg(long, env = "ORBIT_RECEIVER_DSN", hide_env_values = true)]
+    dsn: Option<String>,
     #[command(flatten)]
     notify: NotifyArgs,
     /// Serve /metrics (Prometheus text), /healthz and /readyz on this
@@ -35,7 +38,7 @@ pub(crate) struct RelayArgs {
 }
 
 pub(crate) fn run_relay(args: RelayArgs) -> Outcome {
-    let dsn = required_dsn(args.database.dsn).map_err(config)?;
+    let dsn = required_dsn(args.dsn).map_err(config)?;
     let notify = args.notify.resolve().map_err(config)?.ok_or_else(|| {
         config(
             "RECEIVER_NOTIFY_URL is not set (or pass --notify-url): the webhook the relay sends to",
