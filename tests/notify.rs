@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::consume::Consume;
-use common::orbit::{receiver, OrbitDev, QueueCredentials};
+use common::orbit::{http, receiver, OrbitDev, QueueCredentials};
 use common::postgres::PgTestDb;
 use common::webhook::{Endpoint, Received};
 use common::{dsn_for, random_hex, write_private, EventSpec, TestDb};
@@ -185,7 +185,10 @@ async fn consume_notifies_each_applied_delivery_once_signed_and_nothing_for_a_du
     for spec in &first {
         orbit.inject(&sub, &spec.json()).await;
     }
-    let mut consume = Consume::on_test_db(&orbit, &creds, &db, &sub, &notify_env(&url, &secret));
+    let mut env = notify_env(&url, &secret);
+    env.push(("RECEIVER_METRICS_ADDR", "127.0.0.1:0"));
+    let mut consume = Consume::on_test_db(&orbit, &creds, &db, &sub, &env);
+    let metrics = consume.metrics_url().await;
     orbit
         .wait_for_counts(&creds, &sub, Duration::from_secs(20), |c| c["acked"] == 3)
         .await;
@@ -204,7 +207,21 @@ async fn consume_notifies_each_applied_delivery_once_signed_and_nothing_for_a_du
     // would come within the relay's poll.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let seen = hook.seen().await.requests;
+    let (_, scraped) = http("GET", &format!("{metrics}/metrics"), "", String::new()).await;
     assert!(consume.terminate().success(), "{}", consume.output());
+    // Woken by each COMMIT, the relay sends at once, not at its next poll
+    // (1 s).
+    let sent_within = |le: &str| {
+        let series = format!(
+            "receiver_outbox_commit_to_sent_seconds_bucket{{target=\"notify\",le=\"{le}\"}} "
+        );
+        scraped
+            .lines()
+            .find_map(|l| l.strip_prefix(&series))
+            .unwrap_or_else(|| panic!("no {series}in {scraped}"))
+            .to_owned()
+    };
+    assert_eq!(sent_within("0.25"), "4", "{scraped}");
     let bodies: Vec<Value> = [&first[0], &first[1], &first[2], &later]
         .into_iter()
         .map(|spec| expected(&creds, spec, false))
@@ -411,8 +428,7 @@ async fn relay_alone_sends_once_what_consume_left_pending_while_the_endpoint_was
     hook.wait_for(3, Duration::from_secs(15)).await;
     tokio::time::sleep(Duration::from_millis(1200)).await;
     let seen = hook.seen().await.requests;
-    let (_, scraped) =
-        common::orbit::http("GET", &format!("{metrics}/metrics"), "", String::new()).await;
+    let (_, scraped) = http("GET", &format!("{metrics}/metrics"), "", String::new()).await;
     assert!(relay.terminate().success(), "{}", relay.output());
     let bodies: Vec<Value> = specs.iter().map(|s| expected(&creds, s, false)).collect();
     assert_notified(&seen, &creds, &bodies, false);

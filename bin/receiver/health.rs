@@ -35,6 +35,13 @@ const APPLY_BUCKETS: [f64; 12] = [
 /// Buckets of the batch-size histogram: up to `--batch-max`'s 64.
 const BATCH_BUCKETS: [f64; 7] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0];
 
+/// Buckets of the outbox's COMMIT-to-sent histogram, in seconds: from a
+/// relay woken by the COMMIT (milliseconds) through its poll (1 s) to an
+/// endpoint that was down for minutes.
+const COMMIT_TO_SENT_BUCKETS: [f64; 14] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0, 600.0,
+];
+
 /// Installs the process-wide Prometheus recorder (once per process) and
 /// describes the receiver's series.
 pub fn install_recorder() -> Result<PrometheusHandle, BuildError> {
@@ -46,6 +53,10 @@ pub fn install_recorder() -> Result<PrometheusHandle, BuildError> {
         .set_buckets_for_metric(
             Matcher::Full(telemetry::BATCH_SIZE.to_owned()),
             &BATCH_BUCKETS,
+        )?
+        .set_buckets_for_metric(
+            Matcher::Full(telemetry::OUTBOX_COMMIT_TO_SENT.to_owned()),
+            &COMMIT_TO_SENT_BUCKETS,
         )?
         .install_recorder()?;
     telemetry::describe();
