@@ -133,3 +133,56 @@ impl<E: Engine> Service<Delivery<Applying<E>>> for Notify {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::QueueId;
+    use crate::scope::ReceiverName;
+
+    const QUEUE: &str = "0123456789abcdef0123456789abcdef";
+
+    fn event(task: &str) -> Event {
+        let raw = format!(
+            r#"{{"id":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","type":"task.succeeded","queue_id":"{QUEUE}","occurred_at":"2026-11-30T16:02:44Z","task":{{"id":"bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb","version":3,"state":"SUCCEEDED"{task}}}}}"#
+        );
+        Event::from_json(raw.as_bytes()).unwrap()
+    }
+
+    fn scope() -> InboxScope {
+        InboxScope::new(ReceiverName::default(), QueueId::parse(QUEUE).unwrap())
+    }
+
+    #[test]
+    fn the_body_has_the_documented_fields_and_the_result_only_when_asked() {
+        let with = event(r#","result":{ "b" : 1.50, "a":"x" }"#);
+        let notify = Notify::new("notify").unwrap();
+        let head = format!(
+            r#"{{"receiver":"task-result-view","queue_id":"{QUEUE}","task_id":"bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb","state":"SUCCEEDED","version":3,"event_id":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","result_sha256":"#
+        );
+        // The result as the event holds it: its canonical form.
+        let canonical = crate::digest::canonicalize(br#"{ "b" : 1.50, "a":"x" }"#).unwrap();
+        let (result, sha) = (
+            canonical.as_str(),
+            hex::encode(Sha256::digest(canonical.as_bytes())),
+        );
+        assert!(result.starts_with(r#"{"a":"x","b":"#), "{result}");
+        assert_eq!(
+            String::from_utf8(notify.body(&scope(), &with)).unwrap(),
+            format!(r#"{head}"{sha}"}}"#)
+        );
+        assert_eq!(
+            String::from_utf8(notify.clone().with_result().body(&scope(), &with)).unwrap(),
+            format!(r#"{head}"{sha}","result":{result}}}"#)
+        );
+        let without = event("");
+        assert_eq!(
+            String::from_utf8(notify.body(&scope(), &without)).unwrap(),
+            format!("{head}null}}")
+        );
+        assert_eq!(
+            String::from_utf8(notify.with_result().body(&scope(), &without)).unwrap(),
+            format!(r#"{head}null,"result":null}}"#)
+        );
+    }
+}
