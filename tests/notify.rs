@@ -390,12 +390,26 @@ fn closed_port() -> u16 {
         .port()
 }
 
-#[tokio::test]
-async fn relay_alone_sends_once_what_consume_left_pending_while_the_endpoint_was_down() {
-    let (orbit, creds, sub) = OrbitDev::subscribed(30_000, 5, "notify-relay").await;
-    let db = TestDb::empty().await;
-    let dsn = dsn_for(&db.name);
-    init_with_outbox(&dsn);
+/// `receiver outbox --json` on `dsn`: (pending, dead).
+fn outbox_counts(dsn: &str) -> (u64, u64) {
+    let out = receiver()
+        .args(["outbox", "--json"])
+        .env("ORBIT_RECEIVER_DSN", dsn)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    (
+        listed["pending"].as_u64().unwrap(),
+        listed["dead"].as_u64().unwrap(),
+    )
+}
+
+/// Consume with the endpoint down leaves every notification pending;
+/// `receiver relay` alone, once it is up, sends each once.
+async fn relay_alone_sends_what_consume_left_pending(dsn: &str, namespace: &str) {
+    let (orbit, creds, sub) = OrbitDev::subscribed(30_000, 5, namespace).await;
+    init_with_outbox(dsn);
     let q = creds.queue_id.clone();
     let tasks: Vec<String> = (0..3).map(|_| random_hex(16)).collect();
     let specs: Vec<EventSpec<'_>> = tasks.iter().map(|t| EventSpec::submitted(&q, t)).collect();
@@ -405,22 +419,20 @@ async fn relay_alone_sends_once_what_consume_left_pending_while_the_endpoint_was
     // No endpoint yet: the relay beside consume sends nothing.
     let down = format!("http://127.0.0.1:{}/hooks", closed_port());
     let placeholder = secret_file(&orbit.dir, "whsec_dGhlIGVuZHBvaW50IGlzIGRvd24=");
-    let mut consume =
-        Consume::on_test_db(&orbit, &creds, &db, &sub, &notify_env(&down, &placeholder));
+    let env = notify_env(&down, &placeholder);
+    let mut consume = Consume::start(&orbit, &creds, dsn, &sub, NAME, &env);
     orbit
         .wait_for_counts(&creds, &sub, Duration::from_secs(20), |c| c["acked"] == 3)
         .await;
     assert!(consume.terminate().success(), "{}", consume.output());
-    let states = mysql_states(&db).await;
-    assert_eq!(states.len(), 3, "{states:?}");
-    assert!(states.iter().all(|s| s == "pending"), "{states:?}");
+    assert_eq!(outbox_counts(dsn), (3, 0));
     // The endpoint is up: the relay alone sends each once.
     let hook = Endpoint::start();
     let secret = secret_file(&orbit.dir, &hook.secret);
     let url = hook.url("/hooks");
     let mut env = notify_env(&url, &secret);
     env.extend([
-        ("ORBIT_RECEIVER_DSN", dsn.as_str()),
+        ("ORBIT_RECEIVER_DSN", dsn),
         ("RECEIVER_METRICS_ADDR", "127.0.0.1:0"),
     ]);
     let mut relay = Consume::relay(&orbit.dir, &env);
@@ -436,7 +448,20 @@ async fn relay_alone_sends_once_what_consume_left_pending_while_the_endpoint_was
         scraped.contains("receiver_outbox_attempts_total{target=\"notify\",result=\"sent\"} 3"),
         "{scraped}"
     );
-    let states = mysql_states(&db).await;
-    assert!(states.iter().all(|s| s == "sent"), "{states:?}");
+    assert_eq!(outbox_counts(dsn), (0, 0));
     assert!(!relay.output().contains(&hook.secret));
+}
+
+#[tokio::test]
+async fn relay_alone_sends_once_what_consume_left_pending_while_the_endpoint_was_down() {
+    let db = TestDb::empty().await;
+    relay_alone_sends_what_consume_left_pending(&dsn_for(&db.name), "notify-relay").await;
+    let states = mysql_states(&db).await;
+    assert_eq!(states, ["sent", "sent", "sent"]);
+}
+
+#[tokio::test]
+async fn on_postgres_relay_alone_sends_once_what_consume_left_pending() {
+    let db = PgTestDb::new().await;
+    relay_alone_sends_what_consume_left_pending(&db.dsn, "notify-relay-pg").await;
 }
