@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::Args;
 use tokio_util::sync::CancellationToken;
 
-use result_inbox::db::{Dsn, Engine};
+use result_inbox::db::{Dsn, Engine, EngineKind};
 use result_inbox::ids::QueueId;
 use result_inbox::inbox::{InboxStore, StoreOptions, Unready};
 use result_inbox::orbit::readable_by_others;
@@ -173,9 +173,14 @@ pub(crate) async fn outbox_ready<E: Engine>(store: &InboxStore<E>) -> Result<(),
         .await
         .map_err(|unready| match unready {
             Unready::MissingTable { table } => Problem::MissingTable { table },
-            Unready::MissingColumns { table, columns } => {
-                Problem::MissingColumns { table, columns }
-            }
+            Unready::MissingColumns { table, columns } => Problem::MissingColumns {
+                table,
+                columns,
+                schema_file: match store.engine() {
+                    EngineKind::Postgres => "outbox.postgres.sql",
+                    _ => "outbox.sql",
+                },
+            },
             Unready::MissingPrivilege { privilege, table } => {
                 Problem::MissingPrivilege { privilege, table }
             }
