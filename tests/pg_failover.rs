@@ -93,6 +93,25 @@ fn assert_unconfirmed_settled_once(out: &str) {
     }
 }
 
+/// `receiver consume` on `dsn`, once its delivery stream is open: a
+/// consumer stopped before it installed its signal handlers would end by
+/// the signal, not by its drain.
+async fn consuming(
+    orbit: &OrbitDev,
+    creds: &QueueCredentials,
+    dsn: &str,
+    sub: &SubscriptionId,
+    extra: &[(&str, &str)],
+) -> Consume {
+    let consume = Consume::start(orbit, creds, dsn, sub, NAME, extra);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !consume.output().contains("delivery stream open") {
+        assert!(std::time::Instant::now() < deadline, "{}", consume.output());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    consume
+}
+
 /// `receiver check` until it says `expected` of the replication (a
 /// standby that just joined streams before the primary counts it as
 /// synchronous), at most 30 s; what it printed last.
@@ -158,7 +177,7 @@ async fn on_pg_auto_failover_a_failover_at_full_rate_loses_nothing_and_a_restart
     for _ in 0..EVENTS {
         orbit.inject_new_task(&creds, &sub).await;
     }
-    let mut consume = Consume::start(&orbit, &creds, &dsn, &sub, NAME, &[]);
+    let mut consume = consuming(&orbit, &creds, &dsn, &sub, &[]).await;
     orbit
         .wait_for_counts(&creds, &sub, Duration::from_secs(60), |c| {
             c["acked"].as_u64().unwrap_or(0) >= EVENTS / 4
@@ -198,7 +217,7 @@ async fn on_pg_auto_failover_a_failover_at_full_rate_loses_nothing_and_a_restart
         orbit.inject_new_task(&creds, &sub).await;
     }
     let metrics = [("RECEIVER_METRICS_ADDR", "127.0.0.1:0")];
-    let mut consume = Consume::start(&orbit, &creds, &dsn, &sub, NAME, &metrics);
+    let mut consume = consuming(&orbit, &creds, &dsn, &sub, &metrics).await;
     orbit
         .wait_for_counts(&creds, &sub, Duration::from_secs(30), |c| {
             c["acked"] == EVENTS + EVENTS / 6
@@ -261,7 +280,7 @@ async fn on_three_nodes_a_planned_failover_and_a_crashed_primary_lose_nothing_an
     let mut outputs = String::new();
 
     // A planned failover at a quarter, the consumer restarted after it.
-    let mut consume = Consume::start(&orbit, &creds, &dsn, &sub, NAME, &[]);
+    let mut consume = consuming(&orbit, &creds, &dsn, &sub, &[]).await;
     orbit
         .wait_for_counts(&creds, &sub, Duration::from_secs(60), acked(EVENTS / 4))
         .await;
@@ -276,7 +295,7 @@ async fn on_three_nodes_a_planned_failover_and_a_crashed_primary_lose_nothing_an
     outputs += &consume.output();
     let dsn = formation.uri();
     check(&dsn, &creds, &sub);
-    let mut consume = Consume::start(&orbit, &creds, &dsn, &sub, NAME, &[]);
+    let mut consume = consuming(&orbit, &creds, &dsn, &sub, &[]).await;
 
     // The primary's node crashed at half, the consumer restarted after it.
     orbit
@@ -292,14 +311,20 @@ async fn on_three_nodes_a_planned_failover_and_a_crashed_primary_lose_nothing_an
     let expected = "check=replication ok synchronous_standbys=1";
     let out = check_until(&dsn, &creds, &sub, expected);
     assert!(out.contains(expected), "{out}");
-    let mut consume = Consume::start(&orbit, &creds, &dsn, &sub, NAME, &[]);
+    // Work for the consumer restarted after the crash, whatever the one
+    // before it finished.
+    for _ in 0..EVENTS / 6 {
+        orbit.inject_new_task(&creds, &sub).await;
+    }
+    let all = EVENTS + EVENTS / 6;
+    let mut consume = consuming(&orbit, &creds, &dsn, &sub, &[]).await;
     orbit
         .wait_for_counts(&creds, &sub, Duration::from_secs(120), |c| {
-            c["acked"] == EVENTS
+            c["acked"] == all
         })
         .await;
     assert!(consume.terminate().success(), "{}", consume.output());
     outputs += &consume.output();
-    assert_applied_once(third, EVENTS).await;
+    assert_applied_once(third, all).await;
     assert_unconfirmed_settled_once(&outputs);
 }
