@@ -17,13 +17,18 @@ use result_inbox::telemetry::SYNCHRONOUS_STANDBYS;
 const INTERVAL: Duration = Duration::from_secs(5);
 
 /// Asks the store's server every [`INTERVAL`] until `shutdown`. A server
-/// without standbys (or an engine that says nothing of them) gets no gauge
-/// and no line; a server that cannot be asked now is the breaker's to
-/// report.
+/// without standbys gets no gauge and no line; on an engine that says
+/// nothing of them (MySQL) the watch ends at once; a server that cannot be
+/// asked now is the breaker's to report.
 pub(crate) async fn watch<E: Engine>(store: InboxStore<E>, shutdown: CancellationToken) {
     let mut synchronous: Option<bool> = None;
     loop {
-        if let Ok(Some(r)) = store.replication().await {
+        let asked = store.replication().await;
+        // An engine that says nothing of its standbys never will.
+        if let Ok(None) = asked {
+            return;
+        }
+        if let Ok(Some(r)) = asked {
             if r.is_replicated() {
                 metrics::gauge!(SYNCHRONOUS_STANDBYS).set(r.synchronous_standbys() as f64);
                 let now = r.is_synchronous();
