@@ -9,15 +9,15 @@ use std::time::Duration;
 use clap::Args;
 use tokio_util::sync::CancellationToken;
 
-use result_inbox::db::{Dsn, Engine, EngineKind};
+use result_inbox::db::{Dsn, Engine};
 use result_inbox::ids::QueueId;
-use result_inbox::inbox::{InboxStore, StoreOptions, Unready};
+use result_inbox::inbox::{InboxStore, StoreOptions};
 use result_inbox::orbit::readable_by_others;
 use result_inbox::relay::{Relay, RelayError, RelayOptions, Targets, Webhook, WebhookSecret};
 use result_inbox::scope::{InboxScope, ReceiverName};
 use result_inbox::task_view::Notify;
 
-use crate::check::{database_problem, Problem};
+use crate::check::{database_problem, unready_problem, Problem};
 use crate::exit::{failed, Failed};
 
 /// The outbox target the notifications are recorded for.
@@ -171,21 +171,7 @@ pub(crate) async fn outbox_ready<E: Engine>(store: &InboxStore<E>) -> Result<(),
     store
         .check_outbox_ready()
         .await
-        .map_err(|unready| match unready {
-            Unready::MissingTable { table } => Problem::MissingTable { table },
-            Unready::MissingColumns { table, columns } => Problem::MissingColumns {
-                table,
-                columns,
-                schema_file: match store.engine() {
-                    EngineKind::Postgres => "outbox.postgres.sql",
-                    _ => "outbox.sql",
-                },
-            },
-            Unready::MissingPrivilege { privilege, table } => {
-                Problem::MissingPrivilege { privilege, table }
-            }
-            Unready::Database(e) => database_problem(e),
-        })
+        .map_err(|unready| unready_problem(unready, store.engine()))
 }
 
 /// A store on `dsn` for the outbox check of a command without a receiver

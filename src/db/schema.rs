@@ -112,9 +112,21 @@ pub enum InitError {
 /// The schema file of `engine`'s tables: `schema.sql` or
 /// `schema.postgres.sql`.
 pub fn schema_file(engine: super::EngineKind) -> &'static str {
-    match engine {
-        super::EngineKind::Postgres => "schema.postgres.sql",
-        _ => "schema.sql",
+    file_of(INBOX_TABLE, engine)
+}
+
+/// The DDL file that creates `table` on `engine`: `schema.sql`,
+/// `retention.sql` (`receiver_pruned`) or `outbox.sql` (`receiver_outbox`),
+/// or their `.postgres.sql` twins.
+pub fn file_of(table: &str, engine: super::EngineKind) -> &'static str {
+    let postgres = engine == super::EngineKind::Postgres;
+    match (table, postgres) {
+        (PRUNED_TABLE, false) => "retention.sql",
+        (PRUNED_TABLE, true) => "retention.postgres.sql",
+        (OUTBOX_TABLE, false) => "outbox.sql",
+        (OUTBOX_TABLE, true) => "outbox.postgres.sql",
+        (_, false) => "schema.sql",
+        (_, true) => "schema.postgres.sql",
     }
 }
 
@@ -400,6 +412,23 @@ pub async fn count_foreign_keys(conn: &mut MySqlConnection) -> Result<u64, sqlx:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_table_is_named_with_the_file_of_its_engine_that_creates_it() {
+        use crate::db::EngineKind::{MySql, Postgres};
+        for (table, mysql, postgres) in [
+            (INBOX_TABLE, "schema.sql", "schema.postgres.sql"),
+            (TASK_VIEW_TABLE, "schema.sql", "schema.postgres.sql"),
+            (PRUNED_TABLE, "retention.sql", "retention.postgres.sql"),
+            (OUTBOX_TABLE, "outbox.sql", "outbox.postgres.sql"),
+        ] {
+            assert_eq!(
+                (file_of(table, MySql), file_of(table, Postgres)),
+                (mysql, postgres)
+            );
+        }
+        assert_eq!(schema_file(Postgres), "schema.postgres.sql");
+    }
 
     #[test]
     fn init_runs_the_two_create_statements_of_the_model_and_no_tally() {

@@ -1,7 +1,7 @@
 //! The database checks: reachable, both tables with their columns, and the
 //! runtime account's grants, asked with statements that touch no row.
 
-use result_inbox::db::{DbError, Engine};
+use result_inbox::db::{DbError, Engine, EngineKind};
 use result_inbox::inbox::{InboxStore, Unready};
 
 use super::{Finding, Problem};
@@ -13,18 +13,28 @@ pub const DATABASE_CHECKS: [&str; 3] = ["database", "schema", "privileges"];
 /// both tables with their columns, and SELECT, INSERT, UPDATE on each.
 /// Writes no row. Stops at the first problem.
 pub async fn database<E: Engine>(store: &InboxStore<E>) -> Result<(), Problem> {
-    store.check_ready().await.map_err(|unready| match unready {
+    store
+        .check_ready()
+        .await
+        .map_err(|unready| unready_problem(unready, store.engine()))
+}
+
+/// What a store's readiness check (`check_ready`, `check_outbox_ready`)
+/// found missing, as the check it fails; a table without its columns names
+/// the file of `engine` that creates it.
+pub fn unready_problem(unready: Unready, engine: EngineKind) -> Problem {
+    match unready {
         Unready::MissingTable { table } => Problem::MissingTable { table },
         Unready::MissingColumns { table, columns } => Problem::MissingColumns {
             table,
             columns,
-            schema_file: result_inbox::db::schema::schema_file(store.engine()),
+            schema_file: result_inbox::db::schema::file_of(table, engine),
         },
         Unready::MissingPrivilege { privilege, table } => {
             Problem::MissingPrivilege { privilege, table }
         }
         Unready::Database(e) => database_problem(e),
-    })
+    }
 }
 
 /// A database failure as the check it fails: reachable, refused, or other.
