@@ -12,7 +12,11 @@ CLI := --features result-inbox/cli,result-inbox/testing
 .PHONY: demo test bench build check fmt-check clippy doc deps-check package-check unit integration cluster-test toolchain fuzz nats-server nextest doctest standardwebhooks
 
 ## demo: the whole local demo (orbit-dev, a throwaway database unless ORBIT_RECEIVER_DSN is set, init, demo)
-demo: toolchain build
+# It builds only what it runs: the two binaries, the receiver without its
+# traces' exporter (`cli-core`), and the crate's own code without the
+# incremental cache (a first build gains nothing from writing one).
+demo: toolchain
+	CARGO_INCREMENTAL=0 $(CARGO) build --locked -p result-inbox -p orbit-dev --bins --features result-inbox/cli-core
 	scripts/demo.sh
 
 # Every test binary runs under cargo-nextest (.config/nextest.toml): each
@@ -52,6 +56,8 @@ clippy:
 	$(CARGO) clippy --workspace --all-targets --locked $(CLI) -- -D warnings
 	$(CARGO) clippy -p result-inbox --lib --locked -- -D warnings
 	$(CARGO) clippy -p result-inbox --lib --locked --no-default-features -- -D warnings
+	@# The receiver `make demo` builds: without its traces' exporter.
+	$(CARGO) clippy -p result-inbox --bins --locked --features cli-core -- -D warnings
 
 doc:
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --locked $(CLI)

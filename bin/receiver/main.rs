@@ -20,6 +20,10 @@ mod failed;
 mod health;
 mod logging;
 mod notify;
+#[cfg(feature = "otel")]
+mod otel;
+#[cfg(not(feature = "otel"))]
+#[path = "untraced.rs"]
 mod otel;
 mod replication;
 mod runtime;
