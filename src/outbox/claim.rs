@@ -280,7 +280,7 @@ pub async fn pending_summary<E: Engine>(
 }
 
 /// Whether a server of `engine` that reports `version` has `FOR UPDATE
-/// SKIP LOCKED`: MySQL from 8.0, MariaDB from 10.6, PostgreSQL from 9.5.
+/// SKIP LOCKED`: MySQL from 8.0.1, MariaDB from 10.6, PostgreSQL from 9.5.
 /// Otherwise [`OutboxError::SkipLockedMissing`], naming the version needed.
 pub fn skip_locked_support(engine: EngineKind, version: &str) -> Result<(), OutboxError> {
     let mariadb = version.to_ascii_lowercase().contains("mariadb");
@@ -289,20 +289,22 @@ pub fn skip_locked_support(engine: EngineKind, version: &str) -> Result<(), Outb
         Some(rest) if mariadb => rest,
         _ => version,
     };
+    // PostgreSQL 10 and later have two numbers, the last one a patch.
     let numbers: Vec<u32> = bare
         .split(|c: char| !c.is_ascii_digit())
         .take_while(|part| !part.is_empty())
-        .take(2)
+        .take(3)
         .map(|part| part.parse().unwrap_or(0))
         .collect();
-    let (major, minor) = (
+    let number = (
         numbers.first().copied().unwrap_or(0),
         numbers.get(1).copied().unwrap_or(0),
+        numbers.get(2).copied().unwrap_or(0),
     );
     let (has, needs) = match engine {
-        EngineKind::Postgres => ((major, minor) >= (9, 5), "PostgreSQL 9.5 or later"),
-        EngineKind::MySql if mariadb => ((major, minor) >= (10, 6), "MariaDB 10.6 or later"),
-        EngineKind::MySql => (major >= 8, "MySQL 8.0 or later"),
+        EngineKind::Postgres => (number >= (9, 5, 0), "PostgreSQL 9.5 or later"),
+        EngineKind::MySql if mariadb => (number >= (10, 6, 0), "MariaDB 10.6 or later"),
+        EngineKind::MySql => (number >= (8, 0, 1), "MySQL 8.0.1 or later"),
     };
     if has {
         return Ok(());
@@ -335,13 +337,17 @@ mod tests {
                 .unwrap_err()
                 .to_string()
         };
-        assert!(refused(EngineKind::MySql, "5.7.44-log").contains("MySQL 8.0 or later"));
+        assert!(refused(EngineKind::MySql, "5.7.44-log").contains("MySQL 8.0.1 or later"));
+        // 8.0.0 was a development release, before SKIP LOCKED.
+        assert!(refused(EngineKind::MySql, "8.0.0-dmr").contains("MySQL 8.0.1 or later"));
+        assert!(skip_locked_support(EngineKind::MySql, "8.0.1-dmr").is_ok());
         assert!(refused(EngineKind::MySql, "10.5.23-MariaDB-0+deb11u1")
             .contains("MariaDB 10.6 or later"));
         assert!(refused(EngineKind::MySql, "5.5.5-10.4.1-MariaDB").contains("MariaDB 10.6"));
         assert!(skip_locked_support(EngineKind::MySql, "5.5.5-10.6.4-MariaDB").is_ok());
         assert!(refused(EngineKind::Postgres, "9.4.26").contains("PostgreSQL 9.5"));
-        assert!(refused(EngineKind::MySql, "").contains("MySQL 8.0"));
+        assert!(refused(EngineKind::MySql, "").contains("MySQL 8.0.1"));
+        assert!(refused(EngineKind::Postgres, "9.4").contains("PostgreSQL 9.5"));
         for (engine, version) in [
             (EngineKind::MySql, "8.0.36"),
             (EngineKind::MySql, "8.4.3"),
@@ -349,6 +355,8 @@ mod tests {
             (EngineKind::MySql, "10.11.6-MariaDB-0+deb12u1"),
             (EngineKind::MySql, "11.4.2-MariaDB"),
             (EngineKind::Postgres, "15.4 (Debian 15.4-1.pgdg120+1)"),
+            (EngineKind::Postgres, "9.5.0"),
+            (EngineKind::Postgres, "10.23"),
         ] {
             assert!(skip_locked_support(engine, version).is_ok(), "{version}");
         }
