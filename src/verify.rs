@@ -12,14 +12,19 @@
 //! 3. every task: `applied_events` equals the number of its applied inbox
 //!    rows (those present plus those `receiver prune` deleted and counted
 //!    in `receiver_pruned`), no applied inbox row has a version above the
-//!    view's, and no applied inbox row lacks a view.
+//!    view's, and no applied inbox row lacks a view;
+//! 4. where `receiver_outbox` is there: every effect belongs to an event
+//!    the inbox holds (its consumer, queue and event), none is an orphan.
 //!
 //! After a prune, checks 2 and 3 keep their meaning: prune never deletes a
 //! view's last event, and counts each task's deleted rows in the same
 //! transaction as the `DELETE`. What is no longer checked is check 1 on
 //! the deleted rows (their text is in prune's archive, if one was kept),
 //! and check 3's "no applied row above the view's version" and "no applied
-//! row without a view" for them.
+//! row without a view" for them. Check 4 keeps its meaning too: prune
+//! deletes an inbox row only once no effect of its event is left in the
+//! outbox (its sent effects go first, its pending and dead ones keep it),
+//! so an orphan is damage, never retention.
 //!
 //! Everything runs on one connection inside one read-only `REPEATABLE READ`
 //! transaction with a consistent snapshot, so a verify of a database that
@@ -35,8 +40,8 @@ use std::fmt;
 use sha2::{Digest as _, Sha256};
 
 use crate::db::any::{on_engine, AnyConnection};
-use crate::db::record::{PageKey, TaskTotal, ViewPageRow};
-use crate::db::schema::{self, PRUNED_TABLE};
+use crate::db::record::{OrphanEffect, PageKey, TaskTotal, ViewPageRow};
+use crate::db::schema::{self, OUTBOX_TABLE, PRUNED_TABLE};
 use crate::db::{DbError, Dsn, Engine};
 use crate::digest;
 use crate::event::Event;
@@ -84,6 +89,9 @@ pub enum Kind {
     ViewBehindEvent,
     /// An applied inbox row's task has no view.
     ViewMissing,
+    /// An effect of `receiver_outbox` belongs to an event the inbox does
+    /// not hold.
+    OrphanEffect,
 }
 
 impl Kind {
@@ -99,6 +107,7 @@ impl Kind {
             Kind::AppliedEventsMismatch => "applied_events_mismatch",
             Kind::ViewBehindEvent => "view_behind_event",
             Kind::ViewMissing => "view_missing",
+            Kind::OrphanEffect => "orphan_effect",
         }
     }
 }
@@ -135,8 +144,25 @@ pub struct Summary {
     /// row, and says so where it finds a task with fewer rows than its
     /// `applied_events`.
     pub pruned_rows: Option<u64>,
+    /// What check 4 read of `receiver_outbox`.
+    pub effects: Effects,
     /// Inconsistencies found.
     pub problems: u64,
+}
+
+/// What a verify read of `receiver_outbox`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Effects {
+    /// The table is not there, as far as the account may see (MySQL shows
+    /// no table the account holds no grant on): nothing to check.
+    #[default]
+    Absent,
+    /// The table is there and the account may not read it: check 4 did
+    /// not run (grant `SELECT` on `receiver_outbox`).
+    Unreadable,
+    /// This many effects were checked.
+    Checked(u64),
 }
 
 impl Summary {
@@ -150,20 +176,27 @@ impl fmt::Display for Summary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "verify inbox_rows={} task_views={} pruned_rows={} problems={} ok={}",
+            "verify inbox_rows={} task_views={} pruned_rows={}",
             self.inbox_rows,
             self.task_views,
             self.pruned_rows
                 .map_or_else(|| "unknown".to_owned(), |n| n.to_string()),
-            self.problems,
-            self.ok()
-        )
+        )?;
+        // Said only where the outbox is there: a receiver without one
+        // reads as it always did.
+        match self.effects {
+            Effects::Absent => {}
+            Effects::Unreadable => f.write_str(" effects=unknown")?,
+            Effects::Checked(n) => write!(f, " effects={n}")?,
+        }
+        write!(f, " problems={} ok={}", self.problems, self.ok())
     }
 }
 
 /// Where a verify reports as it goes.
 pub trait Report {
-    /// The number of rows there are to read (both tables), once known.
+    /// The number of rows there are to read (both tables, and the
+    /// outbox's effects where it is there), once known.
     fn total(&mut self, rows: u64);
     /// `rows` more rows were read.
     fn advance(&mut self, rows: u64);
@@ -190,16 +223,26 @@ async fn run_on<E: Engine>(
         summary: Summary::default(),
     };
     let (inbox, views) = E::row_counts(&mut *conn).await?;
-    counting.inner.total(inbox + views);
+    let effects = effect_count::<E>(&mut *conn).await?;
+    let effect_rows = match effects {
+        Effects::Checked(n) => n,
+        _ => 0,
+    };
+    counting.inner.total(inbox + views + effect_rows);
     let tally = pruned_rows::<E>(&mut *conn).await?;
     counting.summary.pruned_rows = match tally {
         Tally::Counted(n) => Some(n),
         Tally::Absent => Some(0),
         Tally::Unreadable => None,
     };
+    counting.summary.effects = effects;
     let unreadable = inbox_rows::<E>(&mut *conn, &mut counting).await?;
     task_views::<E>(&mut *conn, &mut counting).await?;
     task_totals::<E>(&mut *conn, &mut counting, tally, &unreadable).await?;
+    if let Effects::Checked(n) = effects {
+        orphan_effects::<E>(&mut *conn, &mut counting).await?;
+        counting.inner.advance(n);
+    }
     E::end_snapshot(conn).await?;
     Ok(counting.summary)
 }
@@ -451,6 +494,47 @@ async fn pruned_rows<E: Engine>(conn: &mut E::Connection) -> Result<Tally, DbErr
         Err(e) if e.lacks_table_privilege() => Ok(Tally::Unreadable),
         Err(e) => Err(e),
     }
+}
+
+/// What `receiver_outbox` holds for check 4, read in the snapshot: a
+/// missing table, or one the account may not read, leaves the snapshot
+/// usable.
+async fn effect_count<E: Engine>(conn: &mut E::Connection) -> Result<Effects, DbError> {
+    match E::effect_count(&mut *conn).await {
+        Ok(n) => Ok(Effects::Checked(n)),
+        Err(e) if e.missing_table() == Some(OUTBOX_TABLE) => Ok(Effects::Absent),
+        // MySQL refuses a table the account holds no grant on the same way
+        // whether it is there or not; it shows the table only to an account
+        // that holds some grant on it.
+        Err(e) if e.lacks_table_privilege() => match E::outbox_exists(conn).await? {
+            true => Ok(Effects::Unreadable),
+            false => Ok(Effects::Absent),
+        },
+        Err(e) => Err(e),
+    }
+}
+
+/// Check 4: the effects whose event the inbox does not hold, found by the
+/// server (each effect's event looked up by the inbox's primary key) and
+/// streamed.
+async fn orphan_effects<E: Engine>(
+    conn: &mut E::Connection,
+    out: &mut Counting<'_>,
+) -> Result<(), DbError> {
+    E::orphan_effects(conn, &mut |orphan: OrphanEffect| {
+        let detail = format!(
+            "effect {} (target {}, {}) belongs to an event the inbox does not hold",
+            orphan.effect_id, orphan.target, orphan.state
+        );
+        out.found(
+            Kind::OrphanEffect,
+            (&orphan.consumer, &orphan.queue),
+            Some(&orphan.event),
+            None,
+            detail,
+        );
+    })
+    .await
 }
 
 /// Check 3: the server sums each task's applied inbox rows next to the

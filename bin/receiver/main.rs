@@ -178,15 +178,19 @@ enum Command {
     /// Check that both tables agree, read-only
     ///
     /// Reads both tables once and checks digests, canonical
-    /// texts, events, each view against its events. One line per problem
-    /// (ids only), a summary line last; exit 0 when ok, 1 otherwise. Needs
-    /// only SELECT; a consistent snapshot, no locks.
+    /// texts, events, each view against its events, and, where
+    /// receiver_outbox is there, that each effect belongs to an event the
+    /// inbox holds. One line per problem (ids only), a summary line last;
+    /// exit 0 when ok, 1 otherwise. Needs only SELECT; a consistent
+    /// snapshot, no locks.
     Verify(DatabaseArgs),
     /// Sizes and growth of both tables, for capacity planning
     ///
     /// Rows, bytes,
     /// oldest and newest receipt, events per day (30 days), applied vs
-    /// stale, event sizes, growth per day. Needs only SELECT.
+    /// stale, event sizes, growth per day; where receiver_outbox is there,
+    /// its size, effects by state and per day, and growth. Needs only
+    /// SELECT.
     Stats(StatsArgs),
     /// Delete inbox rows older than a retention window, in short batches
     ///
@@ -195,7 +199,10 @@ enum Command {
     /// transaction, then a pause of at least four times its own time),
     /// archived first with --archive.
     /// Keeps each view's last event, so a redelivery of it stays a
-    /// duplicate and an older one comes back stale. Refuses a window below
+    /// duplicate and an older one comes back stale. Where receiver_outbox
+    /// is there, first deletes the sent effects past the window (never a
+    /// pending or dead one), and keeps a row while its event has effects
+    /// left. Refuses a window below
     /// the minimum retention (7d) with exit 2. Runs under its own account
     /// (RECEIVER_PRUNE_DSN); SIGINT/SIGTERM end it after the batch under
     /// way (exit 0); safe to run again, and beside consumers and another

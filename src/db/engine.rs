@@ -42,8 +42,9 @@ pub(crate) use sealed::{Met, Outbox, Prune, Statements, Tools, Verify, ViewRow};
 mod sealed {
     use super::*;
     use crate::db::record::{
-        ClaimedRow, EffectRecord, InboxPageRow, InboxRecord, InboxTotals, LastEventRow, LockedRow,
-        NewEffectRow, PageKey, TaskTotal, ViewPageRow, ViewRecord,
+        ClaimedRow, EffectRecord, EffectTotals, InboxPageRow, InboxRecord, InboxTotals,
+        LastEventRow, LockedRow, NewEffectRow, OrphanEffect, PageKey, TaskTotal, ViewPageRow,
+        ViewRecord,
     };
 
     /// The statements of the inbox and the task view, in an engine's dialect.
@@ -336,6 +337,19 @@ mod sealed {
             conn: &mut Self::Connection,
             days: u32,
         ) -> impl Future<Output = Result<Vec<(String, u64)>, DbError>> + Send;
+
+        /// The outbox's effects by state, and the age of the oldest
+        /// pending one.
+        fn effect_totals(
+            conn: &mut Self::Connection,
+        ) -> impl Future<Output = Result<EffectTotals, DbError>> + Send;
+
+        /// Effects recorded per UTC day, as
+        /// [`events_per_day`](Self::events_per_day) counts inbox rows.
+        fn effects_per_day(
+            conn: &mut Self::Connection,
+            days: u32,
+        ) -> impl Future<Output = Result<Vec<(String, u64)>, DbError>> + Send;
     }
 
     /// The reads of `receiver verify`, in one read-only snapshot.
@@ -397,6 +411,26 @@ mod sealed {
             tally: bool,
             unreadable: &'c [PageKey],
             each: &'c mut dyn FnMut(TaskTotal),
+        ) -> impl Future<Output = Result<(), DbError>> + 'c;
+
+        /// The rows of `receiver_outbox`: an error that says the table is
+        /// missing or unreadable leaves the snapshot usable (PostgreSQL
+        /// reads it in a savepoint).
+        fn effect_count(
+            conn: &mut Self::Connection,
+        ) -> impl Future<Output = Result<u64, DbError>> + Send;
+
+        /// Whether `receiver_outbox` is there, as far as the account may
+        /// see (as [`tally_exists`](Self::tally_exists)).
+        fn outbox_exists(
+            conn: &mut Self::Connection,
+        ) -> impl Future<Output = Result<bool, DbError>> + Send;
+
+        /// Every effect whose event has no inbox row, in record order,
+        /// streamed to `each`.
+        fn orphan_effects<'c>(
+            conn: &'c mut Self::Connection,
+            each: &'c mut dyn FnMut(OrphanEffect),
         ) -> impl Future<Output = Result<(), DbError>> + 'c;
     }
 
@@ -481,6 +515,44 @@ mod sealed {
             scope: &'c InboxScope,
             cutoff: &'c str,
             keys: &'c [&'c str],
+        ) -> impl Future<Output = Result<Vec<String>, DbError>> + Send + 'c;
+
+        /// The scope's sent effects recorded before `cutoff`, and the rows
+        /// past the window that effects still hold (of an event with an
+        /// effect that is pending, dead, or sent after `cutoff`, and not a
+        /// view's last event): what a prune would delete and keep.
+        fn count_effects<'c>(
+            conn: &'c mut Self::Connection,
+            scope: &'c InboxScope,
+            cutoff: &'c str,
+        ) -> impl Future<Output = Result<(u64, u64), DbError>> + Send + 'c;
+
+        /// Up to `limit` of the scope's sent effects recorded before
+        /// `cutoff`, after effect id `after`, in id order, without locks:
+        /// effect id, and the bytes of its body and headers.
+        fn sent_effects<'c>(
+            conn: &'c mut Self::Connection,
+            scope: &'c InboxScope,
+            cutoff: &'c str,
+            after: &'c str,
+            limit: u32,
+        ) -> impl Future<Output = Result<Vec<(String, u64)>, DbError>> + Send + 'c;
+
+        /// Deletes the scope's effects of `ids` that are still sent and
+        /// recorded before `cutoff`: how many went.
+        fn delete_effects<'c>(
+            conn: &'c mut Self::Connection,
+            scope: &'c InboxScope,
+            cutoff: &'c str,
+            ids: &'c [String],
+        ) -> impl Future<Output = Result<u64, DbError>> + Send + 'c;
+
+        /// Those of the scope's `events` that have an effect in the outbox,
+        /// in any state.
+        fn events_with_effects<'c>(
+            conn: &'c mut Self::Connection,
+            scope: &'c InboxScope,
+            events: &'c [&'c str],
         ) -> impl Future<Output = Result<Vec<String>, DbError>> + Send + 'c;
     }
 

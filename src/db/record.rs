@@ -131,3 +131,25 @@ pub struct EffectRecord {
     /// How long ago it was recorded, by the server's clock.
     pub age_seconds: i64,
 }
+
+/// An effect whose event the inbox does not hold, as `verify` reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrphanEffect {
+    pub consumer: String,
+    pub queue: String,
+    pub event: String,
+    pub effect_id: String,
+    pub target: String,
+    pub state: String,
+}
+
+/// The outbox's effects by state, over every scope.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct EffectTotals {
+    pub pending: u64,
+    pub sent: u64,
+    pub dead: u64,
+    /// How long ago the oldest pending effect was recorded, by the
+    /// server's clock, in whole seconds.
+    pub oldest_pending_age_seconds: Option<i64>,
+}

@@ -34,8 +34,9 @@ pub enum PruneError {
     /// message also says what creates it.
     #[error(
         "the account may not {privilege} {table} (prune needs SELECT, DELETE on receiver_inbox, \
-         SELECT on receiver_task_views and SELECT, INSERT, UPDATE on receiver_pruned; \
-         the runtime account never gets DELETE: give prune an account of its own{})",
+         SELECT on receiver_task_views, SELECT, INSERT, UPDATE on receiver_pruned and, where \
+         receiver_outbox is there, SELECT, DELETE on it; the runtime account never gets DELETE: \
+         give prune an account of its own{})",
         tally_hint(table)
     )]
     MissingPrivilege {

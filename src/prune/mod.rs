@@ -11,7 +11,16 @@
 //!   event stays an exact duplicate, and an older event whose row is gone
 //!   comes back below the view's version, stale, never applied again;
 //! * a row whose stored text is not a readable event: `receiver verify`
-//!   reports it, and prune does not delete evidence.
+//!   reports it, and prune does not delete evidence;
+//! * where `receiver_outbox` is there, a row whose event still has effects
+//!   in it: pending or dead ones (never deleted: still to be sent, or
+//!   waiting for a replay), or sent ones recorded within the window. An
+//!   effect never outlives its event's inbox row, so `receiver verify`
+//!   finds no orphan after a prune.
+//!
+//! Before the inbox rows it deletes the scope's sent effects recorded
+//! before the window, in batches of their own (`effects.rs`), so that their
+//! events' rows can go in the same run.
 //!
 //! It works in batches by primary key, each its own short `READ
 //! COMMITTED` transaction, with a pause between them that grows with the
@@ -26,11 +35,13 @@
 //! archived, nor a count without its DELETE.
 //!
 //! The account needs, on either engine, `SELECT` and `DELETE` on
-//! `receiver_inbox`, `SELECT` on `receiver_task_views` and `SELECT`,
-//! `INSERT`, `UPDATE` on `receiver_pruned` ([`check_privileges`]); the
+//! `receiver_inbox`, `SELECT` on `receiver_task_views`, `SELECT`,
+//! `INSERT`, `UPDATE` on `receiver_pruned`, and, where `receiver_outbox`
+//! is there, `SELECT` and `DELETE` on it ([`check_privileges`]); the
 //! runtime account never gets `DELETE`.
 
 mod archive;
+mod effects;
 mod error;
 mod plan;
 mod privileges;
@@ -42,5 +53,5 @@ pub use self::plan::{
     Plan, DEFAULT_BATCH_BYTES, DEFAULT_BATCH_ROWS, DEFAULT_MINIMUM_RETENTION, DEFAULT_PAUSE,
     DEFAULT_PAUSE_FACTOR,
 };
-pub use self::privileges::{check, check_privileges, PRIVILEGES};
+pub use self::privileges::{check, check_privileges, OUTBOX_PRIVILEGES, PRIVILEGES};
 pub use self::run::{count, run, Count, Report, Summary};

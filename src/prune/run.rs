@@ -11,7 +11,8 @@ use crate::db::{Dsn, Engine};
 use crate::event::Event;
 use crate::retry::Backoff;
 
-use super::privileges::check_privileges_on;
+use super::effects;
+use super::privileges::{check_privileges_on, outbox_on};
 use super::{Archive, Plan, PruneError, PrunedRow};
 
 /// How long a batch waits for a row lock: a consumer holds the row of a
@@ -32,13 +33,22 @@ pub struct Count {
     pub bytes: u64,
     /// Of them, rows that are a view's last event, which prune keeps.
     pub latest: u64,
+    /// Of the others, rows that effects in `receiver_outbox` keep: their
+    /// event has an effect that is pending, dead, or sent within the
+    /// window (0 without the outbox).
+    pub kept_effects: u64,
+    /// The scope's sent effects recorded before the window, which prune
+    /// deletes (0 without the outbox).
+    pub sent_effects: u64,
 }
 
 impl Count {
     /// The rows prune would delete (rows with unreadable text, which it
     /// also keeps, are not known before they are read).
     pub fn prunable(&self) -> u64 {
-        self.rows - self.latest
+        self.rows
+            .saturating_sub(self.latest)
+            .saturating_sub(self.kept_effects)
     }
 }
 
@@ -54,7 +64,14 @@ pub struct Summary {
     /// Rows past the window kept because their text is not a readable
     /// event (`receiver verify` names them).
     pub kept_unreadable: u64,
-    /// Batches committed.
+    /// Rows past the window kept because their event still has effects in
+    /// `receiver_outbox` (pending, dead, or sent within the window): an
+    /// effect never outlives the inbox row of its event.
+    pub kept_effects: u64,
+    /// Sent effects recorded before the window, deleted (never a pending
+    /// or dead one).
+    pub effects_deleted: u64,
+    /// Batches committed (of effects and of inbox rows).
     pub batches: u64,
     /// Batch runs the server rolled back and prune ran again.
     pub retries: u64,
@@ -97,16 +114,18 @@ pub async fn count(dsn: &Dsn, plan: &Plan) -> Result<Count, PruneError> {
 
 async fn count_on<E: Engine>(conn: &mut E::Connection, plan: &Plan) -> Result<Count, PruneError> {
     E::prune_session(&mut *conn, LOCK_WAIT_SECONDS).await?;
+    let outbox = outbox_on::<E>(&mut *conn, &["SELECT"]).await?;
     let cutoff = cutoff::<E>(&mut *conn, plan.older_than).await?;
-    count_at::<E>(conn, plan, &cutoff).await
+    count_at::<E>(conn, plan, &cutoff, outbox).await
 }
 
 /// Prunes the plan's scope: checks the window and the account's grants,
-/// counts (if the report wants a total), then deletes batch after batch,
-/// each archived first, until no row is left past the window or `stop` is
-/// cancelled (the batch under way ends first; a count under way is given
-/// up; a batch the server rolled back is not run again). The window's edge
-/// is fixed by the server's clock when it starts.
+/// counts (if the report wants a total), deletes the sent effects past the
+/// window where `receiver_outbox` is there, then the inbox rows batch
+/// after batch, each archived first, until no row is left past the window
+/// or `stop` is cancelled (the batch under way ends first; a count under
+/// way is given up; a batch the server rolled back is not run again). The
+/// window's edge is fixed by the server's clock when it starts.
 pub async fn run(
     dsn: &Dsn,
     plan: &Plan,
@@ -129,14 +148,19 @@ async fn run_on<E: Engine>(
 ) -> Result<Summary, PruneError> {
     let started = Instant::now();
     E::prune_session(&mut conn, LOCK_WAIT_SECONDS).await?;
-    check_privileges_on::<E>(&mut conn).await?;
+    let outbox = check_privileges_on::<E>(&mut conn).await?;
     let cutoff = cutoff::<E>(&mut conn, plan.older_than).await?;
     let mut summary = Summary::default();
     if report.wants_total() {
         tokio::select! {
-            counted = count_at::<E>(&mut conn, plan, &cutoff) => report.total(counted?.rows),
+            counted = count_at::<E>(&mut conn, plan, &cutoff, false) => report.total(counted?.rows),
             _ = stop.cancelled() => {}
         }
+    }
+    // The effects first: an inbox row goes only once its event has no
+    // effect left, so its sent effects past the window must be gone.
+    if outbox {
+        effects::prune_sent::<E>(&mut conn, dsn, plan, &cutoff, stop, &mut summary).await?;
     }
 
     let mut after = String::new();
@@ -156,45 +180,96 @@ async fn run_on<E: Engine>(
             report.advance(found.latest, 0);
             continue;
         }
-        let mut attempt = 1;
-        let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(2));
+        let mut retry = Retry::new();
         let batch_started = Instant::now();
         let done = loop {
-            match batch::<E>(&mut conn, plan, &cutoff, &keys, archive).await {
+            match batch::<E>(&mut conn, plan, &cutoff, &keys, outbox, archive).await {
                 Ok(done) => break done,
-                Err(PruneError::Database(e)) if e.is_rolled_back() && stop.is_cancelled() => {
-                    summary.stopped = true;
-                    break 'batches;
-                }
-                Err(PruneError::Database(e)) if e.is_rolled_back() && attempt < BATCH_ATTEMPTS => {
-                    summary.retries += 1;
-                    tokio::time::sleep(backoff.next()).await;
-                    attempt += 1;
-                    if e.is_unavailable() {
-                        conn = E::connect_one(dsn).await?;
-                        E::prune_session(&mut conn, LOCK_WAIT_SECONDS).await?;
+                Err(e) => {
+                    if !retry
+                        .again::<E>(e, &mut conn, dsn, stop, &mut summary)
+                        .await?
+                    {
+                        break 'batches;
                     }
                 }
-                Err(e) => return Err(e),
             }
         };
         summary.deleted += done.deleted;
         summary.deleted_bytes += done.bytes;
         summary.kept_latest += done.kept_latest;
         summary.kept_unreadable += done.kept_unreadable;
+        summary.kept_effects += done.kept_effects;
         summary.batches += u64::from(done.deleted > 0);
         report.advance(found.latest + keys.len() as u64, done.deleted);
-        let pause = plan.pause_after(batch_started.elapsed());
-        if !pause.is_zero() {
-            tokio::select! {
-                _ = tokio::time::sleep(pause) => {}
-                _ = stop.cancelled() => {}
-            }
-        }
+        pause_after(plan, batch_started, stop).await;
     }
     let _ = sqlx::Connection::close(conn).await;
     summary.elapsed = started.elapsed();
     Ok(summary)
+}
+
+/// The pause after a batch that started at `started`, cut short by a stop.
+pub(super) async fn pause_after(plan: &Plan, started: Instant, stop: &CancellationToken) {
+    let pause = plan.pause_after(started.elapsed());
+    if !pause.is_zero() {
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            _ = stop.cancelled() => {}
+        }
+    }
+}
+
+/// How a batch the server rolled back is run again: up to
+/// [`BATCH_ATTEMPTS`] runs with backoff, on a new connection when the old
+/// one broke.
+pub(super) struct Retry {
+    attempt: u32,
+    backoff: Backoff,
+}
+
+impl Retry {
+    pub(super) fn new() -> Self {
+        Self {
+            attempt: 1,
+            backoff: Backoff::new(Duration::from_millis(200), Duration::from_secs(2)),
+        }
+    }
+
+    /// After a batch failed with `e`: `Ok(true)` to run it again (after
+    /// the backoff, counted in `summary.retries`), `Ok(false)` when a stop
+    /// was asked for (`summary.stopped`), `e` itself when it is not a
+    /// rollback or the attempts are spent.
+    pub(super) async fn again<E: Engine>(
+        &mut self,
+        e: PruneError,
+        conn: &mut E::Connection,
+        dsn: &Dsn,
+        stop: &CancellationToken,
+        summary: &mut Summary,
+    ) -> Result<bool, PruneError> {
+        let PruneError::Database(db) = &e else {
+            return Err(e);
+        };
+        if !db.is_rolled_back() {
+            return Err(e);
+        }
+        if stop.is_cancelled() {
+            summary.stopped = true;
+            return Ok(false);
+        }
+        if self.attempt >= BATCH_ATTEMPTS {
+            return Err(e);
+        }
+        summary.retries += 1;
+        tokio::time::sleep(self.backoff.next()).await;
+        self.attempt += 1;
+        if db.is_unavailable() {
+            *conn = E::connect_one(dsn).await?;
+            E::prune_session(&mut *conn, LOCK_WAIT_SECONDS).await?;
+        }
+        Ok(true)
+    }
 }
 
 /// The window's edge by the server's clock, as text the server reads back.
@@ -206,16 +281,25 @@ async fn cutoff<E: Engine>(
     Ok(E::cutoff(conn, micros).await?)
 }
 
+/// What the window holds; with `outbox`, what the outbox deletes and
+/// keeps too.
 async fn count_at<E: Engine>(
     conn: &mut E::Connection,
     plan: &Plan,
     cutoff: &str,
+    outbox: bool,
 ) -> Result<Count, PruneError> {
-    let (rows, bytes, latest) = E::count_window(conn, &plan.scope, cutoff).await?;
+    let (rows, bytes, latest) = E::count_window(&mut *conn, &plan.scope, cutoff).await?;
+    let (sent_effects, kept_effects) = match outbox {
+        true => E::count_effects(conn, &plan.scope, cutoff).await?,
+        false => (0, 0),
+    };
     Ok(Count {
         rows,
         bytes,
         latest,
+        kept_effects,
+        sent_effects,
     })
 }
 
@@ -271,18 +355,21 @@ struct Batch {
     bytes: u64,
     kept_latest: u64,
     kept_unreadable: u64,
+    kept_effects: u64,
 }
 
-/// One batch in one transaction; rolled back on any error.
+/// One batch in one transaction; rolled back on any error. With `outbox`,
+/// the rows whose event still has effects are kept.
 async fn batch<E: Engine>(
     conn: &mut E::Connection,
     plan: &Plan,
     cutoff: &str,
     keys: &[String],
+    outbox: bool,
     archive: &mut dyn Archive,
 ) -> Result<Batch, PruneError> {
     E::begin_batch(&mut *conn).await?;
-    match locked_batch::<E>(&mut *conn, plan, cutoff, keys, archive).await {
+    match locked_batch::<E>(&mut *conn, plan, cutoff, keys, outbox, archive).await {
         Ok(done) => {
             // Nothing deleted: only locks to let go of.
             E::end_batch(conn, done.deleted > 0).await?;
@@ -295,13 +382,15 @@ async fn batch<E: Engine>(
     }
 }
 
-/// Locks the batch's rows by key, keeps the latest events and unreadable
-/// rows, archives, counts and deletes the rest.
+/// Locks the batch's rows by key, keeps the latest events, unreadable
+/// rows and (with `outbox`) the rows whose event has effects left,
+/// archives, counts and deletes the rest.
 async fn locked_batch<E: Engine>(
     conn: &mut E::Connection,
     plan: &Plan,
     cutoff: &str,
     keys: &[String],
+    outbox: bool,
     archive: &mut dyn Archive,
 ) -> Result<Batch, PruneError> {
     let (consumer, queue) = (plan.scope.receiver.as_str(), plan.scope.queue_id.as_str());
@@ -332,7 +421,10 @@ async fn locked_batch<E: Engine>(
         .into_iter()
         .partition(|(task, row)| latest.get(task) != Some(&row.event_id));
     let kept_latest = kept.len() as u64;
-    let mut doomed = doomed;
+    let (mut doomed, kept_effects) = match outbox {
+        true => without_effects::<E>(&mut *conn, plan, doomed).await?,
+        false => (doomed, 0),
+    };
     if !doomed.is_empty() {
         // Deleted first, archived and counted next, committed last: the
         // archive and the tally hold exactly the rows that went, and none
@@ -354,6 +446,7 @@ async fn locked_batch<E: Engine>(
             bytes: 0,
             kept_latest,
             kept_unreadable,
+            kept_effects,
         });
     }
     archive.keep(&rows).map_err(PruneError::Archive)?;
@@ -363,7 +456,36 @@ async fn locked_batch<E: Engine>(
         bytes: rows.iter().map(|r| r.event_canonical.len() as u64).sum(),
         kept_latest,
         kept_unreadable,
+        kept_effects,
     })
+}
+
+/// The rows of `doomed` whose event has no effect in the outbox, and how
+/// many were set aside because theirs has: an effect is pending, dead, or
+/// sent within the window (the sent ones past it went before). Read
+/// without locks: only the transaction that inserted an event's inbox row
+/// records its effects, and that row is this batch's, so no effect can
+/// come for it while the batch runs.
+async fn without_effects<E: Engine>(
+    conn: &mut E::Connection,
+    plan: &Plan,
+    doomed: Vec<(String, PrunedRow)>,
+) -> Result<(Vec<(String, PrunedRow)>, u64), PruneError> {
+    if doomed.is_empty() {
+        return Ok((doomed, 0));
+    }
+    let events: Vec<&str> = doomed
+        .iter()
+        .map(|(_, row)| row.event_id.as_str())
+        .collect();
+    let held: HashSet<String> = E::events_with_effects(conn, &plan.scope, &events)
+        .await?
+        .into_iter()
+        .collect();
+    let (kept, doomed): (Vec<_>, Vec<_>) = doomed
+        .into_iter()
+        .partition(|(_, row)| held.contains(&row.event_id));
+    Ok((doomed, kept.len() as u64))
 }
 
 /// The last event of each task of the batch that has a view, by the

@@ -26,6 +26,8 @@ mod notify;
 mod observability;
 #[path = "../orbit_failures.rs"]
 mod orbit_failures;
+#[path = "../outbox_tools.rs"]
+mod outbox_tools;
 #[path = "../pg_failover.rs"]
 mod pg_failover;
 #[path = "../poison.rs"]

@@ -22,14 +22,18 @@ use crate::runtime::{runtime, stop_on_signal};
 #[derive(Args)]
 pub(crate) struct PruneArgs {
     /// Delete rows received longer ago than this (30d, 36h, 90m): at least
-    /// the minimum retention. The row of each view's last event is kept.
+    /// the minimum retention. The row of each view's last event is kept,
+    /// and, where receiver_outbox is there, the sent effects recorded
+    /// before it are deleted and a row whose event has effects left is
+    /// kept.
     #[arg(long, value_parser = parse_duration)]
     older_than: Duration,
     /// The prune account's URL, mysql://user:password@host:port/database or
     /// postgres://user:password@host:port/database:
     /// SELECT, DELETE on receiver_inbox, SELECT on receiver_task_views,
-    /// SELECT, INSERT, UPDATE on receiver_pruned. Not the runtime account,
-    /// which never gets DELETE.
+    /// SELECT, INSERT, UPDATE on receiver_pruned, and SELECT, DELETE on
+    /// receiver_outbox where it is there. Not the runtime account, which
+    /// never gets DELETE.
     #[arg(long, env = "RECEIVER_PRUNE_DSN", hide_env_values = true)]
     dsn: Option<String>,
     /// The receiver whose rows are pruned (the name `consume` runs with).
@@ -91,7 +95,9 @@ pub(crate) fn run_prune(args: PruneArgs) -> Outcome {
             ("past_window", counted.rows.into()),
             ("past_window_bytes", counted.bytes.into()),
             ("kept_latest", counted.latest.into()),
+            ("kept_effects", counted.kept_effects.into()),
             ("would_delete", counted.prunable().into()),
+            ("would_delete_effects", counted.sent_effects.into()),
         ];
         if args.json {
             let object = fields.map(|(key, value)| (key.to_owned(), value));
@@ -128,11 +134,13 @@ pub(crate) fn run_prune(args: PruneArgs) -> Outcome {
         printed(serde_json::to_string(&summary).expect("a summary serializes"))
     } else {
         printed(format!(
-            "prune deleted={} deleted_bytes={} kept_latest={} kept_unreadable={} batches={} retries={} elapsed_s={:.3} stopped={}",
+            "prune deleted={} deleted_bytes={} kept_latest={} kept_unreadable={} kept_effects={} effects_deleted={} batches={} retries={} elapsed_s={:.3} stopped={}",
             summary.deleted,
             summary.deleted_bytes,
             summary.kept_latest,
             summary.kept_unreadable,
+            summary.kept_effects,
+            summary.effects_deleted,
             summary.batches,
             summary.retries,
             summary.elapsed.as_millis() as f64 / 1000.0,
@@ -177,7 +185,7 @@ fn failure(e: PruneError) -> Failed {
 /// What the prune account needs on each table (docs/operations.md).
 fn prune_grants(table: &str) -> &'static str {
     match table {
-        "receiver_inbox" => "SELECT, DELETE",
+        "receiver_inbox" | "receiver_outbox" => "SELECT, DELETE",
         "receiver_task_views" => "SELECT",
         _ => "SELECT, INSERT, UPDATE",
     }

@@ -1,4 +1,5 @@
-//! `receiver stats`: sizes and growth of both tables.
+//! `receiver stats`: sizes and growth of both tables, and of the outbox
+//! where it is there.
 
 use clap::Args;
 
@@ -67,15 +68,28 @@ fn lines(stats: &Stats) -> Vec<String> {
         "average_event_bytes={} largest_event_bytes={}",
         stats.average_event_bytes, stats.largest_event_bytes
     ));
-    lines.extend(
-        stats
-            .events_per_day
-            .iter()
-            .map(|d| format!("day={} events={}", d.day, d.events)),
-    );
+    lines.extend(stats.events_per_day.iter().map(|d| match d.effects {
+        Some(effects) => format!("day={} events={} effects={effects}", d.day, d.events),
+        None => format!("day={} events={}", d.day, d.events),
+    }));
     lines.push(format!(
         "inbox_bytes_per_event={} average_events_per_day={} growth_bytes_per_day={}",
         stats.inbox_bytes_per_event, stats.average_events_per_day, stats.growth_bytes_per_day
     ));
+    if let Some(outbox) = &stats.outbox {
+        lines.push(format!(
+            "outbox pending={} sent={} dead={} oldest_pending_age_s={} bytes_per_effect={} \
+             average_effects_per_day={} growth_bytes_per_day={}",
+            outbox.pending,
+            outbox.sent,
+            outbox.dead,
+            outbox
+                .oldest_pending_age_seconds
+                .map_or_else(|| "-".to_owned(), |s| s.to_string()),
+            outbox.bytes_per_effect,
+            outbox.average_effects_per_day,
+            outbox.growth_bytes_per_day
+        ));
+    }
     lines
 }

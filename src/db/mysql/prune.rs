@@ -208,4 +208,110 @@ impl Prune for MySql {
         }
         Ok(keys.iter().map(|key| (*key).to_owned()).collect())
     }
+
+    async fn count_effects(
+        conn: &mut MySqlConnection,
+        scope: &InboxScope,
+        cutoff: &str,
+    ) -> Result<(u64, u64), DbError> {
+        let sent: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM receiver_outbox WHERE consumer_name = ? AND queue_id = ? \
+             AND state = 'sent' AND created_at < ?",
+        )
+        .bind(scope.receiver.as_str())
+        .bind(scope.queue_id.as_str())
+        .bind(cutoff)
+        .fetch_one(&mut *conn)
+        .await?;
+        // The view of a row's task is found as `candidates` finds it.
+        let held: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM receiver_inbox i LEFT JOIN receiver_task_views v \
+             ON v.consumer_name = i.consumer_name AND v.queue_id = i.queue_id \
+             AND v.task_id = SUBSTRING(i.event_canonical, \
+                 LOCATE('\"task\":{\"id\":\"', i.event_canonical) + 14, 32) \
+             WHERE i.consumer_name = ? AND i.queue_id = ? AND i.received_at < ? \
+             AND NOT COALESCE(v.last_event_id = i.event_id, FALSE) \
+             AND EXISTS (SELECT 1 FROM receiver_outbox o \
+               WHERE o.consumer_name = i.consumer_name AND o.queue_id = i.queue_id \
+               AND o.event_id = i.event_id AND NOT (o.state = 'sent' AND o.created_at < ?))",
+        )
+        .bind(scope.receiver.as_str())
+        .bind(scope.queue_id.as_str())
+        .bind(cutoff)
+        .bind(cutoff)
+        .fetch_one(conn)
+        .await?;
+        Ok((sent.unsigned_abs(), held.unsigned_abs()))
+    }
+
+    async fn sent_effects(
+        conn: &mut MySqlConnection,
+        scope: &InboxScope,
+        cutoff: &str,
+        after: &str,
+        limit: u32,
+    ) -> Result<Vec<(String, u64)>, DbError> {
+        sqlx::query(
+            "SELECT effect_id, CAST(LENGTH(body) + LENGTH(headers) AS UNSIGNED) \
+             FROM receiver_outbox WHERE consumer_name = ? AND queue_id = ? \
+             AND state = 'sent' AND created_at < ? AND effect_id > ? \
+             ORDER BY effect_id LIMIT ?",
+        )
+        .bind(scope.receiver.as_str())
+        .bind(scope.queue_id.as_str())
+        .bind(cutoff)
+        .bind(after)
+        .bind(limit)
+        .fetch_all(conn)
+        .await?
+        .iter()
+        .map(|row| Ok((text(row, 0)?, get(row, 1)?)))
+        .collect()
+    }
+
+    /// By primary key, each row checked again: still the scope's, still
+    /// sent, still past the window. A sent effect is never written again,
+    /// so no relay holds it.
+    async fn delete_effects(
+        conn: &mut MySqlConnection,
+        scope: &InboxScope,
+        cutoff: &str,
+        ids: &[String],
+    ) -> Result<u64, DbError> {
+        let sql = format!(
+            "DELETE FROM receiver_outbox WHERE effect_id IN ({}) AND consumer_name = ? \
+             AND queue_id = ? AND state = 'sent' AND created_at < ?",
+            sql::list("?", ids.len())
+        );
+        let delete = ids.iter().fold(sqlx::query(&sql), |q, id| q.bind(id));
+        Ok(delete
+            .bind(scope.receiver.as_str())
+            .bind(scope.queue_id.as_str())
+            .bind(cutoff)
+            .execute(conn)
+            .await?
+            .rows_affected())
+    }
+
+    async fn events_with_effects(
+        conn: &mut MySqlConnection,
+        scope: &InboxScope,
+        events: &[&str],
+    ) -> Result<Vec<String>, DbError> {
+        let sql = format!(
+            "SELECT DISTINCT event_id FROM receiver_outbox \
+             WHERE consumer_name = ? AND queue_id = ? AND event_id IN ({})",
+            sql::list("?", events.len())
+        );
+        let query = sqlx::query(&sql)
+            .bind(scope.receiver.as_str())
+            .bind(scope.queue_id.as_str());
+        let query = events.iter().fold(query, |q, event| q.bind(*event));
+        query
+            .fetch_all(conn)
+            .await?
+            .iter()
+            .map(|row| text(row, 0))
+            .collect()
+    }
 }

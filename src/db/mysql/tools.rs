@@ -6,7 +6,7 @@ use sqlx::Executor;
 
 use super::row::get;
 use crate::db::engine::Tools;
-use crate::db::record::{InboxRecord, InboxTotals, ViewRecord};
+use crate::db::record::{EffectTotals, InboxRecord, InboxTotals, ViewRecord};
 use crate::db::sql::rfc3339;
 use crate::db::DbError;
 use crate::ids::{EventId, TaskId};
@@ -179,19 +179,56 @@ impl Tools for MySql {
         conn: &mut MySqlConnection,
         days: u32,
     ) -> Result<Vec<(String, u64)>, DbError> {
-        Ok(sqlx::query_as::<_, (String, u64)>(
-            "WITH RECURSIVE days (n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM days WHERE n < ?) \
-             SELECT CAST(UTC_DATE() - INTERVAL days.n DAY AS CHAR), \
-                    CAST(COALESCE(counted.events, 0) AS UNSIGNED) \
-             FROM days LEFT JOIN ( \
-               SELECT DATE(received_at) AS day, COUNT(*) AS events FROM receiver_inbox \
-               WHERE received_at >= UTC_DATE() - INTERVAL ? DAY GROUP BY DATE(received_at) \
-             ) AS counted ON counted.day = UTC_DATE() - INTERVAL days.n DAY \
-             ORDER BY days.n DESC",
-        )
-        .bind(days - 1)
-        .bind(days - 1)
-        .fetch_all(conn)
-        .await?)
+        per_day(conn, "receiver_inbox", "received_at", days).await
     }
+
+    async fn effect_totals(conn: &mut MySqlConnection) -> Result<EffectTotals, DbError> {
+        let row = sqlx::query(
+            "SELECT CAST(COALESCE(SUM(state = 'pending'), 0) AS UNSIGNED), \
+             CAST(COALESCE(SUM(state = 'sent'), 0) AS UNSIGNED), \
+             CAST(COALESCE(SUM(state = 'dead'), 0) AS UNSIGNED), \
+             CAST(TIMESTAMPDIFF(SECOND, MIN(CASE WHEN state = 'pending' THEN created_at END), \
+               UTC_TIMESTAMP(6)) AS SIGNED) \
+             FROM receiver_outbox",
+        )
+        .fetch_one(conn)
+        .await?;
+        Ok(EffectTotals {
+            pending: get(&row, 0)?,
+            sent: get(&row, 1)?,
+            dead: get(&row, 2)?,
+            oldest_pending_age_seconds: get(&row, 3)?,
+        })
+    }
+
+    async fn effects_per_day(
+        conn: &mut MySqlConnection,
+        days: u32,
+    ) -> Result<Vec<(String, u64)>, DbError> {
+        per_day(conn, "receiver_outbox", "created_at", days).await
+    }
+}
+
+/// Rows of `table` per UTC day of `column`, today and the `days - 1` days
+/// before it, oldest first, days without rows included.
+async fn per_day(
+    conn: &mut MySqlConnection,
+    table: &str,
+    column: &str,
+    days: u32,
+) -> Result<Vec<(String, u64)>, DbError> {
+    Ok(sqlx::query_as::<_, (String, u64)>(&format!(
+        "WITH RECURSIVE days (n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM days WHERE n < ?) \
+         SELECT CAST(UTC_DATE() - INTERVAL days.n DAY AS CHAR), \
+                CAST(COALESCE(counted.rows_of_day, 0) AS UNSIGNED) \
+         FROM days LEFT JOIN ( \
+           SELECT DATE({column}) AS day, COUNT(*) AS rows_of_day FROM {table} \
+           WHERE {column} >= UTC_DATE() - INTERVAL ? DAY GROUP BY DATE({column}) \
+         ) AS counted ON counted.day = UTC_DATE() - INTERVAL days.n DAY \
+         ORDER BY days.n DESC"
+    ))
+    .bind(days - 1)
+    .bind(days - 1)
+    .fetch_all(conn)
+    .await?)
 }

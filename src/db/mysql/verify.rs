@@ -7,7 +7,10 @@ use sqlx::Executor;
 
 use super::row::{get, text};
 use crate::db::engine::Verify;
-use crate::db::record::{InboxPageRow, LastEventRow, PageKey, TaskTotal, ViewPageRow};
+use crate::db::record::{
+    InboxPageRow, LastEventRow, OrphanEffect, PageKey, TaskTotal, ViewPageRow,
+};
+use crate::db::schema::{OUTBOX_TABLE, PRUNED_TABLE};
 use crate::db::DbError;
 
 /// The next page of `table` in key order after `after`. The key columns
@@ -40,6 +43,19 @@ async fn page(
         query = key.into_iter().fold(query, |q, v| q.bind(v));
     }
     Ok(query.bind(limit).fetch_all(conn).await?)
+}
+
+/// Whether `table` is in the connection's database, as far as the account
+/// may see: MySQL shows no table the account holds no grant on.
+async fn table_exists(conn: &mut MySqlConnection, table: &str) -> Result<bool, DbError> {
+    let n: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM information_schema.TABLES \
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?",
+    )
+    .bind(table)
+    .fetch_one(conn)
+    .await?;
+    Ok(n > 0)
 }
 
 impl Verify for MySql {
@@ -75,13 +91,7 @@ impl Verify for MySql {
     }
 
     async fn tally_exists(conn: &mut MySqlConnection) -> Result<bool, DbError> {
-        let n: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM information_schema.TABLES \
-             WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'receiver_pruned'",
-        )
-        .fetch_one(conn)
-        .await?;
-        Ok(n > 0)
+        table_exists(conn, PRUNED_TABLE).await
     }
 
     async fn inbox_page(
@@ -210,6 +220,43 @@ GROUP BY i.consumer_name, i.queue_id, i.task_id");
                 version: get(&row, 6)?,
                 views: get::<i64>(&row, 7)?.unsigned_abs(),
                 pruned: get(&row, 8)?,
+            });
+        }
+        Ok(())
+    }
+
+    async fn effect_count(conn: &mut MySqlConnection) -> Result<u64, DbError> {
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM receiver_outbox")
+            .fetch_one(conn)
+            .await?;
+        Ok(n.unsigned_abs())
+    }
+
+    async fn outbox_exists(conn: &mut MySqlConnection) -> Result<bool, DbError> {
+        table_exists(conn, OUTBOX_TABLE).await
+    }
+
+    /// Each effect looks its event up by the inbox's primary key.
+    async fn orphan_effects(
+        conn: &mut MySqlConnection,
+        each: &mut dyn FnMut(OrphanEffect),
+    ) -> Result<(), DbError> {
+        let mut rows = sqlx::query(
+            "SELECT o.consumer_name, o.queue_id, o.event_id, o.effect_id, o.target, o.state \
+             FROM receiver_outbox o LEFT JOIN receiver_inbox i \
+             ON i.consumer_name = o.consumer_name AND i.queue_id = o.queue_id \
+             AND i.event_id = o.event_id \
+             WHERE i.event_id IS NULL ORDER BY o.seq",
+        )
+        .fetch(conn);
+        while let Some(row) = rows.try_next().await? {
+            each(OrphanEffect {
+                consumer: text(&row, 0)?,
+                queue: text(&row, 1)?,
+                event: text(&row, 2)?,
+                effect_id: text(&row, 3)?,
+                target: text(&row, 4)?,
+                state: text(&row, 5)?,
             });
         }
         Ok(())

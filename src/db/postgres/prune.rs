@@ -225,4 +225,101 @@ impl Prune for Postgres {
         .fetch_all(conn)
         .await?)
     }
+
+    async fn count_effects(
+        conn: &mut PgConnection,
+        scope: &InboxScope,
+        cutoff: &str,
+    ) -> Result<(u64, u64), DbError> {
+        // The view of a row's task is found as `candidates` finds it.
+        let (sent, held): (i64, i64) = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM receiver_outbox WHERE consumer_name = $1 \
+                 AND queue_id = $2::bpchar AND state = 'sent' AND created_at < $3::timestamp), \
+               (SELECT count(*) FROM receiver_inbox i LEFT JOIN receiver_task_views v \
+                 ON v.consumer_name = i.consumer_name AND v.queue_id = i.queue_id \
+                 AND v.task_id = substr(i.event_canonical, \
+                     strpos(i.event_canonical, '\"task\":{\"id\":\"') + 14, 32)::bpchar \
+                 WHERE i.consumer_name = $1 AND i.queue_id = $2::bpchar \
+                 AND i.received_at < $3::timestamp \
+                 AND NOT coalesce(v.last_event_id = i.event_id, false) \
+                 AND EXISTS (SELECT 1 FROM receiver_outbox o \
+                   WHERE o.consumer_name = i.consumer_name AND o.queue_id = i.queue_id \
+                   AND o.event_id = i.event_id \
+                   AND NOT (o.state = 'sent' AND o.created_at < $3::timestamp)))",
+        )
+        .bind(scope.receiver.as_str())
+        .bind(scope.queue_id.as_str())
+        .bind(cutoff)
+        .fetch_one(conn)
+        .await?;
+        Ok((sent.unsigned_abs(), held.unsigned_abs()))
+    }
+
+    async fn sent_effects(
+        conn: &mut PgConnection,
+        scope: &InboxScope,
+        cutoff: &str,
+        after: &str,
+        limit: u32,
+    ) -> Result<Vec<(String, u64)>, DbError> {
+        sqlx::query(
+            "SELECT effect_id, (octet_length(body) + octet_length(headers))::bigint \
+             FROM receiver_outbox WHERE consumer_name = $1 AND queue_id = $2::bpchar \
+             AND state = 'sent' AND created_at < $3::timestamp AND effect_id > $4::bpchar \
+             ORDER BY effect_id LIMIT $5",
+        )
+        .bind(scope.receiver.as_str())
+        .bind(scope.queue_id.as_str())
+        .bind(cutoff)
+        .bind(after)
+        .bind(i64::from(limit))
+        .fetch_all(conn)
+        .await?
+        .iter()
+        .map(|row| Ok((row.try_get(0)?, row.try_get::<i64, _>(1)?.unsigned_abs())))
+        .collect()
+    }
+
+    /// By primary key, each row checked again: still the scope's, still
+    /// sent, still past the window. A sent effect is never written again,
+    /// so no relay holds it.
+    async fn delete_effects(
+        conn: &mut PgConnection,
+        scope: &InboxScope,
+        cutoff: &str,
+        ids: &[String],
+    ) -> Result<u64, DbError> {
+        Ok(sqlx::query(
+            "DELETE FROM receiver_outbox WHERE ctid = ANY(ARRAY( \
+               SELECT o.ctid FROM unnest($1::bpchar[]) AS k(effect_id) \
+               CROSS JOIN LATERAL (SELECT ctid FROM receiver_outbox \
+                 WHERE effect_id = k.effect_id) o)) \
+             AND consumer_name = $2 AND queue_id = $3::bpchar AND state = 'sent' \
+             AND created_at < $4::timestamp",
+        )
+        .bind(ids)
+        .bind(scope.receiver.as_str())
+        .bind(scope.queue_id.as_str())
+        .bind(cutoff)
+        .execute(conn)
+        .await?
+        .rows_affected())
+    }
+
+    async fn events_with_effects(
+        conn: &mut PgConnection,
+        scope: &InboxScope,
+        events: &[&str],
+    ) -> Result<Vec<String>, DbError> {
+        Ok(sqlx::query_scalar(
+            "SELECT k.event_id::text FROM unnest($3::bpchar[]) AS k(event_id) \
+             WHERE EXISTS (SELECT 1 FROM receiver_outbox WHERE consumer_name = $1 \
+               AND queue_id = $2::bpchar AND event_id = k.event_id)",
+        )
+        .bind(scope.receiver.as_str())
+        .bind(scope.queue_id.as_str())
+        .bind(events)
+        .fetch_all(conn)
+        .await?)
+    }
 }

@@ -8,7 +8,7 @@ use sqlx::Row;
 
 use super::inbox::NOW;
 use crate::db::engine::Tools;
-use crate::db::record::{InboxRecord, InboxTotals, ViewRecord};
+use crate::db::record::{EffectTotals, InboxRecord, InboxTotals, ViewRecord};
 use crate::db::DbError;
 use crate::ids::{EventId, TaskId};
 
@@ -180,23 +180,58 @@ impl Tools for Postgres {
         conn: &mut PgConnection,
         days: u32,
     ) -> Result<Vec<(String, u64)>, DbError> {
-        let rows: Vec<(String, i64)> = sqlx::query_as(&format!(
-            "WITH today AS (SELECT ({NOW})::date AS d) \
-             SELECT to_char(today.d - n, 'YYYY-MM-DD'), coalesce(counted.events, 0) \
-             FROM today CROSS JOIN generate_series(0, $1) AS n \
-             LEFT JOIN ( \
-               SELECT received_at::date AS day, count(*) AS events \
-               FROM receiver_inbox, today WHERE received_at >= today.d - $1 \
-               GROUP BY 1 \
-             ) AS counted ON counted.day = today.d - n \
-             ORDER BY n DESC"
-        ))
-        .bind(days.saturating_sub(1) as i32)
-        .fetch_all(conn)
-        .await?;
-        Ok(rows
-            .into_iter()
-            .map(|(day, events)| (day, events.unsigned_abs()))
-            .collect())
+        per_day(conn, "receiver_inbox", "received_at", days).await
     }
+
+    async fn effect_totals(conn: &mut PgConnection) -> Result<EffectTotals, DbError> {
+        let row = sqlx::query(&format!(
+            "SELECT count(*) FILTER (WHERE state = 'pending'), \
+             count(*) FILTER (WHERE state = 'sent'), count(*) FILTER (WHERE state = 'dead'), \
+             floor(extract(epoch FROM {NOW} - min(created_at) FILTER (WHERE state = 'pending')))::bigint \
+             FROM receiver_outbox"
+        ))
+        .fetch_one(conn)
+        .await?;
+        Ok(EffectTotals {
+            pending: row.try_get::<i64, _>(0)?.unsigned_abs(),
+            sent: row.try_get::<i64, _>(1)?.unsigned_abs(),
+            dead: row.try_get::<i64, _>(2)?.unsigned_abs(),
+            oldest_pending_age_seconds: row.try_get(3)?,
+        })
+    }
+
+    async fn effects_per_day(
+        conn: &mut PgConnection,
+        days: u32,
+    ) -> Result<Vec<(String, u64)>, DbError> {
+        per_day(conn, "receiver_outbox", "created_at", days).await
+    }
+}
+
+/// Rows of `table` per UTC day of `column`, today and the `days - 1` days
+/// before it, oldest first, days without rows included.
+async fn per_day(
+    conn: &mut PgConnection,
+    table: &str,
+    column: &str,
+    days: u32,
+) -> Result<Vec<(String, u64)>, DbError> {
+    let rows: Vec<(String, i64)> = sqlx::query_as(&format!(
+        "WITH today AS (SELECT ({NOW})::date AS d) \
+         SELECT to_char(today.d - n, 'YYYY-MM-DD'), coalesce(counted.day_rows, 0) \
+         FROM today CROSS JOIN generate_series(0, $1) AS n \
+         LEFT JOIN ( \
+           SELECT {column}::date AS day, count(*) AS day_rows \
+           FROM {table}, today WHERE {column} >= today.d - $1 \
+           GROUP BY 1 \
+         ) AS counted ON counted.day = today.d - n \
+         ORDER BY n DESC"
+    ))
+    .bind(days.saturating_sub(1) as i32)
+    .fetch_all(conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(day, rows)| (day, rows.unsigned_abs()))
+        .collect())
 }

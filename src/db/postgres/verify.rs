@@ -8,7 +8,9 @@ use sqlx::postgres::{PgConnection, Postgres};
 use sqlx::{Executor, Row};
 
 use crate::db::engine::Verify;
-use crate::db::record::{InboxPageRow, LastEventRow, PageKey, TaskTotal, ViewPageRow};
+use crate::db::record::{
+    InboxPageRow, LastEventRow, OrphanEffect, PageKey, TaskTotal, ViewPageRow,
+};
 use crate::db::DbError;
 
 fn number(text: &str) -> Result<u64, DbError> {
@@ -43,6 +45,20 @@ async fn page(
     Ok(query.bind(i64::from(limit)).fetch_all(conn).await?)
 }
 
+/// One number read inside a savepoint: a table that is missing, or that
+/// the account may not read, fails the statement, which on PostgreSQL
+/// would abort the whole snapshot; the caller goes on without it.
+async fn in_savepoint(conn: &mut PgConnection, statement: &str) -> Result<u64, DbError> {
+    conn.execute("SAVEPOINT optional").await?;
+    let total: Result<i64, sqlx::Error> = sqlx::query_scalar(statement).fetch_one(&mut *conn).await;
+    let end = match total {
+        Ok(_) => "RELEASE SAVEPOINT optional",
+        Err(_) => "ROLLBACK TO SAVEPOINT optional",
+    };
+    conn.execute(end).await?;
+    Ok(total?.unsigned_abs())
+}
+
 impl Verify for Postgres {
     async fn begin_snapshot(conn: &mut PgConnection) -> Result<(), DbError> {
         conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
@@ -65,22 +81,13 @@ impl Verify for Postgres {
         Ok((inbox.unsigned_abs(), views.unsigned_abs()))
     }
 
-    /// Inside a savepoint: a table that is missing, or that the account
-    /// may not read, fails the statement, which on PostgreSQL would abort
-    /// the whole snapshot; the caller goes on without the tally.
+    /// Inside a savepoint: without the tally the snapshot goes on.
     async fn pruned_total(conn: &mut PgConnection) -> Result<u64, DbError> {
-        conn.execute("SAVEPOINT tally").await?;
-        let total: Result<i64, sqlx::Error> = sqlx::query_scalar(
+        in_savepoint(
+            conn,
             "SELECT coalesce(sum(pruned_events), 0)::bigint FROM receiver_pruned",
         )
-        .fetch_one(&mut *conn)
-        .await;
-        let end = match total {
-            Ok(_) => "RELEASE SAVEPOINT tally",
-            Err(_) => "ROLLBACK TO SAVEPOINT tally",
-        };
-        conn.execute(end).await?;
-        Ok(total?.unsigned_abs())
+        .await
     }
 
     async fn tally_exists(conn: &mut PgConnection) -> Result<bool, DbError> {
@@ -242,6 +249,44 @@ GROUP BY i.consumer_name, i.queue_id, i.task_id"
                 version: version.as_deref().map(number).transpose()?,
                 views: row.try_get::<i64, _>(7)?.unsigned_abs(),
                 pruned: row.try_get::<i64, _>(8)?.unsigned_abs(),
+            });
+        }
+        Ok(())
+    }
+
+    async fn effect_count(conn: &mut PgConnection) -> Result<u64, DbError> {
+        in_savepoint(conn, "SELECT count(*) FROM receiver_outbox").await
+    }
+
+    async fn outbox_exists(conn: &mut PgConnection) -> Result<bool, DbError> {
+        Ok(
+            sqlx::query_scalar("SELECT to_regclass('receiver_outbox') IS NOT NULL")
+                .fetch_one(conn)
+                .await?,
+        )
+    }
+
+    /// Each effect looks its event up by the inbox's primary key.
+    async fn orphan_effects(
+        conn: &mut PgConnection,
+        each: &mut dyn FnMut(OrphanEffect),
+    ) -> Result<(), DbError> {
+        let mut rows = sqlx::query(
+            "SELECT o.consumer_name, o.queue_id, o.event_id, o.effect_id, o.target, o.state \
+             FROM receiver_outbox o WHERE NOT EXISTS (SELECT 1 FROM receiver_inbox i \
+               WHERE i.consumer_name = o.consumer_name AND i.queue_id = o.queue_id \
+               AND i.event_id = o.event_id) \
+             ORDER BY o.seq",
+        )
+        .fetch(conn);
+        while let Some(row) = rows.try_next().await? {
+            each(OrphanEffect {
+                consumer: row.try_get(0)?,
+                queue: row.try_get(1)?,
+                event: row.try_get(2)?,
+                effect_id: row.try_get(3)?,
+                target: row.try_get(4)?,
+                state: row.try_get(5)?,
             });
         }
         Ok(())
