@@ -3,14 +3,15 @@
 //! sent effects past its window, never a pending or dead one, and keeps
 //! their events' inbox rows; `receiver verify` finds no orphan effect
 //! after a prune and names a real one; `receiver stats` gives the outbox's
-//! size and growth.
+//! size and growth; `receiver check` checks the outbox without notify
+//! settings where it is there.
 
 use crate::common;
 
 use std::future::Future;
 use std::process::Output;
 
-use common::orbit::receiver;
+use common::orbit::{receiver, OrbitDev};
 use common::postgres::PgTestDb;
 use common::{random_hex, scope, EventSpec, TestDb};
 use result_inbox::db::schema::{self, InitOptions};
@@ -40,6 +41,9 @@ trait Server: Engine {
     /// The runtime account as the docs grant it where the outbox and the
     /// tally are there, with `outbox` on `receiver_outbox`.
     fn runtime_account(db: &Self::Db, outbox: &str) -> impl Future<Output = String> + Send;
+    /// A database a plain `receiver init` made, and its administrator's
+    /// URL.
+    fn without_outbox() -> impl Future<Output = (Self::Db, String)> + Send;
 }
 
 fn options() -> InitOptions {
@@ -91,6 +95,11 @@ impl Server for MySql {
             .await;
         db.dsn_of(&user, &password)
     }
+    async fn without_outbox() -> (TestDb, String) {
+        let db = TestDb::initialized().await;
+        let url = common::dsn_for(&db.name);
+        (db, url)
+    }
 }
 
 impl Server for Postgres {
@@ -128,6 +137,11 @@ impl Server for Postgres {
              GRANT {outbox} ON receiver_outbox TO {{role}};"
         ))
         .await
+    }
+    async fn without_outbox() -> (PgTestDb, String) {
+        let db = PgTestDb::initialized().await;
+        let url = db.dsn.clone();
+        (db, url)
     }
 }
 
@@ -535,6 +549,57 @@ async fn stats_gives_the_outbox_s_effects_by_state_its_size_and_growth_in_text_a
     );
 }
 
+async fn check_checks_the_outbox_and_skip_locked_without_notify_settings_where_it_is_there<
+    E: Server,
+>() {
+    let f = Notified::<E>::new().await;
+    let (_orbit, creds, sub) = OrbitDev::subscribed(30_000, 5, "outbox-check").await;
+    let check = |account: &str| {
+        receiver()
+            .arg("check")
+            .env("ORBIT_CREDENTIALS_FILE", &creds.file)
+            .env("ORBIT_SUBSCRIPTION_ID", sub.as_str())
+            .env("ORBIT_RECEIVER_DSN", account)
+            .output()
+            .unwrap()
+    };
+    let outbox_line = |o: &Output| {
+        stdout(o)
+            .lines()
+            .find(|l| l.starts_with("check=outbox "))
+            .map(str::to_owned)
+    };
+    let documented = E::runtime_account(&f.db, RUNTIME_OUTBOX).await;
+    let o = check(&documented);
+    assert!(o.status.success(), "{}", text(&o));
+    // The table, its grants and the server's SKIP LOCKED.
+    assert_eq!(
+        outbox_line(&o).as_deref(),
+        Some("check=outbox ok"),
+        "{}",
+        text(&o)
+    );
+
+    let read_only = E::runtime_account(&f.db, "SELECT").await;
+    let o = check(&read_only);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert_eq!(
+        outbox_line(&o).as_deref(),
+        Some(
+            "check=outbox FAIL the account may not INSERT receiver_outbox (the runtime account \
+             needs SELECT, INSERT, UPDATE on every receiver table it uses)"
+        ),
+        "{}",
+        text(&o)
+    );
+
+    // Where it is not there, nothing needs it.
+    let (_other, without) = E::without_outbox().await;
+    let o = check(&without);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(outbox_line(&o), None, "{}", text(&o));
+}
+
 #[tokio::test]
 async fn on_postgres_verify_by_a_role_that_may_not_read_the_outbox_says_effects_unknown() {
     let f = Notified::<Postgres>::new().await;
@@ -568,4 +633,5 @@ on_both!(
     verify_after_a_prune_finds_no_orphan_effect_and_names_one_whose_event_is_gone,
     a_prune_account_that_may_not_delete_effects_is_refused_and_check_prune_names_the_grant,
     stats_gives_the_outbox_s_effects_by_state_its_size_and_growth_in_text_and_json,
+    check_checks_the_outbox_and_skip_locked_without_notify_settings_where_it_is_there,
 );

@@ -165,13 +165,15 @@ impl NotifyConfig {
     }
 }
 
-/// The outbox check: `receiver_outbox` is there with its columns, and the
-/// account may SELECT, INSERT and UPDATE it. Writes no row.
+/// The outbox check: `receiver_outbox` is there with its columns, the
+/// account may SELECT, INSERT and UPDATE it, and the server has `FOR UPDATE
+/// SKIP LOCKED`, which the relay claims with. Writes no row.
 pub(crate) async fn outbox_ready<E: Engine>(store: &InboxStore<E>) -> Result<(), Problem> {
     store
         .check_outbox_ready()
         .await
-        .map_err(|unready| unready_problem(unready, store.engine()))
+        .map_err(|unready| unready_problem(unready, store.engine()))?;
+    crate::check::skip_locked(store).await
 }
 
 /// A store on `dsn` for the outbox check of a command without a receiver

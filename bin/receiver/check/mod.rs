@@ -23,7 +23,7 @@ mod problem;
 use std::fmt;
 
 pub use self::database::{
-    database, database_problem, replication, unready_problem, DATABASE_CHECKS,
+    database, database_problem, replication, skip_locked, unready_problem, DATABASE_CHECKS,
 };
 pub use self::orbit::{orbit_access, subscription, ORBIT_CHECKS};
 pub use self::problem::{missing_table_hint, Problem};

@@ -68,6 +68,11 @@ pub enum Problem {
     /// durable consumer cannot be consumed for the queue.
     #[error("{0}")]
     Nats(NatsError),
+    /// The database server lacks `FOR UPDATE SKIP LOCKED`, which the
+    /// outbox's relay claims with (the whole sentence, naming the version
+    /// needed).
+    #[error("{0}")]
+    SkipLocked(String),
 }
 
 impl Problem {
@@ -112,6 +117,7 @@ impl Problem {
                 | NatsError::CredsFile { .. },
             ) => "nats",
             Problem::Nats(_) => "consumer",
+            Problem::SkipLocked(_) => "outbox",
         }
     }
 

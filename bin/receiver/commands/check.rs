@@ -3,8 +3,10 @@
 //! and the subscription when one is given) or, with `--source nats`, NATS
 //! and the durable consumer, as `consume` checks them before it leases;
 //! last, when traces are exported, whether the collector takes an export
-//! (`check=traces`) and where it is. With a notify webhook, after the
-//! database's: the outbox table and its grants (`check=outbox`), and after
+//! (`check=traces`) and where it is. After the database's, where
+//! `receiver_outbox` is there (as far as the account may see) or a notify
+//! webhook is set: the outbox table, its grants and the server's `FOR
+//! UPDATE SKIP LOCKED` (`check=outbox`); and with a notify webhook, after
 //! the source's: whether the webhook's host answers (`check=notify`).
 
 use std::future::Future;
@@ -45,8 +47,8 @@ pub(crate) struct CheckArgs {
     #[arg(long)]
     demo: bool,
     /// Check the prune account instead (RECEIVER_PRUNE_DSN): reachable,
-    /// the three tables, and the grants `prune` needs; nothing of
-    /// Orbit or NATS.
+    /// the three tables, and the grants `prune` needs (on receiver_outbox
+    /// too where it is there); nothing of Orbit or NATS.
     #[arg(long)]
     prune: bool,
     /// The prune account's URL (only with --prune),
@@ -150,12 +152,13 @@ fn check_nats(
 }
 
 /// The database checks on the engine the address names, and once they
-/// passed, what the server says of its standbys.
-/// With `outbox`, the outbox check too (`None` without).
+/// passed, what the server says of its standbys and the outbox check:
+/// with `notify` always, without it where the table is there (`None`
+/// otherwise).
 async fn database_on<E: Engine>(
     dsn: &Dsn,
     scope: &InboxScope,
-    outbox: bool,
+    notify: bool,
 ) -> (Result<(), Problem>, Option<Finding>, Option<Finding>) {
     let store = match InboxStore::<E>::open_lazy(dsn, scope.clone(), StoreOptions::default()) {
         Ok(store) => store,
@@ -165,15 +168,14 @@ async fn database_on<E: Engine>(
     let (replication, outbox) = match checked {
         Ok(()) => (
             check::replication(&store).await,
-            match outbox {
-                true => Some(Finding::of(
-                    "outbox",
-                    outbox_ready(&store).await.map_err(|p| p.reason()),
-                )),
-                false => None,
+            match outbox_ready(&store).await {
+                // Without notify settings nothing needs an outbox that
+                // is not there.
+                Err(Problem::MissingTable { .. }) if !notify => None,
+                outcome => Some(Finding::of("outbox", outcome.map_err(|p| p.reason()))),
             },
         ),
-        Err(_) => (None, outbox.then(|| Finding::not_run("outbox", "database"))),
+        Err(_) => (None, notify.then(|| Finding::not_run("outbox", "database"))),
     };
     (checked, replication, outbox)
 }
@@ -187,10 +189,10 @@ fn database_and(
     notify: Option<&NotifyConfig>,
 ) -> Vec<Finding> {
     runtime().block_on(async {
-        let outbox = notify.is_some();
+        let notified = notify.is_some();
         let (database, replication, outbox) = match dsn.engine() {
-            EngineKind::Postgres => database_on::<Postgres>(dsn, &scope, outbox).await,
-            _ => database_on::<MySql>(dsn, &scope, outbox).await,
+            EngineKind::Postgres => database_on::<Postgres>(dsn, &scope, notified).await,
+            _ => database_on::<MySql>(dsn, &scope, notified).await,
         };
         if database.is_ok() {
             if let Some(warning) = check::name_warning(dsn, &scope).await {

@@ -15,7 +15,8 @@
 //! Then the consumer runs the inbox over the task view, with the store as
 //! the probe of its breaker, until the shutdown token is cancelled.
 //!
-//! With a notify webhook the start-up check also asks for the outbox, the
+//! With a notify webhook the start-up check also asks for the outbox and
+//! the server's `SKIP LOCKED` (exit 2 naming the version needed), the
 //! inner service records a notification for each delivery that advanced
 //! the view (`task_view::Notify`), and a relay runs beside the consumer,
 //! woken after each such delivery's COMMIT and stopped with it.

@@ -60,8 +60,8 @@ pub(crate) fn run_relay(args: RelayArgs) -> Outcome {
     })
 }
 
-/// Checks the outbox (waiting for a database that is not up yet), then
-/// runs the relay until `shutdown`.
+/// Checks the outbox and the server's `SKIP LOCKED` (waiting for a
+/// database that is not up yet), then runs the relay until `shutdown`.
 async fn relay<E: Engine>(
     dsn: &Dsn,
     notify: &NotifyConfig,
