@@ -1,8 +1,10 @@
 //! The documented paths from nothing to consumed results, run exactly as
-//! they are written: the README's (Orbit) and `docs/nats.md`'s (NATS
-//! JetStream, fed by `orbit-dev bridge`). The same commands, with only the
-//! ports, the database and the working directory made the test's own. What
-//! they print is held to the output the document shows.
+//! they are written: the README's (Orbit), `docs/postgres.md`'s,
+//! `docs/nats.md`'s (NATS JetStream, fed by `orbit-dev bridge`) and
+//! `docs/outbox.md`'s (to a signed webhook received and verified). The
+//! same commands, with only the ports, the database and the working
+//! directory made the test's own. What they print is held to the output
+//! the document shows.
 
 use crate::common;
 
@@ -13,8 +15,9 @@ use std::time::{Duration, Instant};
 
 use common::orbit::{bin_dir, http};
 use common::{dsn_for, random_hex, TestDb};
-use result_inbox::ids::{QueueId, TaskId};
+use result_inbox::ids::{EventId, QueueId, TaskId};
 use result_inbox::orbit::{OrbitClient, OrbitUrl, Token};
+use result_inbox::outbox::{EffectId, EffectKey, Target};
 use result_inbox::scope::{InboxScope, ReceiverName};
 
 /// The fenced block that follows `marker` in `document`.
@@ -352,6 +355,91 @@ async fn the_postgres_guide_s_path_from_nothing_to_consume_works_as_written() {
         "{printed}"
     );
     db.close().await;
+}
+
+#[tokio::test]
+async fn the_outbox_guide_s_path_from_nothing_to_a_signed_webhook_received_and_verified_works_as_written(
+) {
+    let db = TestDb::empty().await;
+    let (orbit_port, hook_port) = (free_port(), free_port());
+    let server = dsn_for(&db.name);
+    let server = server
+        .split_once('@')
+        .and_then(|(_, rest)| rest.split_once('/'))
+        .unwrap()
+        .0
+        .to_owned();
+    let database_port = server.rsplit_once(':').unwrap().1.to_owned();
+    let runtime_account = format!("inbox_runtime_{}", random_hex(4));
+    let mut path = Path::run(
+        "docs/outbox.md",
+        "outbox-path",
+        &[
+            ("127.0.0.1:8080", format!("127.0.0.1:{orbit_port}")),
+            ("127.0.0.1:8090", format!("127.0.0.1:{hook_port}")),
+            (
+                "(\"127.0.0.1\", 8090)",
+                format!("(\"127.0.0.1\", {hook_port})"),
+            ),
+            ("127.0.0.1:3306", server),
+            ("--port=3306", format!("--port={database_port}")),
+            ("receiver_example", db.name.clone()),
+            ("inbox_runtime", runtime_account),
+        ],
+    )
+    .await;
+
+    // The task orbit-dev submitted went Orbit → inbox → outbox → relay →
+    // the endpoint, which verified its signature with standardwebhooks,
+    // under the id derived from its event.
+    let printed = path.output();
+    let task = printed
+        .lines()
+        .find_map(|l| l.strip_prefix("task="))
+        .expect("a submitted task");
+    let verified: Vec<&str> = printed
+        .lines()
+        .filter_map(|l| l.strip_prefix("verified "))
+        .collect();
+    assert_eq!(verified.len(), 1, "{printed}");
+    let (webhook_id, body) = verified[0].split_once(' ').unwrap();
+    let body: serde_json::Value = serde_json::from_str(body).unwrap();
+    assert_eq!(body["task_id"], task);
+    let credentials: serde_json::Value =
+        serde_json::from_str(&path.file(".local/inbox.credentials.json")).unwrap();
+    let queue = QueueId::parse(credentials["queue_id"].as_str().unwrap()).unwrap();
+    let event = body["event_id"].as_str().unwrap();
+    let effect = EffectId::derive(
+        &InboxScope::new(ReceiverName::default(), queue),
+        &EventId::parse(event).unwrap(),
+        &Target::parse("notify").unwrap(),
+        &EffectKey::parse(event).unwrap(),
+    );
+    assert_eq!(webhook_id, effect.as_str());
+
+    // The relay records it sent once the endpoint's 2xx came.
+    let pool = db.pool().await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let state: Option<String> = sqlx::query_scalar(
+            "SELECT CAST(state AS CHAR) FROM receiver_outbox WHERE effect_id = ?",
+        )
+        .bind(effect.as_str())
+        .fetch_optional(&pool)
+        .await
+        .unwrap();
+        if state.as_deref() == Some("sent") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{state:?}\n{}", path.output());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let secret = path.file(".local/notify.secret");
+    path.stop();
+    assert!(
+        !path.output().contains(secret.trim()),
+        "the secret was printed"
+    );
 }
 
 #[cfg(feature = "nats")]
