@@ -534,6 +534,122 @@ fn each_configuration_error_exits_2_with_one_line_naming_the_variable() {
 }
 
 #[test]
+fn a_bad_relay_setting_exits_2_with_one_line_naming_its_variable_for_consume_and_relay() {
+    let dir = std::env::temp_dir().join(format!("receiver-cli-relay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let secret = dir.join("notify.secret");
+    std::fs::write(&secret, "whsec_dGhlIGVuZHBvaW50IGlzIGRvd24=").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let notify = [
+        ("RECEIVER_NOTIFY_URL", "http://127.0.0.1:1/hooks"),
+        ("RECEIVER_NOTIFY_SECRET_FILE", secret.to_str().unwrap()),
+    ];
+    for (broken, names) in [
+        (
+            vec![("RECEIVER_RELAY_LEASE", "0s")],
+            "RECEIVER_RELAY_LEASE: invalid value '0s': must be more than zero",
+        ),
+        (
+            vec![("RECEIVER_RELAY_POLL_INTERVAL", "1")],
+            "RECEIVER_RELAY_POLL_INTERVAL: invalid value '1': \"1\" has no unit",
+        ),
+        (
+            vec![("RECEIVER_RELAY_CONCURRENCY", "0")],
+            "RECEIVER_RELAY_CONCURRENCY: invalid value '0'",
+        ),
+        (
+            vec![("RECEIVER_RELAY_MAX_ATTEMPTS", "many")],
+            "RECEIVER_RELAY_MAX_ATTEMPTS: invalid value 'many'",
+        ),
+        (
+            vec![("RECEIVER_NOTIFY_TIMEOUT", "-1s")],
+            "RECEIVER_NOTIFY_TIMEOUT: invalid value '-1s'",
+        ),
+        (
+            vec![("RECEIVER_RELAY_LEASE", "5s")],
+            "RECEIVER_RELAY_LEASE: 5s must be longer than RECEIVER_NOTIFY_TIMEOUT (10s)",
+        ),
+        (
+            vec![("RECEIVER_RELAY_LEASE", "2s"), ("RECEIVER_NOTIFY_TIMEOUT", "1500ms")],
+            "",
+        ),
+        (
+            vec![
+                ("RECEIVER_RELAY_INITIAL_BACKOFF", "1h"),
+                ("RECEIVER_RELAY_MAX_BACKOFF", "10m"),
+            ],
+            "RECEIVER_RELAY_INITIAL_BACKOFF: 3600s is longer than RECEIVER_RELAY_MAX_BACKOFF (600s)",
+        ),
+    ] {
+        for command in ["consume", "relay"] {
+            let mut child = Command::new(receiver_bin())
+                .arg(command)
+                .env("ORBIT_URL", "http://127.0.0.1:1")
+                .env("ORBIT_TOKEN", "t")
+                .env("ORBIT_QUEUE_ID", "0123456789abcdef0123456789abcdef")
+                .env("ORBIT_SUBSCRIPTION_ID", "fedcba9876543210fedcba9876543210")
+                .env("ORBIT_RECEIVER_DSN", "mysql://root@127.0.0.1:1/receiver")
+                .env_remove("RECEIVER_LOG_FORMAT")
+                .envs(notify)
+                .envs(broken.iter().copied())
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            // A configuration it takes goes on to the database, which
+            // nothing answers: it waits for it until SIGTERM. One it
+            // refuses ends at once.
+            let within = if names.is_empty() { 700 } else { 10_000 };
+            let deadline =
+                std::time::Instant::now() + std::time::Duration::from_millis(within);
+            while child.try_wait().unwrap().is_none() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            let waiting = child.try_wait().unwrap().is_none();
+            if waiting {
+                crate::common::sigterm(child.id());
+            }
+            let out = child.wait_with_output().unwrap();
+            let err = text(&out.stderr);
+            if names.is_empty() {
+                assert!(waiting, "{command} {broken:?}: {err}");
+                assert!(out.status.success(), "{command} {broken:?}: {err}");
+                continue;
+            }
+            assert!(!waiting, "{command} {broken:?} was taken: {err}");
+            assert_eq!(out.status.code(), Some(2), "{command} {broken:?}: {err}");
+            assert_eq!(err.lines().count(), 1, "{command} {broken:?}: {err}");
+            assert!(err.contains(names), "{command} {broken:?}: {err}");
+        }
+    }
+    let help = text(
+        &Command::new(receiver_bin())
+            .args(["relay", "--help"])
+            .output()
+            .unwrap()
+            .stdout,
+    );
+    for variable in [
+        "RECEIVER_NOTIFY_TIMEOUT",
+        "RECEIVER_RELAY_CONCURRENCY",
+        "RECEIVER_RELAY_POLL_INTERVAL",
+        "RECEIVER_RELAY_LEASE",
+        "RECEIVER_RELAY_INITIAL_BACKOFF",
+        "RECEIVER_RELAY_MAX_BACKOFF",
+        "RECEIVER_RELAY_MAX_ATTEMPTS",
+        "RECEIVER_RELAY_MAX_AGE",
+        "RECEIVER_RELAY_GONE_PAUSE",
+    ] {
+        assert!(
+            help.contains(variable),
+            "{variable} missing from relay --help"
+        );
+    }
+}
+
+#[test]
 fn a_credentials_file_readable_by_others_is_refused() {
     let dir = std::env::temp_dir().join(format!("receiver-cli-open-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

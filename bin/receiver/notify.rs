@@ -17,6 +17,7 @@ use result_inbox::relay::{Relay, RelayError, RelayOptions, Targets, Webhook, Web
 use result_inbox::scope::{InboxScope, ReceiverName};
 use result_inbox::task_view::Notify;
 
+use crate::args::{positive_duration, RelayOptionArgs};
 use crate::check::{database_problem, unready_problem, Problem};
 use crate::exit::{failed, Failed};
 
@@ -27,10 +28,6 @@ pub(crate) const TARGET: &str = "notify";
 /// flight once stopping: inside the 10 s from the signal to the exit. An
 /// abandoned send's lease runs out and it is sent again under its id.
 const RELAY_GRACE: Duration = Duration::from_secs(5);
-
-/// Each attempt's limit: a webhook that has not answered by then is an
-/// outcome unknown, tried again under the same id.
-const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How notifications go out.
 #[derive(Args, Clone)]
@@ -58,6 +55,12 @@ pub(crate) struct NotifyArgs {
         require_equals = true
     )]
     pub(crate) notify_include_result: bool,
+    /// Each attempt's limit: a webhook that has not answered by then is an
+    /// outcome unknown, tried again under the same id (50ms, 10s, 1m).
+    #[arg(long, env = "RECEIVER_NOTIFY_TIMEOUT", default_value = "10s", value_parser = positive_duration)]
+    pub(crate) notify_timeout: Duration,
+    #[command(flatten)]
+    pub(crate) relay: RelayOptionArgs,
 }
 
 /// The notify settings, checked.
@@ -70,6 +73,8 @@ pub(crate) struct NotifyConfig {
     url: String,
     /// Whether each notification carries the result.
     include_result: bool,
+    /// How its relay claims, sends and gives up.
+    relay: RelayOptions,
 }
 
 impl std::fmt::Debug for NotifyConfig {
@@ -77,6 +82,7 @@ impl std::fmt::Debug for NotifyConfig {
         f.debug_struct("NotifyConfig")
             .field("webhook", &self.webhook)
             .field("include_result", &self.include_result)
+            .field("relay", &self.relay)
             .finish_non_exhaustive()
     }
 }
@@ -110,11 +116,17 @@ impl NotifyArgs {
             .map_err(|e| format!("RECEIVER_NOTIFY_SECRET_FILE: {e}"))?;
         let webhook = Webhook::new(&url, secret)
             .map_err(|e| format!("RECEIVER_NOTIFY_URL: {e}"))?
-            .with_timeout(WEBHOOK_TIMEOUT);
+            .with_timeout(self.notify_timeout);
+        let mut relay = self
+            .relay
+            .options(self.notify_timeout)
+            .map_err(|e| e.to_string())?;
+        relay.shutdown_grace = RELAY_GRACE;
         Ok(Some(NotifyConfig {
             webhook,
             url,
             include_result: self.notify_include_result,
+            relay,
         }))
     }
 }
@@ -135,9 +147,7 @@ impl NotifyConfig {
         let targets = Targets::new()
             .with(TARGET, self.webhook.clone())
             .expect("a valid target name");
-        let mut options = RelayOptions::default();
-        options.shutdown_grace = RELAY_GRACE;
-        Relay::new(dsn.clone(), targets, options)
+        Relay::new(dsn.clone(), targets, self.relay.clone())
     }
 
     /// `check=notify`: the URL's host answers a TCP connect (the URL itself
