@@ -11,10 +11,11 @@ prints `port N` once it listens on 127.0.0.1 (a free port), then serves:
 - `PUT /_answers` with `{"path": "/hook", "answers": [{"status": 503,
   "headers": {"Retry-After": "1"}, "delay": 0.0}, ...], "default": {...}}`:
   the answers `path` gives, in order, then its default (200 at once);
-- `GET /_requests`: `{"requests": [...], "max_in_flight": n,
-  "overlapping": [ids]}`, every request received so far, in order, with
-  whether its signature verified, and the ids that arrived while a request
-  with the same id was still being answered;
+- `GET /_requests`: `{"requests": [...], "in_flight": n, "max_in_flight":
+  n, "overlapping": [ids]}`, every request answered so far, in order, with
+  whether its signature verified, how many are being answered now, and the
+  ids that arrived while a request with the same id was still being
+  answered;
 - any other `POST`: recorded and answered.
 """
 

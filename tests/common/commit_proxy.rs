@@ -10,7 +10,8 @@
 //! well, so that a client that prepared it could not slip past the fault.
 //!
 //! Armed with a [`Fault`], the proxy spoils the next COMMIT of any connection
-//! and disarms itself. Only plain TCP works: the proxy hides TLS from
+//! and disarms itself; armed with [`CommitProxy::arm_every`], it spoils every
+//! COMMIT until [`CommitProxy::disarm`]. Only plain TCP works: the proxy hides TLS from
 //! clients (MySQL: the greeting's capability; PostgreSQL: it answers an
 //! `SSLRequest` with `N` itself), and sqlx does not compress.
 #![allow(dead_code)]
@@ -33,6 +34,11 @@ pub enum Fault {
     /// The COMMIT never reaches the server; both connections are closed, and
     /// the server rolls the open transaction back when it notices.
     DropCommitBeforeServer,
+    /// The COMMIT never reaches the server, and the client is left waiting
+    /// for its answer: the proxy holds both connections until the client
+    /// closes its own (a process killed), then closes the server's, which
+    /// rolls the open transaction back.
+    HoldCommit,
 }
 
 /// The protocol the proxy reads.
@@ -45,7 +51,20 @@ enum Wire {
 #[derive(Default)]
 struct Shared {
     armed: Mutex<Option<Fault>>,
+    /// Whether the armed fault stays armed after it fired.
+    every: AtomicBool,
     fired: AtomicU32,
+}
+
+impl Shared {
+    /// The fault the COMMIT at hand meets, if any.
+    fn take(&self) -> Option<Fault> {
+        let mut armed = self.armed.lock().unwrap();
+        match self.every.load(Ordering::SeqCst) {
+            true => *armed,
+            false => armed.take(),
+        }
+    }
 }
 
 /// The proxy; it stops (and cuts every relayed connection) when dropped.
@@ -105,25 +124,41 @@ impl CommitProxy {
 
     /// The admin DSN's user through the proxy, naming `database`.
     pub fn dsn_for(&self, database: &str) -> Dsn {
+        Dsn::parse(&self.url_for(database)).unwrap()
+    }
+
+    /// [`dsn_for`](Self::dsn_for) as text, for a process's environment.
+    pub fn url_for(&self, database: &str) -> String {
         let (scheme, authority, _) = split_url(&self.admin);
         let user = authority
             .rsplit_once('@')
             .map(|(user, _)| format!("{user}@"))
             .unwrap_or_default();
-        Dsn::parse(&format!(
-            "{scheme}://{user}127.0.0.1:{}/{database}",
-            self.port
-        ))
-        .unwrap()
+        format!("{scheme}://{user}127.0.0.1:{}/{database}", self.port)
     }
 
     /// Spoils the next COMMIT, of whichever connection sends it, with `fault`.
     pub fn arm(&self, fault: Fault) {
+        self.shared.every.store(false, Ordering::SeqCst);
         *self.shared.armed.lock().unwrap() = Some(fault);
     }
 
+    /// Spoils every COMMIT, of every connection, with `fault` until
+    /// [`disarm`](Self::disarm)ed.
+    pub fn arm_every(&self, fault: Fault) {
+        self.shared.every.store(true, Ordering::SeqCst);
+        *self.shared.armed.lock().unwrap() = Some(fault);
+    }
+
+    /// Lets every COMMIT through again.
+    pub fn disarm(&self) {
+        *self.shared.armed.lock().unwrap() = None;
+        self.shared.every.store(false, Ordering::SeqCst);
+    }
+
     /// How many faults have been carried out. `DropCommitOk` counts once the
-    /// server's answer has been read and dropped.
+    /// server's answer has been read and dropped; `HoldCommit` once the
+    /// COMMIT is held.
     pub fn fired(&self) -> u32 {
         self.shared.fired.load(Ordering::SeqCst)
     }
@@ -159,11 +194,18 @@ async fn relay(wire: Wire, mut client: TcpStream, upstream: String, shared: Arc<
     let to_server = async {
         while let Some(message) = wire.read(&mut client_rx).await {
             if wire.is_commit(&message) {
-                // Taking the fault disarms the proxy: one COMMIT, one fault.
-                let fault = shared.armed.lock().unwrap().take();
-                match fault {
+                // Taking the fault disarms the proxy (one COMMIT, one
+                // fault) unless it was armed for every COMMIT.
+                match shared.take() {
                     Some(Fault::DropCommitBeforeServer) => {
                         shared.fired.fetch_add(1, Ordering::SeqCst);
+                        return;
+                    }
+                    Some(Fault::HoldCommit) => {
+                        shared.fired.fetch_add(1, Ordering::SeqCst);
+                        // The client sends nothing while it waits for the
+                        // answer; its end of stream is its connection closed.
+                        while wire.read(&mut client_rx).await.is_some() {}
                         return;
                     }
                     Some(Fault::DropCommitOk) => swallow_answer.store(true, Ordering::SeqCst),

@@ -51,6 +51,8 @@ pub struct Received {
 /// What the endpoint saw.
 pub struct Seen {
     pub requests: Vec<Received>,
+    /// Requests received and not answered yet.
+    pub in_flight: u64,
     pub max_in_flight: u64,
     pub overlapping: Vec<String>,
 }
@@ -148,6 +150,7 @@ impl Endpoint {
             .collect();
         Seen {
             requests,
+            in_flight: v["in_flight"].as_u64().unwrap(),
             max_in_flight: v["max_in_flight"].as_u64().unwrap(),
             overlapping: v["overlapping"]
                 .as_array()
@@ -155,6 +158,25 @@ impl Endpoint {
                 .iter()
                 .map(|i| i.as_str().unwrap_or_default().to_owned())
                 .collect(),
+        }
+    }
+
+    /// Waits until `n` requests are being answered at once (received, their
+    /// answer held by a scripted delay), within `within`.
+    pub async fn wait_in_flight(&self, n: u64, within: Duration) {
+        let until = Instant::now() + within;
+        loop {
+            let seen = self.seen().await;
+            if seen.in_flight >= n {
+                return;
+            }
+            assert!(
+                Instant::now() < until,
+                "{} requests in flight, not {n}: {:?}",
+                seen.in_flight,
+                seen.requests
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 
