@@ -465,3 +465,28 @@ async fn on_postgres_relay_alone_sends_once_what_consume_left_pending() {
     let db = PgTestDb::new().await;
     relay_alone_sends_what_consume_left_pending(&db.dsn, "notify-relay-pg").await;
 }
+
+/// `RECEIVER_RELAY_CONCURRENCY` bounds the sends `receiver relay` has in
+/// flight: four effects of four tasks, each answer held 400 ms, two at a
+/// time (the default, 16, would send all four at once).
+#[tokio::test]
+async fn receiver_relay_sends_no_more_at_once_than_its_concurrency_setting() {
+    use crate::outbox_crash::{Hook, Notifier, Server};
+    let (_db, url) = <sqlx::MySql as Server>::database().await;
+    let notifier = Notifier::<sqlx::MySql>::on(&url).await;
+    for _ in 0..4 {
+        notifier.notify(&random_hex(16), 1).await;
+    }
+    let hook = Hook::start(r#"{"status":200,"delay":0.4}"#).await;
+    let mut relay = hook.relay(
+        &url,
+        &[
+            ("RECEIVER_RELAY_CONCURRENCY", "2"),
+            ("RECEIVER_RELAY_POLL_INTERVAL", "50ms"),
+        ],
+    );
+    hook.requests(4, Duration::from_secs(20)).await;
+    let seen = hook.endpoint.seen().await;
+    assert!(relay.terminate().success(), "{}", relay.output());
+    assert_eq!(seen.max_in_flight, 2, "{:?}", seen.requests);
+}

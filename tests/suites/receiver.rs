@@ -1,6 +1,7 @@
 //! The `receiver` binary and `orbit-dev` as real processes: the command line, the
 //! documented paths, the operator tools, retention, observability, redaction, shutdown,
-//! poison deliveries, prefetch, the examples, and a database outage.
+//! poison deliveries, prefetch, the examples, a database outage, and the
+//! outbox's crash windows.
 //!
 //! One test binary for the area, since every binary compiles the shared
 //! test code and links the whole dependency tree again; each file of
@@ -28,6 +29,8 @@ mod observability;
 mod orbit_failures;
 #[path = "../outbox_tools.rs"]
 mod outbox_tools;
+#[path = "../outbox_crash.rs"]
+mod outbox_crash;
 #[path = "../pg_failover.rs"]
 mod pg_failover;
 #[path = "../poison.rs"]
