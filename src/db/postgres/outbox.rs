@@ -67,6 +67,10 @@ fn listed(row: &PgRow) -> Result<EffectRecord, DbError> {
     })
 }
 
+// An effect id is compared as `$n::bpchar`: a text parameter against the
+// `char(32)` key would cast the column instead, and read every row of the
+// table (sent effects included, until they are pruned) for each answer.
+
 /// One `UPDATE` in a transaction of its own: the rows it changed.
 async fn update_one(
     conn: &mut PgConnection,
@@ -167,7 +171,7 @@ impl Outbox for Postgres {
         let sql = format!(
             "UPDATE receiver_outbox SET state = 'sent', attempts = attempts + 1, \
              last_result = $1, sent_at = {NOW}, lease_owner = NULL, lease_until = NULL \
-             WHERE effect_id = $2 AND state = 'pending' AND lease_owner = $3"
+             WHERE effect_id = $2::bpchar AND state = 'pending' AND lease_owner = $3"
         );
         let query = sqlx::query(&sql).bind(result).bind(effect_id).bind(owner);
         Ok(update_one(conn, query).await? == 1)
@@ -184,7 +188,7 @@ impl Outbox for Postgres {
             "UPDATE receiver_outbox SET attempts = attempts + 1, last_result = $1, \
              next_attempt_at = {NOW} + $2::bigint * interval '1 microsecond', \
              lease_owner = NULL, lease_until = NULL \
-             WHERE effect_id = $3 AND state = 'pending' AND lease_owner = $4"
+             WHERE effect_id = $3::bpchar AND state = 'pending' AND lease_owner = $4"
         );
         let query = sqlx::query(&sql)
             .bind(result)
@@ -203,7 +207,7 @@ impl Outbox for Postgres {
         let query = sqlx::query(
             "UPDATE receiver_outbox SET state = 'dead', attempts = attempts + 1, \
              last_result = $1, lease_owner = NULL, lease_until = NULL \
-             WHERE effect_id = $2 AND state = 'pending' AND lease_owner = $3",
+             WHERE effect_id = $2::bpchar AND state = 'pending' AND lease_owner = $3",
         )
         .bind(result)
         .bind(effect_id)
@@ -251,7 +255,7 @@ impl Outbox for Postgres {
         let sql = format!(
             "UPDATE receiver_outbox SET state = 'pending', attempts = 0, \
              next_attempt_at = {NOW}, lease_owner = NULL, lease_until = NULL \
-             WHERE state = 'dead' AND ($1::text IS NULL OR effect_id = $1)"
+             WHERE state = 'dead' AND ($1::text IS NULL OR effect_id = $1::bpchar)"
         );
         let query = sqlx::query(&sql).bind(effect_id);
         update_one(conn, query).await
