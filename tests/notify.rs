@@ -211,17 +211,21 @@ async fn consume_notifies_each_applied_delivery_once_signed_and_nothing_for_a_du
     assert!(consume.terminate().success(), "{}", consume.output());
     // Woken by each COMMIT, the relay sends at once, not at its next poll
     // (1 s).
-    let sent_within = |le: &str| {
-        let series = format!(
-            "receiver_outbox_commit_to_sent_seconds_bucket{{target=\"notify\",le=\"{le}\"}} "
-        );
-        scraped
-            .lines()
-            .find_map(|l| l.strip_prefix(&series))
-            .unwrap_or_else(|| panic!("no {series}in {scraped}"))
-            .to_owned()
+    let page = common::metrics::parse(&scraped);
+    let sent_within = |le: f64| {
+        page.samples
+            .iter()
+            .filter(|s| s.metric == "receiver_outbox_commit_to_sent_seconds")
+            .filter(|s| s.labels.get("target") == Some("notify"))
+            .find_map(|s| match &s.value {
+                prometheus_parse::Value::Histogram(buckets) => {
+                    buckets.iter().find(|b| b.less_than == le).map(|b| b.count)
+                }
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no bucket le={le} in {scraped}"))
     };
-    assert_eq!(sent_within("0.25"), "4", "{scraped}");
+    assert_eq!(sent_within(0.25), 4.0, "{scraped}");
     let bodies: Vec<Value> = [&first[0], &first[1], &first[2], &later]
         .into_iter()
         .map(|spec| expected(&creds, spec, false))

@@ -226,9 +226,12 @@ async fn on_pg_auto_failover_a_failover_at_full_rate_loses_nothing_and_a_restart
     assert_applied_once(new_primary, EVENTS + EVENTS / 6).await;
     let url = consume.metrics_url().await;
     let gauge = |body: &str| {
-        body.lines()
-            .find_map(|l| l.strip_prefix("receiver_database_synchronous_standbys "))
-            .map(str::to_owned)
+        common::metrics::value(
+            &common::metrics::parse(body),
+            "receiver_database_synchronous_standbys",
+            &[],
+        )
+        .map(|v| v.to_string())
     };
     let (_, body) = http("GET", &format!("{url}/metrics"), "", String::new()).await;
     assert_eq!(gauge(&body).as_deref(), Some("1"), "{body}");

@@ -285,12 +285,12 @@ async fn a_collector_that_is_down_never_stops_a_delivery_and_the_lost_spans_are_
             String::new(),
         )
         .await;
-        let failed = page
-            .lines()
-            .find(|l| l.starts_with("receiver_trace_spans_dropped_total{reason=\"export_failed\"}"))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|n| n.parse::<f64>().ok())
-            .unwrap_or(0.0);
+        let failed = common::metrics::value(
+            &common::metrics::parse(&page),
+            "receiver_trace_spans_dropped_total",
+            &[("reason", "export_failed")],
+        )
+        .unwrap_or(0.0);
         if failed > 0.0 {
             break;
         }

@@ -22,6 +22,7 @@ use tokio::net::TcpListener;
 use tokio::task::{JoinHandle, JoinSet};
 
 use result_inbox::consumer::Health;
+use result_inbox::scope::InboxScope;
 use result_inbox::telemetry;
 
 use crate::exit::{config, fail, Failed, EXIT_FAILED};
@@ -42,10 +43,29 @@ const COMMIT_TO_SENT_BUCKETS: [f64; 14] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0, 600.0,
 ];
 
+/// Buckets of the event-age histogram, in seconds: from an event applied
+/// as it happens (a few milliseconds after the platform recorded it)
+/// through redeliveries after a lease (tens of seconds) to a backlog of
+/// hours.
+const EVENT_AGE_BUCKETS: [f64; 16] = [
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
+    21600.0,
+];
+
 /// Installs the process-wide Prometheus recorder (once per process) and
-/// describes the receiver's series.
-pub fn install_recorder() -> Result<PrometheusHandle, BuildError> {
-    let handle = PrometheusBuilder::new()
+/// describes the receiver's series. `labels` go on every series: the
+/// receiver's name and queue, one value each for the whole process, so
+/// that one Prometheus can tell its receivers apart.
+pub fn install_recorder(labels: &[(&str, String)]) -> Result<PrometheusHandle, BuildError> {
+    let mut builder = PrometheusBuilder::new();
+    for (name, value) in labels {
+        builder = builder.add_global_label(*name, value.clone());
+    }
+    let handle = builder
+        .set_buckets_for_metric(
+            Matcher::Full(telemetry::EVENT_AGE.to_owned()),
+            &EVENT_AGE_BUCKETS,
+        )?
         .set_buckets_for_metric(
             Matcher::Full(telemetry::APPLY_DURATION.to_owned()),
             &APPLY_BUCKETS,
@@ -169,6 +189,24 @@ pub(crate) async fn metrics_endpoint(
     addr: Option<String>,
     health: &Health,
 ) -> Result<Option<Endpoint>, Failed> {
+    labelled_metrics_endpoint(addr, health, None).await
+}
+
+/// The metrics endpoint of a consumer of `scope`, when an address is
+/// configured: every series carries `receiver` and `queue`.
+pub(crate) async fn consumer_metrics_endpoint(
+    addr: Option<String>,
+    health: &Health,
+    scope: &InboxScope,
+) -> Result<Option<Endpoint>, Failed> {
+    labelled_metrics_endpoint(addr, health, Some(scope)).await
+}
+
+async fn labelled_metrics_endpoint(
+    addr: Option<String>,
+    health: &Health,
+    scope: Option<&InboxScope>,
+) -> Result<Option<Endpoint>, Failed> {
     let Some(addr) = addr else {
         return Ok(None);
     };
@@ -177,8 +215,18 @@ pub(crate) async fn metrics_endpoint(
             "RECEIVER_METRICS_ADDR: {addr:?} is not an address like 127.0.0.1:9464"
         ))
     })?;
-    let handle =
-        install_recorder().map_err(|e| fail(EXIT_FAILED, format!("metrics recorder: {e}")))?;
+    let labels: Vec<(&str, String)> = scope
+        .map(|scope| {
+            vec![
+                ("receiver", scope.receiver.as_str().to_owned()),
+                ("queue", scope.queue_id.as_str().to_owned()),
+            ]
+        })
+        .unwrap_or_default();
+    let handle = install_recorder(&labels)
+        .map_err(|e| fail(EXIT_FAILED, format!("metrics recorder: {e}")))?;
+    // The health was made before the recorder: its state from now on.
+    health.report();
     let endpoint = Endpoint::start(addr, handle, health.clone())
         .await
         .map_err(|e| {

@@ -180,6 +180,7 @@ impl<Src: Source> Consumer<Src> {
         // Series that exist from the start read 0, not "absent", on a
         // dashboard.
         metrics::counter!(telemetry::STREAM_RECONNECTS).increment(0);
+        telemetry::start_acks();
         set_in_hand(0, 0);
         tokio::pin!(shutdown);
 

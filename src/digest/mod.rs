@@ -219,6 +219,13 @@ pub fn is_utc_timestamp(s: &str) -> bool {
     timestamp::normalize(s.as_bytes()).is_some_and(|utc| utc.as_bytes() == s.as_bytes())
 }
 
+/// Seconds since the Unix epoch of an RFC 3339 date-time such as an
+/// event's `occurred_at`, or `None` when `s` is not one.
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+pub(crate) fn unix_seconds(s: &str) -> Option<f64> {
+    timestamp::unix_seconds(s.as_bytes())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -78,6 +78,24 @@ pub(super) fn normalize(text: &[u8]) -> Option<Normalized> {
     Some(out)
 }
 
+/// Seconds since the Unix epoch of a valid RFC 3339 date-time (any
+/// offset), with its fraction; `None` otherwise.
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+pub(super) fn unix_seconds(text: &[u8]) -> Option<f64> {
+    let ts = parse(text)?;
+    let whole = days_from_civil(ts.year, ts.month, ts.day) * DAY
+        + i64::from(ts.hour) * 3600
+        + i64::from(ts.minute) * 60
+        + i64::from(ts.second)
+        - ts.offset_seconds;
+    let fraction = ts
+        .fraction
+        .iter()
+        .rev()
+        .fold(0.0, |acc, &d| (acc + f64::from(d - b'0')) / 10.0);
+    Some(whole as f64 + fraction)
+}
+
 /// The fields of a syntactically and calendrically valid date-time.
 struct Parsed<'a> {
     year: i64,
@@ -234,6 +252,16 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_date_time_is_read_as_seconds_since_the_epoch_whatever_its_offset() {
+        let at = |s: &str| unix_seconds(s.as_bytes());
+        assert_eq!(at("1970-01-01T00:00:00Z"), Some(0.0));
+        assert_eq!(at("2026-12-07T10:22:45.5Z"), Some(1_796_638_965.5));
+        assert_eq!(at("2026-12-07T11:22:45.5+01:00"), Some(1_796_638_965.5));
+        assert_eq!(at("2026-12-07T10:22:45"), None);
+        assert_eq!(at("not a time"), None);
+    }
 
     fn norm(s: &str) -> Option<String> {
         normalize(s.as_bytes()).map(|n| String::from_utf8(n.as_bytes().to_vec()).unwrap())

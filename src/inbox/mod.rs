@@ -335,6 +335,7 @@ impl<S: Clone, E: Engine> Clone for Inbox<S, E> {
 impl<S, E: Engine> Inbox<S, E> {
     /// Wraps `inner`; each delivery is one transaction on `store`.
     pub fn new(inner: S, store: InboxStore<E>) -> Self {
+        telemetry::start_deliveries();
         Self {
             inner,
             store,
@@ -372,6 +373,7 @@ where
     /// Wraps `inner` in batching mode: deliveries that are waiting share a
     /// transaction on `store` (see [`Batching`]).
     pub fn batched(inner: S, store: InboxStore<E>, batching: Batching<E>) -> Self {
+        telemetry::start_deliveries();
         let gather = Arc::new(Gather::new(store.clone(), batching));
         Self {
             inner,
@@ -434,6 +436,7 @@ async fn apply<S: Inner<E>, E: Engine>(
         }
     };
     let event_id = event.id().clone();
+    let occurred_at = crate::digest::unix_seconds(event.occurred_at());
     // The delivery's span (the consumer's, when the inbox runs under one)
     // learns what only the inbox knows: the event. The receiver name it has
     // from its start, through the consumer's probe (the store): recorded
@@ -470,6 +473,10 @@ async fn apply<S: Inner<E>, E: Engine>(
             span.record("outcome", receipt.outcome.class());
             tracing::info!(class = receipt.outcome.class(), delivery = %delivery_id, attempt, event = %event_id, "delivery");
             telemetry::delivery(receipt.outcome.class(), started.elapsed());
+            // The answer comes right after the COMMIT that applied it.
+            if let (Outcome::Applied, Some(occurred_at)) = (receipt.outcome, occurred_at) {
+                telemetry::event_age(occurred_at);
+            }
         }
         Err(e) => {
             span.record("outcome", e.class());

@@ -14,6 +14,7 @@ use tokio::time::{sleep_until, Instant};
 use super::{AckSubject, NatsError, IDLE_KEEPALIVE};
 use crate::delivery::{Delivery, DeliveryId, TraceContext};
 use crate::source::{Incoming, LeaseStream};
+use crate::telemetry;
 
 /// How long one pull request waits on the server for messages before it
 /// expires and is sent again (its `408` is also the stream's sign of life).
@@ -116,6 +117,8 @@ impl PullStream {
         let info = message.info().map_err(|e| {
             NatsError::JetStream(format!("a message without a JetStream ack subject: {e}"))
         })?;
+        // What the server still holds for the consumer after this one.
+        telemetry::source_pending(info.pending);
         let id = DeliveryId::new(format!("{}:{}", info.stream, info.stream_sequence));
         let attempt = u32::try_from(info.delivered.max(1)).unwrap_or(u32::MAX);
         let Some(reply) = message.message.reply.clone() else {

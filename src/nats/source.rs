@@ -15,6 +15,7 @@ use super::{NatsError, NatsSettings, PullStream};
 use crate::delivery::DeliveryId;
 use crate::ids::QueueId;
 use crate::source::{AckOutcome, Source};
+use crate::telemetry;
 
 /// Acknowledgements leave on a shared beat of this period: those of
 /// deliveries committed within one beat reach the server in one write and
@@ -114,6 +115,9 @@ impl JetStreamSource {
         let stream = self.stream_handle().await?;
         let info = self.consumer_info(&stream).await?;
         self.suitable(&info.config)?;
+        // Asked at start and at every reopening: a stream that was closed
+        // (an outage, the breaker) delivered nothing that could say it.
+        telemetry::source_pending(info.num_pending);
         Ok(u32::try_from(info.config.max_deliver)
             .ok()
             .filter(|n| *n > 0))

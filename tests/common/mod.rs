@@ -11,6 +11,7 @@ pub mod consume;
 pub mod fill;
 pub mod galera;
 pub mod http_proxy;
+pub mod metrics;
 pub mod mysqld;
 #[cfg(feature = "nats")]
 pub mod nats;

@@ -48,7 +48,7 @@ use super::{orbit_client, CONSUME_GRACE, NATS_CALL_TIMEOUT};
 use crate::args::{required_subscription, NatsArgs, Receiver, SourceKind};
 use crate::check::{self, Problem};
 use crate::exit::{config, failed, Outcome};
-use crate::health::metrics_endpoint;
+use crate::health::consumer_metrics_endpoint;
 use crate::notify::{outbox_ready, NotifyArgs, NotifyConfig};
 use crate::runtime::until_shutdown;
 
@@ -102,7 +102,7 @@ pub(crate) fn run_consume(args: ConsumeArgs) -> Outcome {
     }
     until_shutdown(|shutdown| async move {
         let health = Health::new();
-        let endpoint = metrics_endpoint(metrics_addr, &health).await?;
+        let endpoint = consumer_metrics_endpoint(metrics_addr, &health, &settings.scope).await?;
         let outcome = run(settings, health, shutdown).await;
         if let Some(endpoint) = endpoint {
             endpoint.stop();
