@@ -27,6 +27,8 @@ mod otel;
 mod otel;
 mod replication;
 mod runtime;
+mod secret_files;
+mod systemd;
 mod usage;
 
 use std::path::PathBuf;
@@ -274,6 +276,7 @@ fn main() -> ExitCode {
 }
 
 fn run() -> Outcome {
+    secret_files::read_secret_files()?;
     let cli = without_unset_values(Cli::command())
         .try_get_matches()
         .and_then(|matches| Cli::from_arg_matches(&matches))

@@ -59,6 +59,7 @@ pub(crate) fn stop_on_signal(
             _ = term.recv() => {}
         }
         tracing::info!("{notice}");
+        crate::systemd::stopping();
         std::thread::spawn(|| {
             std::thread::sleep(SHUTDOWN_LIMIT);
             crate::logging::report_fatal("shutdown did not finish within 10 s of the signal; exiting anyway (nothing un-ACKed is lost)", EXIT_FAILED);

@@ -379,6 +379,12 @@ pub fn receiver() -> Command {
         "NATS_REQUIRE_TLS",
         "RECEIVER_PRUNE_DSN",
         "RECEIVER_PRUNE_MIN_RETENTION",
+        "ORBIT_RECEIVER_DSN_FILE",
+        "RECEIVER_PRUNE_DSN_FILE",
+        "ORBIT_TOKEN_FILE",
+        "NATS_TOKEN_FILE",
+        "RECEIVER_NOTIFY_URL_FILE",
+        "NOTIFY_SOCKET",
     ] {
         cmd.env_remove(var);
     }

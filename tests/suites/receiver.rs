@@ -2,6 +2,7 @@
 //! documented paths, the operator tools, retention, observability, redaction, shutdown,
 //! poison deliveries, prefetch, the examples, a database outage, and the
 //! outbox's crash windows.
+//! operator's kit in `deploy/` (rules, dashboard and service unit).
 //!
 //! One test binary for the area, since every binary compiles the shared
 //! test code and links the whole dependency tree again; each file of
@@ -49,8 +50,12 @@ mod prune_redelivery;
 mod readme;
 #[path = "../redaction.rs"]
 mod redaction;
+#[path = "../secret_files.rs"]
+mod secret_files;
 #[path = "../self_check.rs"]
 mod self_check;
+#[path = "../service_manager.rs"]
+mod service_manager;
 #[path = "../shutdown.rs"]
 mod shutdown;
 #[path = "../tools.rs"]

@@ -103,6 +103,7 @@ pub(crate) fn run_consume(args: ConsumeArgs) -> Outcome {
     until_shutdown(|shutdown| async move {
         let health = Health::new();
         let endpoint = consumer_metrics_endpoint(metrics_addr, &health, &settings.scope).await?;
+        crate::systemd::ready_when_consuming(health.clone(), shutdown.clone());
         let outcome = run(settings, health, shutdown).await;
         if let Some(endpoint) = endpoint {
             endpoint.stop();
