@@ -8,6 +8,7 @@
 
 pub mod commit_proxy;
 pub mod consume;
+pub mod deploy;
 pub mod fill;
 pub mod galera;
 pub mod http_proxy;

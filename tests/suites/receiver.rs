@@ -14,6 +14,10 @@ mod cli;
 mod common;
 #[path = "../db_outage.rs"]
 mod db_outage;
+#[path = "../deploy.rs"]
+mod deploy;
+#[path = "../deploy_metrics.rs"]
+mod deploy_metrics;
 #[path = "../e2e.rs"]
 mod e2e;
 #[path = "../escaped_events.rs"]
