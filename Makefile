@@ -115,7 +115,7 @@ nats-server:
 promtool:
 	@scripts/need-promtool.sh
 
-## systemd-analyze: systemd's unit checker, with which the tests verify deploy/systemd/'s unit (installs Debian's systemd when missing, which does not make it the init; where it cannot, that one check is skipped)
+## systemd-analyze: systemd's unit checker, with which the tests verify deploy/systemd/'s unit (installs Debian's systemd when missing, without systemd-sysv, so it does not become the init; where it cannot, that one check is skipped)
 systemd-analyze:
 	@scripts/need-systemd-analyze.sh
 

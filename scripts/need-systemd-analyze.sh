@@ -2,9 +2,10 @@
 # Makes sure `systemd-analyze` is on the PATH: the tests verify the shipped
 # service unit (deploy/systemd/) with it. Debian's package `systemd`
 # carries it; installed as root without its recommends. That package does
-# not make systemd the init (`systemd-sysv` would, and is not installed),
-# so a container keeps its own. Where it cannot be had the unit's test says
-# it skipped `systemd-analyze` and checks the rest.
+# not make systemd the init (`systemd-sysv`, which it does not pull in,
+# links /sbin/init), and a container's init is what the container starts
+# anyway. Where it cannot be had the unit's test says it skipped
+# `systemd-analyze` and checks the rest.
 set -euo pipefail
 . "$(dirname "$0")/apt-install.sh"
 
