@@ -55,47 +55,6 @@ pub(crate) struct NatsArgs {
     pub(crate) nats_require_tls: bool,
 }
 
-/// How a relay (beside `consume`, or `receiver relay` alone) claims,
-/// sends and gives up; only read with a notify target. The defaults are
-/// the library's `RelayOptions::default()`.
-#[derive(Args, Clone)]
-pub(crate) struct RelayOptionArgs {
-    /// Effects the relay sends at once, each of another ordering key (a
-    /// task's notifications still go one after the other), 1 to 1024.
-    #[arg(long, env = "RECEIVER_RELAY_CONCURRENCY", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1024))]
-    pub(crate) relay_concurrency: u32,
-    /// How often the relay looks for due effects when no COMMIT woke it
-    /// (`receiver relay` alone is never woken): 50ms, 1s, 1m.
-    #[arg(long, env = "RECEIVER_RELAY_POLL_INTERVAL", default_value = "1s", value_parser = positive_duration)]
-    pub(crate) relay_poll_interval: Duration,
-    /// How long a claimed effect is this relay's alone. Must be longer
-    /// than RECEIVER_NOTIFY_TIMEOUT: a lease that runs out while the
-    /// webhook may still answer lets another relay send the effect at the
-    /// same time. An effect whose relay died is sent again once it ran out.
-    #[arg(long, env = "RECEIVER_RELAY_LEASE", default_value = "60s", value_parser = positive_duration)]
-    pub(crate) relay_lease: Duration,
-    /// The wait before an effect's second attempt; each next one doubles
-    /// it, with jitter (between half and all of it).
-    #[arg(long, env = "RECEIVER_RELAY_INITIAL_BACKOFF", default_value = "1s", value_parser = positive_duration)]
-    pub(crate) relay_initial_backoff: Duration,
-    /// The longest wait between attempts (a Retry-After may ask more); at
-    /// least RECEIVER_RELAY_INITIAL_BACKOFF.
-    #[arg(long, env = "RECEIVER_RELAY_MAX_BACKOFF", default_value = "10m", value_parser = positive_duration)]
-    pub(crate) relay_max_backoff: Duration,
-    /// Attempts after which an effect that keeps failing is dead (`receiver
-    /// outbox replay` brings it back).
-    #[arg(long, env = "RECEIVER_RELAY_MAX_ATTEMPTS", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
-    pub(crate) relay_max_attempts: u32,
-    /// Age (since it was recorded) after which an effect that fails again
-    /// is dead.
-    #[arg(long, env = "RECEIVER_RELAY_MAX_AGE", default_value = "24h", value_parser = positive_duration)]
-    pub(crate) relay_max_age: Duration,
-    /// How long a webhook that answered 410 Gone is left alone before its
-    /// next effect is tried (its effect is dead at once).
-    #[arg(long, env = "RECEIVER_RELAY_GONE_PAUSE", default_value = "10m", value_parser = positive_duration)]
-    pub(crate) relay_gone_pause: Duration,
-}
-
 /// Where Orbit is and who the receiver is there.
 #[derive(Args, Default)]
 pub(crate) struct OrbitArgs {

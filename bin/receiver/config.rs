@@ -4,18 +4,14 @@
 //! The credentials file written by bootstrap supplies the first three;
 //! `ORBIT_URL`, `ORBIT_TOKEN` and `ORBIT_QUEUE_ID` override it field by field.
 //! `ORBIT_CA_FILE` adds a private CA to Mozilla's root certificates. NATS
-//! comes from the `NATS_*` settings and the queue; a relay's options from
-//! the `RECEIVER_RELAY_*` settings. Every error names the variable to fix
-//! and never echoes a secret.
-
-use std::time::Duration;
+//! comes from the `NATS_*` settings and the queue. Every error names the
+//! variable to fix and never echoes a secret.
 
 use result_inbox::ids::QueueId;
 use result_inbox::nats::{NatsAuth, NatsSecret, NatsSettings};
 use result_inbox::orbit::{Credentials, CredentialsError, OrbitTls, OrbitUrl, Token};
-use result_inbox::relay::RelayOptions;
 
-use crate::args::{shown_duration, NatsArgs, OrbitArgs, RelayOptionArgs};
+use crate::args::{NatsArgs, OrbitArgs};
 
 /// Where Orbit is and who we are there.
 #[derive(Debug, Clone)]
@@ -191,44 +187,6 @@ impl NatsArgs {
     }
 }
 
-impl RelayOptionArgs {
-    /// The relay's options, for a target that gives up on an attempt
-    /// after `timeout` (`RECEIVER_NOTIFY_TIMEOUT`): each value was read
-    /// already; here they are checked against each other.
-    pub(crate) fn options(&self, timeout: Duration) -> Result<RelayOptions, ConfigError> {
-        if self.relay_lease <= timeout {
-            return Err(ConfigError::invalid(
-                "RECEIVER_RELAY_LEASE",
-                format!(
-                    "{} must be longer than RECEIVER_NOTIFY_TIMEOUT ({}): a lease that runs out while the webhook may still answer lets another relay send the effect at the same time",
-                    shown_duration(self.relay_lease),
-                    shown_duration(timeout)
-                ),
-            ));
-        }
-        if self.relay_initial_backoff > self.relay_max_backoff {
-            return Err(ConfigError::invalid(
-                "RECEIVER_RELAY_INITIAL_BACKOFF",
-                format!(
-                    "{} is longer than RECEIVER_RELAY_MAX_BACKOFF ({})",
-                    shown_duration(self.relay_initial_backoff),
-                    shown_duration(self.relay_max_backoff)
-                ),
-            ));
-        }
-        let mut options = RelayOptions::default();
-        options.concurrency = self.relay_concurrency as usize;
-        options.poll_interval = self.relay_poll_interval;
-        options.lease = self.relay_lease;
-        options.initial_backoff = self.relay_initial_backoff;
-        options.max_backoff = self.relay_max_backoff;
-        options.max_attempts = self.relay_max_attempts;
-        options.max_age = self.relay_max_age;
-        options.gone_pause = self.relay_gone_pause;
-        Ok(options)
-    }
-}
-
 /// `ORBIT_QUEUE_ID`'s value as a queue id.
 fn parse_queue_id(value: &str) -> Result<QueueId, ConfigError> {
     QueueId::parse(value).map_err(|_| {
@@ -390,66 +348,6 @@ mod tests {
         assert!(
             err.to_string().starts_with("NATS_CONSUMER is not set"),
             "{err}"
-        );
-    }
-
-    /// The relay settings as `receiver relay` reads them with `args`.
-    fn relay_args(args: &[&str]) -> RelayOptionArgs {
-        use clap::{FromArgMatches, Parser};
-        #[derive(Parser)]
-        struct Cli {
-            #[command(flatten)]
-            relay: RelayOptionArgs,
-        }
-        let matches = <Cli as clap::CommandFactory>::command()
-            .try_get_matches_from(std::iter::once("relay").chain(args.iter().copied()))
-            .unwrap();
-        Cli::from_arg_matches(&matches).unwrap().relay
-    }
-
-    #[test]
-    fn the_relay_settings_default_to_the_library_s_options() {
-        let options = relay_args(&[]).options(Duration::from_secs(10)).unwrap();
-        let library = RelayOptions::default();
-        assert_eq!(options.concurrency, library.concurrency);
-        assert_eq!(options.poll_interval, library.poll_interval);
-        assert_eq!(options.lease, library.lease);
-        assert_eq!(options.initial_backoff, library.initial_backoff);
-        assert_eq!(options.max_backoff, library.max_backoff);
-        assert_eq!(options.max_attempts, library.max_attempts);
-        assert_eq!(options.max_age, library.max_age);
-        assert_eq!(options.gone_pause, library.gone_pause);
-    }
-
-    #[test]
-    fn a_relay_setting_is_read_and_a_lease_not_longer_than_the_timeout_is_refused_by_name() {
-        let args = relay_args(&[
-            "--relay-lease=3s",
-            "--relay-poll-interval=50ms",
-            "--relay-concurrency=2",
-            "--relay-max-attempts=3",
-        ]);
-        let options = args.options(Duration::from_millis(2500)).unwrap();
-        assert_eq!(options.lease, Duration::from_secs(3));
-        assert_eq!(options.poll_interval, Duration::from_millis(50));
-        assert_eq!((options.concurrency, options.max_attempts), (2, 3));
-        let err = args
-            .options(Duration::from_secs(3))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.starts_with(
-                "RECEIVER_RELAY_LEASE: 3s must be longer than RECEIVER_NOTIFY_TIMEOUT (3s)"
-            ),
-            "{err}"
-        );
-        let err = relay_args(&["--relay-initial-backoff=2m", "--relay-max-backoff=1m"])
-            .options(Duration::from_secs(10))
-            .unwrap_err()
-            .to_string();
-        assert_eq!(
-            err,
-            "RECEIVER_RELAY_INITIAL_BACKOFF: 120s is longer than RECEIVER_RELAY_MAX_BACKOFF (60s)"
         );
     }
 

@@ -25,6 +25,7 @@ mod otel;
 #[cfg(not(feature = "otel"))]
 #[path = "untraced.rs"]
 mod otel;
+mod relay_options;
 mod replication;
 mod runtime;
 mod secret_files;

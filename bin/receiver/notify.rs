@@ -17,9 +17,10 @@ use result_inbox::relay::{Relay, RelayError, RelayOptions, Targets, Webhook, Web
 use result_inbox::scope::{InboxScope, ReceiverName};
 use result_inbox::task_view::Notify;
 
-use crate::args::{positive_duration, RelayOptionArgs};
+use crate::args::positive_duration;
 use crate::check::{database_problem, unready_problem, Problem};
 use crate::exit::{failed, Failed};
+use crate::relay_options::RelayOptionArgs;
 
 /// The outbox target the notifications are recorded for.
 pub(crate) const TARGET: &str = "notify";
