@@ -32,10 +32,10 @@ mod notify;
 mod observability;
 #[path = "../orbit_failures.rs"]
 mod orbit_failures;
-#[path = "../outbox_tools.rs"]
-mod outbox_tools;
 #[path = "../outbox_crash.rs"]
 mod outbox_crash;
+#[path = "../outbox_tools.rs"]
+mod outbox_tools;
 #[path = "../pg_failover.rs"]
 mod pg_failover;
 #[path = "../poison.rs"]
