@@ -187,6 +187,9 @@ async fn consume_notifies_each_applied_delivery_once_signed_and_nothing_for_a_du
     }
     let mut env = notify_env(&url, &secret);
     env.push(("RECEIVER_METRICS_ADDR", "127.0.0.1:0"));
+    // A poll far longer than the time a woken relay takes, even on a
+    // machine under load: what is sent within it was sent on a wake.
+    env.push(("RECEIVER_RELAY_POLL_INTERVAL", "30s"));
     let mut consume = Consume::on_test_db(&orbit, &creds, &db, &sub, &env);
     let metrics = consume.metrics_url().await;
     orbit
@@ -204,13 +207,13 @@ async fn consume_notifies_each_applied_delivery_once_signed_and_nothing_for_a_du
         .await;
     hook.wait_for(4, Duration::from_secs(10)).await;
     // Anything sent twice, or for the duplicate or the stale version,
-    // would come within the relay's poll.
+    // would come on the wake of the COMMIT that recorded it.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let seen = hook.seen().await.requests;
     let (_, scraped) = http("GET", &format!("{metrics}/metrics"), "", String::new()).await;
     assert!(consume.terminate().success(), "{}", consume.output());
     // Woken by each COMMIT, the relay sends at once, not at its next poll
-    // (1 s).
+    // (30 s).
     let page = common::metrics::parse(&scraped);
     let sent_within = |le: f64| {
         page.samples
@@ -225,7 +228,7 @@ async fn consume_notifies_each_applied_delivery_once_signed_and_nothing_for_a_du
             })
             .unwrap_or_else(|| panic!("no bucket le={le} in {scraped}"))
     };
-    assert_eq!(sent_within(0.25), 4.0, "{scraped}");
+    assert_eq!(sent_within(1.0), 4.0, "{scraped}");
     let bodies: Vec<Value> = [&first[0], &first[1], &first[2], &later]
         .into_iter()
         .map(|spec| expected(&creds, spec, false))

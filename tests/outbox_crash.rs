@@ -674,14 +674,6 @@ async fn an_endpoint_down_30_s_stops_no_delivery_and_gets_every_effect_within_th
     assert!(sent_within <= MAX + 1.0, "{sent_within:.1} s");
 }
 
-/// The value of `series` (a whole line's name and labels) in a Prometheus
-/// scrape, 0 when absent.
-fn scraped(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-        .map_or(0.0, |v| v.trim().parse().unwrap())
-}
-
 /// Two `receiver relay`s beside three `receiver consume`s (each with its
 /// own relay beside it) on one subscription: no effect is in flight twice
 /// at once (the endpoint notes every request that came while one with its
@@ -732,11 +724,13 @@ async fn two_relays_beside_three_consumers_never_have_an_effect_in_flight_twice_
     let mut sent_by = Vec::new();
     for process in &processes {
         let metrics = process.metrics_url().await;
-        let (_, text) = http("GET", &format!("{metrics}/metrics"), "", String::new()).await;
-        sent_by.push(scraped(
-            &text,
-            r#"receiver_outbox_attempts_total{target="notify",result="sent"}"#,
-        ) as usize);
+        let page = common::metrics::scrape(&metrics).await;
+        let sent = common::metrics::value(
+            &page,
+            "receiver_outbox_attempts_total",
+            &[("target", "notify"), ("result", "sent")],
+        );
+        sent_by.push(sent.unwrap_or(0.0) as usize);
     }
     for process in &mut processes {
         assert!(process.terminate().success(), "{}", process.output());
