@@ -29,7 +29,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use common::commit_proxy::{CommitProxy, Fault};
 use common::consume::Consume;
 use common::mysqld::PrivateServer;
-use common::orbit::{http, receiver, OrbitDev};
+use common::orbit::{receiver, OrbitDev};
 use common::postgres::{PgPrivateServer, PgTestDb};
 use common::webhook::{Endpoint, Received};
 use common::{delivery_of, random_hex, write_private, EventSpec, TestDb};
