@@ -1157,8 +1157,23 @@ async fn by_default_a_receiver_holds_sixteen_messages_beyond_its_four_slots_and_
 #[tokio::test]
 async fn at_sigterm_held_messages_are_given_back_and_come_again_before_their_ack_wait() {
     let s = Setup::new(Duration::from_secs(30), 5).await;
-    let mut first = s.consume();
+    let mut env = s.env(&s.server.url());
+    env.push(("RECEIVER_METRICS_ADDR".into(), "127.0.0.1:0".into()));
+    let mut first = Consume::with_env(&s.server.dir, &env);
     let lock = thirty_behind_a_lock(&s, &first).await;
+    // The server counts a message pending its ACK once it sent it; the
+    // signal must find all twenty in the receiver's hands.
+    let metrics = first.metrics_url().await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let page = common::metrics::scrape(&metrics).await;
+        let count = |name| common::metrics::value(&page, name, &[]).unwrap_or(0.0);
+        if count("receiver_deliveries_held") + count("receiver_deliveries_in_flight") >= 20.0 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{}", first.output());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert!(first.terminate().success(), "{}", first.output());
     assert!(first.output().contains("released=16"), "{}", first.output());
 
