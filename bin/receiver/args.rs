@@ -22,23 +22,14 @@ pub(crate) enum SourceKind {
     Nats,
 }
 
-/// Where the queue's events are on NATS (only for `--source nats`).
-#[derive(Args, Default)]
-pub(crate) struct NatsArgs {
+/// The NATS servers and how to log in: what `--source nats` and a notify
+/// subject both read.
+#[derive(Args, Clone, Default)]
+pub(crate) struct NatsServerArgs {
     /// The NATS server(s), e.g. nats://127.0.0.1:4222; tls:// requires TLS.
     /// Never printed with a user or password it may contain.
     #[arg(long, env = "NATS_URL", hide_env_values = true)]
     pub(crate) nats_url: Option<String>,
-    /// The JetStream stream that holds the queue's events.
-    #[arg(long, env = "NATS_STREAM")]
-    pub(crate) nats_stream: Option<String>,
-    /// The durable pull consumer of that stream (explicit acks; its filter
-    /// subject must be the queue's subject).
-    #[arg(long, env = "NATS_CONSUMER")]
-    pub(crate) nats_consumer: Option<String>,
-    /// The subject of the queue's events [default: orbit.results.<ORBIT_QUEUE_ID>].
-    #[arg(long, env = "NATS_SUBJECT")]
-    pub(crate) nats_subject: Option<String>,
     /// A token to log in with. Never printed.
     #[arg(long, env = "NATS_TOKEN", hide_env_values = true)]
     pub(crate) nats_token: Option<String>,
@@ -53,6 +44,23 @@ pub(crate) struct NatsArgs {
     /// environment: true, false, yes, no, on, off, 1 or 0, in any case.
     #[arg(long, env = "NATS_REQUIRE_TLS", value_parser = clap::builder::BoolishValueParser::new())]
     pub(crate) nats_require_tls: bool,
+}
+
+/// Where the queue's events are on NATS (only for `--source nats`).
+#[derive(Args, Default)]
+pub(crate) struct NatsArgs {
+    #[command(flatten)]
+    pub(crate) server: NatsServerArgs,
+    /// The JetStream stream that holds the queue's events.
+    #[arg(long, env = "NATS_STREAM")]
+    pub(crate) nats_stream: Option<String>,
+    /// The durable pull consumer of that stream (explicit acks; its filter
+    /// subject must be the queue's subject).
+    #[arg(long, env = "NATS_CONSUMER")]
+    pub(crate) nats_consumer: Option<String>,
+    /// The subject of the queue's events [default: orbit.results.<ORBIT_QUEUE_ID>].
+    #[arg(long, env = "NATS_SUBJECT")]
+    pub(crate) nats_subject: Option<String>,
 }
 
 /// Where Orbit is and who the receiver is there.

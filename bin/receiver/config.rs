@@ -8,10 +8,10 @@
 //! variable to fix and never echoes a secret.
 
 use result_inbox::ids::QueueId;
-use result_inbox::nats::{NatsAuth, NatsSecret, NatsSettings};
+use result_inbox::nats::{NatsAuth, NatsSecret, NatsServers, NatsSettings};
 use result_inbox::orbit::{Credentials, CredentialsError, OrbitTls, OrbitUrl, Token};
 
-use crate::args::{NatsArgs, OrbitArgs};
+use crate::args::{NatsArgs, NatsServerArgs, OrbitArgs};
 
 /// Where Orbit is and who we are there.
 #[derive(Debug, Clone)]
@@ -119,16 +119,55 @@ impl OrbitArgs {
     }
 }
 
-impl NatsArgs {
-    /// Resolves the settings for the queue `queue_id` (`ORBIT_QUEUE_ID`);
-    /// every error names the variable to fix.
-    pub(crate) fn settings(self, queue_id: Option<String>) -> Result<NatsSettings, ConfigError> {
+impl NatsServerArgs {
+    /// The servers and the login; every error names the variable to fix.
+    pub(crate) fn servers(self) -> Result<NatsServers, ConfigError> {
         let url = self.nats_url.ok_or(ConfigError::Unset {
             variable: "NATS_URL",
             what: "the NATS server(s), e.g. nats://127.0.0.1:4222",
         })?;
-        NatsSettings::check_servers(&url)
+        NatsServers::check_servers(&url)
             .map_err(|problem| ConfigError::invalid("NATS_URL", problem))?;
+        let auth = match (self.nats_token, self.nats_creds_file) {
+            (Some(_), Some(_)) => {
+                return Err(ConfigError::invalid(
+                    "NATS_TOKEN",
+                    "set NATS_TOKEN or NATS_CREDS_FILE, not both",
+                ))
+            }
+            (Some(token), None) => NatsAuth::Token(NatsSecret::new(token)),
+            (None, Some(file)) => NatsAuth::CredsFile(file),
+            (None, None) => NatsAuth::None,
+        };
+        if let Some(ca) = &self.nats_ca_file {
+            std::fs::metadata(ca).map_err(|e| {
+                ConfigError::invalid("NATS_CA_FILE", format!("{}: {e}", ca.display()))
+            })?;
+        }
+        Ok(NatsServers {
+            url,
+            auth,
+            ca_file: self.nats_ca_file,
+            require_tls: self.nats_require_tls,
+        })
+    }
+}
+
+/// Whether `subject` is one subject a message can be published to: no
+/// wildcard, no empty token, no white space.
+pub(crate) fn is_concrete_subject(subject: &str) -> bool {
+    !subject.is_empty()
+        && !subject
+            .split('.')
+            .any(|token| token.is_empty() || token == "*" || token == ">")
+        && !subject.chars().any(char::is_whitespace)
+}
+
+impl NatsArgs {
+    /// Resolves the settings for the queue `queue_id` (`ORBIT_QUEUE_ID`);
+    /// every error names the variable to fix.
+    pub(crate) fn settings(self, queue_id: Option<String>) -> Result<NatsSettings, ConfigError> {
+        let servers = self.server.servers()?;
         let stream = name(
             self.nats_stream,
             "NATS_STREAM",
@@ -147,42 +186,18 @@ impl NatsArgs {
         let subject = self
             .nats_subject
             .unwrap_or_else(|| NatsSettings::default_subject(&queue_id));
-        if subject.is_empty()
-            || subject
-                .split('.')
-                .any(|token| token.is_empty() || token == "*" || token == ">")
-            || subject.chars().any(char::is_whitespace)
-        {
+        if !is_concrete_subject(&subject) {
             return Err(ConfigError::invalid(
                 "NATS_SUBJECT",
                 format!("{subject:?} is not one concrete subject (no wildcards, no empty tokens)"),
             ));
         }
-        let auth = match (self.nats_token, self.nats_creds_file) {
-            (Some(_), Some(_)) => {
-                return Err(ConfigError::invalid(
-                    "NATS_TOKEN",
-                    "set NATS_TOKEN or NATS_CREDS_FILE, not both",
-                ))
-            }
-            (Some(token), None) => NatsAuth::Token(NatsSecret::new(token)),
-            (None, Some(file)) => NatsAuth::CredsFile(file),
-            (None, None) => NatsAuth::None,
-        };
-        if let Some(ca) = &self.nats_ca_file {
-            std::fs::metadata(ca).map_err(|e| {
-                ConfigError::invalid("NATS_CA_FILE", format!("{}: {e}", ca.display()))
-            })?;
-        }
         Ok(NatsSettings {
-            url,
+            servers,
             stream,
             consumer,
             subject,
             queue_id,
-            auth,
-            ca_file: self.nats_ca_file,
-            require_tls: self.nats_require_tls,
         })
     }
 }
@@ -306,7 +321,10 @@ mod tests {
 
     fn nats() -> NatsArgs {
         NatsArgs {
-            nats_url: Some("nats://127.0.0.1:4222".into()),
+            server: NatsServerArgs {
+                nats_url: Some("nats://127.0.0.1:4222".into()),
+                ..Default::default()
+            },
             nats_stream: Some("ORBIT".into()),
             nats_consumer: Some("receiver".into()),
             ..Default::default()
@@ -354,8 +372,11 @@ mod tests {
     #[test]
     fn a_token_and_a_creds_file_together_are_refused_without_showing_the_token() {
         let err = NatsArgs {
-            nats_token: Some("sentinel-nats-token".into()),
-            nats_creds_file: Some("/etc/receiver.creds".into()),
+            server: NatsServerArgs {
+                nats_token: Some("sentinel-nats-token".into()),
+                nats_creds_file: Some("/etc/receiver.creds".into()),
+                ..nats().server
+            },
             ..nats()
         }
         .settings(Some(Q.into()))

@@ -5,11 +5,26 @@ use std::time::Duration;
 use async_nats::{Client, ConnectErrorKind, ConnectOptions, Event};
 use tokio::sync::watch;
 
-use super::{NatsAuth, NatsError, NatsSettings, UrlLogin, IDLE_KEEPALIVE};
+use super::{NatsAuth, NatsError, NatsServers, UrlLogin, IDLE_KEEPALIVE};
 use crate::failure::chain;
 
+/// A client of `servers`, logged in as they say (a token, a credentials
+/// file, or the login their URL carries; a private CA; TLS required by
+/// `tls://` or [`NatsServers::require_tls`]), every request limited to
+/// `timeout`, made as the source makes its own: what a program that
+/// publishes to JetStream needs (the relay's `JetStream` target). One
+/// attempt: a server that does not answer is [`NatsError::Unreachable`],
+/// worth trying again; a refused login or certificate is
+/// [`NatsError::Refused`], which is not. Once connected, the client
+/// reconnects by itself, to any server of the list.
+pub async fn connect(servers: &NatsServers, timeout: Duration) -> Result<Client, NatsError> {
+    connect_client(servers, timeout)
+        .await
+        .map(|(client, _)| client)
+}
+
 pub(super) async fn connect_client(
-    settings: &NatsSettings,
+    settings: &NatsServers,
     timeout: Duration,
 ) -> Result<(Client, watch::Receiver<u64>), NatsError> {
     let (disconnected, disconnects) = watch::channel(0u64);

@@ -40,6 +40,7 @@ mod source;
 
 use std::time::Duration;
 
+pub use self::connect::connect;
 pub use self::error::NatsError;
 pub use self::failures::{
     failed_messages, failures_stream_name, max_deliveries_subject, replay, replayed_subject,
@@ -47,7 +48,7 @@ pub use self::failures::{
 };
 pub use self::provision::{provision, ConsumerSpec, Provisioned, MAX_REPLICAS};
 pub use self::pull::PullStream;
-pub use self::settings::{NatsAuth, NatsSecret, NatsSettings, UrlLogin};
+pub use self::settings::{NatsAuth, NatsSecret, NatsServers, NatsSettings, UrlLogin};
 pub use self::source::{AckSubject, JetStreamSource};
 
 /// The prefetch `receiver consume --source nats` uses unless told

@@ -38,11 +38,25 @@ pub enum NatsAuth {
     CredsFile(PathBuf),
 }
 
+/// The NATS servers and how to log in to them: what every connection of
+/// the receiver needs, whether it consumes a stream or publishes to one.
+#[derive(Debug, Clone)]
+pub struct NatsServers {
+    /// The server(s), e.g. `nats://127.0.0.1:4222` or `tls://nats.example.com`.
+    pub url: String,
+    /// How to log in.
+    pub auth: NatsAuth,
+    /// PEM file of a private CA trusted for the server's certificate.
+    pub ca_file: Option<PathBuf>,
+    /// Refuse to talk to the server without TLS (also implied by `tls://`).
+    pub require_tls: bool,
+}
+
 /// Where the receiver's deliveries are on NATS and how to reach them.
 #[derive(Debug, Clone)]
 pub struct NatsSettings {
-    /// The server(s), e.g. `nats://127.0.0.1:4222` or `tls://nats.example.com`.
-    pub url: String,
+    /// The servers and the login.
+    pub servers: NatsServers,
     /// The JetStream stream holding the queue's events.
     pub stream: String,
     /// The durable pull consumer of that stream this receiver consumes.
@@ -52,12 +66,6 @@ pub struct NatsSettings {
     pub subject: String,
     /// The queue whose events these are.
     pub queue_id: QueueId,
-    /// How to log in.
-    pub auth: NatsAuth,
-    /// PEM file of a private CA trusted for the server's certificate.
-    pub ca_file: Option<PathBuf>,
-    /// Refuse to talk to the server without TLS (also implied by `tls://`).
-    pub require_tls: bool,
 }
 
 impl NatsSettings {
@@ -65,6 +73,24 @@ impl NatsSettings {
     /// `orbit.results.<queue_id>`.
     pub fn default_subject(queue: &QueueId) -> String {
         format!("orbit.results.{queue}")
+    }
+
+    /// The servers' URL as it may be shown: any `user:password@` removed.
+    pub fn shown_url(&self) -> String {
+        self.servers.shown_url()
+    }
+}
+
+impl NatsServers {
+    /// The servers of `url` (a list, comma-separated), without a login,
+    /// a private CA or required TLS.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            auth: NatsAuth::None,
+            ca_file: None,
+            require_tls: false,
+        }
     }
 
     /// The URL as it may be shown: any `user:password@` removed.
@@ -248,7 +274,7 @@ mod tests {
             "ws://[::1]:8080",
             "nats://[::1]",
         ] {
-            assert_eq!(NatsSettings::check_servers(good), Ok(()), "{good}");
+            assert_eq!(NatsServers::check_servers(good), Ok(()), "{good}");
         }
         for bad in [
             "garbage",
@@ -258,23 +284,14 @@ mod tests {
             "nats://h:port",
             "h:0",
         ] {
-            assert!(NatsSettings::check_servers(bad).is_err(), "{bad}");
+            assert!(NatsServers::check_servers(bad).is_err(), "{bad}");
         }
-        let problem = NatsSettings::check_servers("nats://alice:s3cret@h 1:4222").unwrap_err();
+        let problem = NatsServers::check_servers("nats://alice:s3cret@h 1:4222").unwrap_err();
         assert!(!problem.contains("s3cret"), "{problem}");
     }
 
-    fn settings(url: &str) -> NatsSettings {
-        NatsSettings {
-            url: url.to_owned(),
-            stream: "s".into(),
-            consumer: "c".into(),
-            subject: "x".into(),
-            queue_id: QueueId::parse(&"a".repeat(32)).unwrap(),
-            auth: NatsAuth::None,
-            ca_file: None,
-            require_tls: false,
-        }
+    fn settings(url: &str) -> NatsServers {
+        NatsServers::new(url)
     }
 
     #[test]

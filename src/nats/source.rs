@@ -77,7 +77,7 @@ impl JetStreamSource {
         settings: &NatsSettings,
         timeout: Duration,
     ) -> Result<Self, NatsError> {
-        let (client, disconnects) = connect_client(settings, timeout).await?;
+        let (client, disconnects) = connect_client(&settings.servers, timeout).await?;
         let mut context = jetstream::new(client.clone());
         context.set_timeout(timeout);
         Ok(Self {

@@ -554,14 +554,11 @@ impl JetStreamQueue {
     /// The `NatsSettings` of this queue's consumer on `server_url`.
     pub fn settings(&self, server_url: &str) -> result_inbox::nats::NatsSettings {
         result_inbox::nats::NatsSettings {
-            url: server_url.to_owned(),
+            servers: result_inbox::nats::NatsServers::new(server_url),
             stream: self.stream.clone(),
             consumer: self.consumer.clone(),
             subject: self.subject.clone(),
             queue_id: result_inbox::ids::QueueId::parse(&self.queue).unwrap(),
-            auth: result_inbox::nats::NatsAuth::None,
-            ca_file: None,
-            require_tls: false,
         }
     }
 
