@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 use tower::Service;
 
 /// Short waits, so that each test takes seconds.
-fn quick(concurrency: usize) -> RelayOptions {
+pub(crate) fn quick(concurrency: usize) -> RelayOptions {
     let mut options = RelayOptions::default();
     options.concurrency = concurrency;
     options.poll_interval = Duration::from_millis(50);
@@ -39,19 +39,19 @@ fn quick(concurrency: usize) -> RelayOptions {
     options
 }
 
-struct Running {
+pub(crate) struct Running {
     stop: CancellationToken,
     task: JoinHandle<()>,
 }
 
 impl Running {
-    async fn stop(self) {
+    pub(crate) async fn stop(self) {
         self.stop.cancel();
         self.task.await.unwrap();
     }
 }
 
-fn run<E: Server>(f: &Fixture<E>, targets: Targets, options: RelayOptions) -> Running {
+pub(crate) fn run<E: Server>(f: &Fixture<E>, targets: Targets, options: RelayOptions) -> Running {
     let relay = Relay::<E>::new(f.dsn.clone(), targets, options);
     let stop = CancellationToken::new();
     let token = stop.clone();
@@ -64,7 +64,7 @@ fn hook(endpoint: &Endpoint, path: &str) -> Targets {
 }
 
 /// Waits until no effect is pending.
-async fn settled<E: Server>(f: &Fixture<E>, within: Duration) {
+pub(crate) async fn settled<E: Server>(f: &Fixture<E>, within: Duration) {
     let until = Instant::now() + within;
     while !f.pending().await.is_empty() {
         assert!(
@@ -76,7 +76,7 @@ async fn settled<E: Server>(f: &Fixture<E>, within: Duration) {
     }
 }
 
-async fn dead<E: Server>(f: &Fixture<E>) -> Vec<(String, Option<String>, u32)> {
+pub(crate) async fn dead<E: Server>(f: &Fixture<E>) -> Vec<(String, Option<String>, u32)> {
     let mut conn = f.conn().await;
     outbox::list::<E>(&mut conn, EffectState::Dead, 0, 1000)
         .await

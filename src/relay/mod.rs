@@ -16,6 +16,7 @@
 //! [`Sent`], failing with [`Failed`], which says whether to retry, give
 //! up, or hold the target (gone). An embedder puts their own target in
 //! [`Targets`] under a target name, or [`Webhook`] (Standard Webhooks 1.0),
+//! or, with the feature `nats`, `JetStream` (a publish under `Nats-Msg-Id`),
 //! with tower's timeout, rate-limit or concurrency layers in front. An
 //! effect whose target the relay does not know stays pending, with a
 //! warning, for a relay that knows it.
@@ -36,9 +37,12 @@
 //! | `target.rs` | [`Attempt`], [`Sent`], [`Failed`], [`Disposition`], [`Targets`]: what a target is. |
 //! | `run.rs` | [`Relay`], [`RelayOptions`], [`RelayWaker`], [`RelayError`]: the loop. |
 //! | `webhook.rs` | [`Webhook`], [`WebhookSecret`], [`WebhookError`]: the HTTP target. |
+//! | `jetstream.rs` | `JetStream`, `CapturingStream`, `JetStreamError`: the NATS JetStream target (feature `nats`). |
 //! | `clock.rs` | Times read (`created_at`, `Retry-After`) and waits chosen (backoff). |
 
 mod clock;
+#[cfg(feature = "nats")]
+mod jetstream;
 mod run;
 mod target;
 mod webhook;
@@ -46,3 +50,7 @@ mod webhook;
 pub use self::run::{Relay, RelayError, RelayOptions, RelayWaker};
 pub use self::target::{Attempt, BoxTarget, Disposition, Failed, Sent, Targets};
 pub use self::webhook::{Webhook, WebhookError, WebhookSecret};
+
+#[cfg(feature = "nats")]
+#[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
+pub use self::jetstream::{CapturingStream, JetStream, JetStreamError};

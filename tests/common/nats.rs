@@ -7,6 +7,7 @@
 //! tests never touch a NATS server that happens to run on 4222.
 #![allow(dead_code)]
 
+use std::ffi::{OsStr, OsString};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -47,6 +48,8 @@ pub async fn pull(
 pub struct NatsServer {
     child: Child,
     pub port: u16,
+    /// What it was started with, on its port: what a restart runs again.
+    args: Vec<OsString>,
     pub dir: PathBuf,
     /// How the test's own client logs in and which CA it trusts.
     token: Option<String>,
@@ -143,29 +146,15 @@ impl NatsServer {
                 .arg(&pki.key);
             scheme = "tls";
         }
-        let mut child = command
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!("cannot run nats-server ({e}): `make test` installs it (Debian package nats-server)")
-            });
-        let stderr = child.stderr.take().unwrap();
-        let mut lines = BufReader::new(stderr).lines();
-        let port = loop {
-            let line = lines
-                .next()
-                .expect("nats-server exited before listening")
-                .unwrap();
-            if let Some(addr) = line.split("Listening for client connections on ").nth(1) {
-                break addr.trim().rsplit(':').next().unwrap().parse().unwrap();
-            }
-        };
-        // Keep draining its log so that it never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
+        let mut args: Vec<OsString> = command.get_args().map(OsStr::to_owned).collect();
+        let (child, port) = spawn(&args);
+        // A restart listens where this one does, on the same files.
+        let p = args.iter().position(|a| a == "-p").unwrap();
+        args[p + 1] = port.to_string().into();
         NatsServer {
             child,
             port,
+            args,
             dir,
             token: options.token.map(str::to_owned),
             user_password: options
@@ -189,6 +178,13 @@ impl NatsServer {
     pub fn kill(&mut self) {
         self.child.kill().unwrap();
         self.child.wait().unwrap();
+    }
+
+    /// Starts the killed server again, on the same port and JetStream
+    /// files: its streams and their messages are back.
+    pub fn restart(&mut self) {
+        let (child, _) = spawn(&self.args);
+        self.child = child;
     }
 
     /// The operator's user's credentials file (mode 0600), on a server in
@@ -218,6 +214,33 @@ impl NatsServer {
     pub async fn jetstream(&self) -> jetstream::Context {
         jetstream::new(self.client().await)
     }
+}
+
+/// Runs `nats-server` with `args` and waits until it listens for clients:
+/// the process and its port.
+fn spawn(args: &[OsString]) -> (Child, u16) {
+    let mut child = Command::new("nats-server")
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("cannot run nats-server ({e}): `make test` installs it (Debian package nats-server)")
+        });
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    let port = loop {
+        let line = lines
+            .next()
+            .expect("nats-server exited before listening")
+            .unwrap();
+        if let Some(addr) = line.split("Listening for client connections on ").nth(1) {
+            break addr.trim().rsplit(':').next().unwrap().parse().unwrap();
+        }
+    };
+    // Keep draining its log so that it never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    (child, port)
 }
 
 impl Drop for NatsServer {
@@ -760,4 +783,49 @@ async fn relay(
         _ = upstream => {}
         _ = downstream => {}
     }
+}
+
+/// A stream `NOTIFY_<hex>` that captures `subject` alone, file storage,
+/// `config` changed as the test needs (a duplicate window, a size limit).
+pub async fn notify_stream(
+    js: &jetstream::Context,
+    subject: &str,
+    config: impl FnOnce(&mut stream::Config),
+) -> String {
+    let name = format!("NOTIFY_{}", random_hex(4));
+    let mut stream = stream::Config {
+        name: name.clone(),
+        subjects: vec![subject.to_owned()],
+        ..Default::default()
+    };
+    config(&mut stream);
+    js.create_stream(stream).await.unwrap();
+    name
+}
+
+/// Every message `stream` holds, in stream order.
+pub async fn stream_messages(
+    js: &jetstream::Context,
+    stream: &str,
+) -> Vec<jetstream::message::StreamMessage> {
+    let mut handle = js.get_stream(stream).await.unwrap();
+    let state = handle.info().await.unwrap().state.clone();
+    let mut messages = Vec::new();
+    for sequence in state.first_sequence..=state.last_sequence {
+        if state.messages == 0 {
+            break;
+        }
+        messages.push(handle.get_raw_message(sequence).await.unwrap());
+    }
+    messages
+}
+
+/// The value of header `name` (in any case) of `message`.
+pub fn header(message: &jetstream::message::StreamMessage, name: &str) -> Option<String> {
+    message
+        .headers
+        .iter()
+        .find(|(n, _)| n.to_string().eq_ignore_ascii_case(name))
+        .and_then(|(_, values)| values.first())
+        .map(|value| value.as_str().to_owned())
 }

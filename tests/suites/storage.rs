@@ -34,6 +34,8 @@ mod postgres_inbox;
 mod privileges;
 #[path = "../relay.rs"]
 mod relay;
+#[path = "../relay_jetstream.rs"]
+mod relay_jetstream;
 #[path = "../schema.rs"]
 mod schema;
 #[path = "../tls.rs"]
