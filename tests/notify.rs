@@ -22,14 +22,14 @@ use result_inbox::scope::{InboxScope, ReceiverName};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-const NAME: &str = "task-result-view";
+pub(crate) const NAME: &str = "task-result-view";
 
-fn text(out: &std::process::Output) -> String {
+pub(crate) fn text(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
 }
 
 /// `receiver init --outbox` on `dsn`.
-fn init_with_outbox(dsn: &str) {
+pub(crate) fn init_with_outbox(dsn: &str) {
     let out = receiver()
         .args(["init", "--outbox"])
         .env("ORBIT_RECEIVER_DSN", dsn)
@@ -39,27 +39,32 @@ fn init_with_outbox(dsn: &str) {
 }
 
 /// The endpoint's secret in a file only its owner may read.
-fn secret_file(dir: &Path, secret: &str) -> PathBuf {
+pub(crate) fn secret_file(dir: &Path, secret: &str) -> PathBuf {
     let path = dir.join(format!("notify-secret-{}", random_hex(4)));
     write_private(&path, secret.as_bytes());
     path
 }
 
 /// The notify settings for `url` with the secret in `secret`.
-fn notify_env<'a>(url: &'a str, secret: &'a Path) -> Vec<(&'a str, &'a str)> {
+pub(crate) fn notify_env<'a>(url: &'a str, secret: &'a Path) -> Vec<(&'a str, &'a str)> {
     vec![
         ("RECEIVER_NOTIFY_URL", url),
         ("RECEIVER_NOTIFY_SECRET_FILE", secret.to_str().unwrap()),
     ]
 }
 
-/// The effect id of the notification of `event`.
+/// The effect id of the webhook's notification of `event`.
 fn effect_id(creds: &QueueCredentials, event: &str) -> String {
+    effect_id_for(creds, event, "notify")
+}
+
+/// The effect id of the notification of `event` for `target`.
+pub(crate) fn effect_id_for(creds: &QueueCredentials, event: &str, target: &str) -> String {
     let scope = InboxScope::new(ReceiverName::parse(NAME).unwrap(), creds.queue());
     EffectId::derive(
         &scope,
         &EventId::parse(event).unwrap(),
-        &Target::parse("notify").unwrap(),
+        &Target::parse(target).unwrap(),
         &EffectKey::parse(event).unwrap(),
     )
     .as_str()
@@ -71,7 +76,7 @@ fn body(request: &Received) -> Value {
 }
 
 /// The notification of `spec`, as the endpoint must receive it.
-fn expected(creds: &QueueCredentials, spec: &EventSpec<'_>, with_result: bool) -> Value {
+pub(crate) fn expected(creds: &QueueCredentials, spec: &EventSpec<'_>, with_result: bool) -> Value {
     let result = spec.result.map(|r| {
         let canonical = result_inbox::digest::canonicalize(r.as_bytes()).unwrap();
         (
@@ -94,7 +99,12 @@ fn expected(creds: &QueueCredentials, spec: &EventSpec<'_>, with_result: bool) -
     body
 }
 
-fn succeeded<'a>(queue: &'a str, task: &'a str, version: u64, result: &'a str) -> EventSpec<'a> {
+pub(crate) fn succeeded<'a>(
+    queue: &'a str,
+    task: &'a str,
+    version: u64,
+    result: &'a str,
+) -> EventSpec<'a> {
     EventSpec {
         version,
         event_type: "task.succeeded",
@@ -106,7 +116,7 @@ fn succeeded<'a>(queue: &'a str, task: &'a str, version: u64, result: &'a str) -
 
 /// Every request came once, verified by the package, under its effect's
 /// id (the idempotency key too), with exactly `expected`'s bodies.
-fn assert_notified(
+pub(crate) fn assert_notified(
     seen: &[Received],
     creds: &QueueCredentials,
     expected_bodies: &[Value],
@@ -158,7 +168,7 @@ fn versions_of(seen: &[Received], task: &str) -> Vec<u64> {
         .collect()
 }
 
-async fn mysql_states(db: &TestDb) -> Vec<String> {
+pub(crate) async fn mysql_states(db: &TestDb) -> Vec<String> {
     sqlx::query_scalar("SELECT CAST(state AS CHAR) FROM receiver_outbox ORDER BY seq")
         .fetch_all(&db.pool().await)
         .await
@@ -389,7 +399,7 @@ async fn a_secret_file_others_may_read_is_refused_and_a_url_that_is_not_http_too
 }
 
 /// A loopback port nothing listens on.
-fn closed_port() -> u16 {
+pub(crate) fn closed_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

@@ -217,11 +217,12 @@ enum Command {
     /// age), then a summary; never a body. Needs SELECT on receiver_outbox
     /// (`receiver init --outbox` creates it); `outbox replay` also UPDATE.
     Outbox(OutboxArgs),
-    /// Send the outbox's notifications to the webhook until SIGINT/SIGTERM
+    /// Send the outbox's notifications until SIGINT/SIGTERM
     ///
     /// The relay alone, with no consumer, and the notify settings of
-    /// consume: what consume recorded and did not send yet (it stopped,
-    /// the endpoint was down) goes out, each effect under its own id. Any
+    /// consume (a subject with the NATS_* servers and login): what consume
+    /// recorded and did not send yet (it stopped, the endpoint or NATS was
+    /// down) goes out, each effect under its own id. Any
     /// number of them may run beside each other. Needs SELECT, INSERT,
     /// UPDATE on receiver_outbox; /metrics with RECEIVER_METRICS_ADDR.
     Relay(RelayArgs),

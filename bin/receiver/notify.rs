@@ -1,6 +1,6 @@
 //! The notify settings `consume`, `check` and `relay` share: a webhook
-//! told of every delivery that advanced the task view, through the outbox
-//! and a relay.
+//! and/or a JetStream subject told of every delivery that advanced the
+//! task view, through the outbox and a relay.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -11,19 +11,25 @@ use tokio_util::sync::CancellationToken;
 
 use result_inbox::db::{Dsn, Engine};
 use result_inbox::ids::QueueId;
-use result_inbox::inbox::{InboxStore, StoreOptions};
-use result_inbox::orbit::readable_by_others;
-use result_inbox::relay::{Relay, RelayError, RelayOptions, Targets, Webhook, WebhookSecret};
+use result_inbox::inbox::{InboxStore, Outcome, Receipt, StoreOptions};
+use result_inbox::nats::NatsServers;
+use result_inbox::relay::{Relay, RelayError, RelayOptions, RelayWaker, Targets, Webhook};
 use result_inbox::scope::{InboxScope, ReceiverName};
 use result_inbox::task_view::Notify;
 
-use crate::args::positive_duration;
+use crate::args::{positive_duration, NatsServerArgs};
 use crate::check::{database_problem, unready_problem, Problem};
+use crate::config::is_concrete_subject;
 use crate::exit::{failed, Failed};
 use crate::relay_options::RelayOptionArgs;
 
-/// The outbox target the notifications are recorded for.
+mod targets;
+
+/// The outbox target the webhook's notifications are recorded for.
 pub(crate) const TARGET: &str = "notify";
+/// The outbox target the subject's notifications are recorded for: a
+/// target of its own, so each notification has an effect id per target.
+pub(crate) const NATS_TARGET: &str = "notify-nats";
 
 /// How long a relay beside `consume`, or alone, waits for its sends in
 /// flight once stopping: inside the 10 s from the signal to the exit. An
@@ -44,6 +50,14 @@ pub(crate) struct NotifyArgs {
     /// --notify-url.
     #[arg(long, env = "RECEIVER_NOTIFY_SECRET_FILE")]
     pub(crate) notify_secret_file: Option<PathBuf>,
+    /// Publish a notification of every delivery that advanced the task
+    /// view to this JetStream subject, after COMMIT, exactly once in effect
+    /// (`Nats-Msg-Id`: the effect's id), with the NATS_URL, NATS_TOKEN or
+    /// NATS_CREDS_FILE, NATS_CA_FILE and NATS_REQUIRE_TLS settings; a
+    /// stream must capture it (needs `receiver init --outbox`). Off unless
+    /// set; with --notify-url, both are notified.
+    #[arg(long, env = "RECEIVER_NOTIFY_NATS_SUBJECT")]
+    pub(crate) notify_nats_subject: Option<String>,
     /// Each notification carries the task's result too (`result`); by
     /// default only its SHA-256 (`result_sha256`).
     #[arg(
@@ -56,8 +70,9 @@ pub(crate) struct NotifyArgs {
         require_equals = true
     )]
     pub(crate) notify_include_result: bool,
-    /// Each attempt's limit: a webhook that has not answered by then is an
-    /// outcome unknown, tried again under the same id (50ms, 10s, 1m).
+    /// Each attempt's limit: a webhook that has not answered by then, or a
+    /// stream whose PubAck has not come, is an outcome unknown, tried again
+    /// under the same id (50ms, 10s, 1m).
     #[arg(long, env = "RECEIVER_NOTIFY_TIMEOUT", default_value = "10s", value_parser = positive_duration)]
     pub(crate) notify_timeout: Duration,
     #[command(flatten)]
@@ -67,13 +82,15 @@ pub(crate) struct NotifyArgs {
 /// The notify settings, checked.
 #[derive(Clone)]
 pub(crate) struct NotifyConfig {
-    /// The endpoint, with its secret.
-    webhook: Webhook,
-    /// The URL as given, for `check` to reach its host (never printed:
-    /// its path may hold a token).
-    url: String,
+    /// The endpoint, with its secret, and its URL as given, for `check` to
+    /// reach its host (never printed: its path may hold a token).
+    webhook: Option<(Webhook, String)>,
+    /// The NATS servers and the subject.
+    nats: Option<(NatsServers, String)>,
     /// Whether each notification carries the result.
     include_result: bool,
+    /// Each attempt's limit, on either target.
+    timeout: Duration,
     /// How its relay claims, sends and gives up.
     relay: RelayOptions,
 }
@@ -81,7 +98,11 @@ pub(crate) struct NotifyConfig {
 impl std::fmt::Debug for NotifyConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NotifyConfig")
-            .field("webhook", &self.webhook)
+            .field(
+                "webhook",
+                &self.webhook.as_ref().map(|(webhook, _)| webhook),
+            )
+            .field("subject", &self.nats_subject())
             .field("include_result", &self.include_result)
             .field("relay", &self.relay)
             .finish_non_exhaustive()
@@ -89,35 +110,40 @@ impl std::fmt::Debug for NotifyConfig {
 }
 
 impl NotifyArgs {
-    /// The settings, `None` when no webhook is set; a secret file that its
-    /// group or others may read is refused, like a credentials file.
-    pub(crate) fn resolve(self) -> Result<Option<NotifyConfig>, String> {
-        let Some(url) = self.notify_url else {
-            if self.notify_secret_file.is_some() || self.notify_include_result {
-                return Err("RECEIVER_NOTIFY_SECRET_FILE and RECEIVER_NOTIFY_INCLUDE_RESULT need RECEIVER_NOTIFY_URL (or --notify-url): the webhook to notify".to_owned());
+    /// The settings, `None` when neither a webhook nor a subject is set; a
+    /// secret file that its group or others may read is refused, like a
+    /// credentials file. A subject takes the NATS servers and login from
+    /// `nats`.
+    pub(crate) fn resolve(self, nats: NatsServerArgs) -> Result<Option<NotifyConfig>, String> {
+        if self.notify_url.is_none() && self.notify_secret_file.is_some() {
+            return Err("RECEIVER_NOTIFY_SECRET_FILE needs RECEIVER_NOTIFY_URL (or --notify-url): the webhook to notify".to_owned());
+        }
+        if self.notify_url.is_none() && self.notify_nats_subject.is_none() {
+            if self.notify_include_result {
+                return Err("RECEIVER_NOTIFY_INCLUDE_RESULT needs RECEIVER_NOTIFY_URL or RECEIVER_NOTIFY_NATS_SUBJECT (or --notify-url, --notify-nats-subject): what to notify".to_owned());
             }
             return Ok(None);
-        };
-        let path = self.notify_secret_file.ok_or(
-            "RECEIVER_NOTIFY_SECRET_FILE is not set (or pass --notify-secret-file): the file holding the webhook's whsec_ secret",
-        )?;
-        let unreadable = |e: std::io::Error| {
-            format!(
-                "RECEIVER_NOTIFY_SECRET_FILE: cannot read {}: {e}",
-                path.display()
-            )
-        };
-        if readable_by_others(&path).map_err(unreadable)? {
-            return Err(format!(
-                "RECEIVER_NOTIFY_SECRET_FILE: {} may be read by its group or others; it holds a secret: chmod 600 it",
-                path.display()
-            ));
         }
-        let secret = WebhookSecret::from_file(&path)
-            .map_err(|e| format!("RECEIVER_NOTIFY_SECRET_FILE: {e}"))?;
-        let webhook = Webhook::new(&url, secret)
-            .map_err(|e| format!("RECEIVER_NOTIFY_URL: {e}"))?
-            .with_timeout(self.notify_timeout);
+        let webhook = match self.notify_url {
+            Some(url) => Some(targets::webhook(
+                url,
+                self.notify_secret_file,
+                self.notify_timeout,
+            )?),
+            None => None,
+        };
+        let nats = match self.notify_nats_subject {
+            Some(subject) => {
+                if !is_concrete_subject(&subject) {
+                    return Err(format!("RECEIVER_NOTIFY_NATS_SUBJECT: {subject:?} is not one subject to publish to (no wildcards, no empty tokens, no white space)"));
+                }
+                let servers = nats
+                    .servers()
+                    .map_err(|e| format!("RECEIVER_NOTIFY_NATS_SUBJECT: {e}"))?;
+                Some((servers, subject))
+            }
+            None => None,
+        };
         let mut relay = self
             .relay
             .options(self.notify_timeout)
@@ -125,54 +151,69 @@ impl NotifyArgs {
         relay.shutdown_grace = RELAY_GRACE;
         Ok(Some(NotifyConfig {
             webhook,
-            url,
+            nats,
             include_result: self.notify_include_result,
+            timeout: self.notify_timeout,
             relay,
         }))
     }
 }
 
 impl NotifyConfig {
-    /// The inner service: the task view, recording a notification for
-    /// each event that advanced it.
+    /// The subject notified, if one is.
+    pub(crate) fn nats_subject(&self) -> Option<&str> {
+        self.nats.as_ref().map(|(_, subject)| subject.as_str())
+    }
+
+    /// The outbox targets notified, in the order their effects are
+    /// recorded.
+    pub(crate) fn target_names(&self) -> Vec<&'static str> {
+        let webhook = self.webhook.is_some().then_some(TARGET);
+        let nats = self.nats.is_some().then_some(NATS_TARGET);
+        webhook.into_iter().chain(nats).collect()
+    }
+
+    /// The inner service: the task view, recording a notification per
+    /// target for each event that advanced it.
     pub(crate) fn service(&self) -> Notify {
-        let notify = Notify::new(TARGET).expect("a valid target name");
+        let mut names = self.target_names().into_iter();
+        let first = names.next().expect("a webhook or a subject");
+        let mut notify = Notify::new(first).expect("a valid target name");
+        for name in names {
+            notify = notify.with_target(name).expect("a valid target name");
+        }
         match self.include_result {
             true => notify.with_result(),
             false => notify,
         }
     }
 
-    /// A relay that sends the notifications recorded in `dsn`'s outbox.
-    pub(crate) fn relay<E: Engine>(&self, dsn: &Dsn) -> Relay<E> {
-        let targets = Targets::new()
-            .with(TARGET, self.webhook.clone())
-            .expect("a valid target name");
+    /// A relay that sends the notifications recorded in `dsn`'s outbox to
+    /// `targets`.
+    pub(crate) fn relay<E: Engine>(&self, dsn: &Dsn, targets: Targets) -> Relay<E> {
+        tracing::info!(targets = ?self.target_names(), "relaying the outbox's notifications");
         Relay::new(dsn.clone(), targets, self.relay.clone())
     }
 
-    /// `check=notify`: the URL's host answers a TCP connect (the URL itself
-    /// was checked when read).
-    pub(crate) async fn host_answers(&self) -> Result<(), String> {
-        let uri: http::Uri = self.url.parse().map_err(|_| "invalid URL".to_owned())?;
-        let host = uri.host().unwrap_or_default().trim_matches(['[', ']']);
-        let port = uri
-            .port_u16()
-            .unwrap_or(if uri.scheme_str() == Some("https") {
-                443
-            } else {
-                80
-            });
-        let connect = tokio::net::TcpStream::connect((host, port));
-        match tokio::time::timeout(Duration::from_secs(5), connect).await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(format!(
-                "the webhook's host {host}:{port} does not answer: {e}"
-            )),
-            Err(_) => Err(format!(
-                "the webhook's host {host}:{port} did not answer within 5 s"
-            )),
+    /// `consume`'s settings, unless they notify the subject it consumes
+    /// (`consumed`), where its notifications would come back as deliveries.
+    pub(crate) fn refuse_consumed(&self, consumed: &str) -> Result<(), String> {
+        match self.nats_subject() {
+            Some(subject) if subject == consumed => Err(format!("RECEIVER_NOTIFY_NATS_SUBJECT is {subject:?}, the subject this receiver consumes: its notifications would come back to it as deliveries; publish them to another subject")),
+            _ => Ok(()),
         }
+    }
+}
+
+/// What the inbox's answers pass through beside a relay: after a COMMIT
+/// that recorded a notification, `waker` wakes the relay, which finds it
+/// at once.
+pub(crate) fn waking(waker: RelayWaker) -> impl Fn(Receipt) -> Receipt + Clone {
+    move |receipt| {
+        if receipt.outcome == Outcome::Applied {
+            waker.wake();
+        }
+        receipt
     }
 }
 

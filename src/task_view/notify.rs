@@ -1,11 +1,13 @@
 //! The task view, telling downstream of each event that advanced it: one
-//! effect recorded in the same transaction, sent after COMMIT by a relay.
+//! effect per target recorded in the same transaction, sent after COMMIT
+//! by a relay.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use bytes::Bytes;
 use serde::Serialize;
 use serde_json::value::RawValue;
 use sha2::{Digest as _, Sha256};
@@ -20,15 +22,17 @@ use crate::outbox::{Effect, OutboxError, Target};
 use crate::scope::InboxScope;
 use crate::BoxError;
 
-/// The inner service of `receiver consume` with a notify target: the task
+/// The inner service of `receiver consume` with notify targets: the task
 /// view ([`advance_on`]), and for each event that advanced it one effect
-/// in the outbox, in the same transaction.
+/// per target in the outbox, in the same transaction.
 ///
 /// The effect's key is the event id, so a redelivery or a second
-/// application of the event can never make a second effect; its ordering
-/// key is the task id, so a task's notifications are sent in the order
-/// the view advanced. A stale event records nothing (and a duplicate never
-/// reaches the inner service). Its body is one JSON object:
+/// application of the event can never make a second effect; the target is
+/// part of its id, so each target's effect has an id of its own. Its
+/// ordering key is the task id, so a task's notifications are sent to
+/// each target in the order the view advanced. A stale event records
+/// nothing (and a duplicate never reaches the inner service). Its body is
+/// one JSON object:
 ///
 /// ```json
 /// {"receiver":"task-result-view","queue_id":"…","task_id":"…","state":"SUCCEEDED",
@@ -45,7 +49,8 @@ use crate::BoxError;
 /// effects, and the task view's records none.
 #[derive(Debug, Clone)]
 pub struct Notify {
-    target: Arc<Target>,
+    /// The targets, each notified once per event, in this order.
+    targets: Arc<[Target]>,
     include_result: bool,
 }
 
@@ -54,9 +59,32 @@ impl Notify {
     /// subject) of each event that advanced the view, without the result.
     pub fn new(target: &str) -> Result<Self, OutboxError> {
         Ok(Self {
-            target: Arc::new(Target::parse(target)?),
+            targets: Arc::new([Target::parse(target)?]),
             include_result: false,
         })
+    }
+
+    /// The same, notifying `target` too: one more effect per event, with
+    /// the same body, key and ordering key. A target named twice is
+    /// [`OutboxError::Invalid`] (its second effect would have the first's
+    /// id).
+    pub fn with_target(mut self, target: &str) -> Result<Self, OutboxError> {
+        let target = Target::parse(target)?;
+        if self.targets.contains(&target) {
+            return Err(OutboxError::Invalid {
+                what: "target",
+                expected: "a target not notified already",
+            });
+        }
+        let mut targets = self.targets.to_vec();
+        targets.push(target);
+        self.targets = targets.into();
+        Ok(self)
+    }
+
+    /// The targets, in the order their effects are recorded.
+    pub fn targets(&self) -> impl Iterator<Item = &str> {
+        self.targets.iter().map(Target::as_str)
     }
 
     /// The same, each notification carrying the result too (`result`):
@@ -121,14 +149,21 @@ impl<E: Engine> Service<Delivery<Applying<E>>> for Notify {
                 return Ok(applying.stale());
             }
             let event = applying.event();
-            let effect = Effect::new(
-                notify.target.as_str(),
-                event.id().as_str(),
-                notify.body(applying.scope(), event),
-            )?
-            .with_ordering_key(event.task().id.as_str())?
-            .with_header("content-type", "application/json")?;
-            applying.outbox().record_effect(effect).await?;
+            let body = Bytes::from(notify.body(applying.scope(), event));
+            let (key, task) = (event.id().as_str(), event.task().id.as_str());
+            let effects = notify
+                .targets
+                .iter()
+                .map(|target| {
+                    Effect::new(target.as_str(), key, body.clone())?
+                        .with_ordering_key(task)?
+                        .with_header("content-type", "application/json")
+                })
+                .collect::<Result<Vec<_>, OutboxError>>()?;
+            let mut outbox = applying.outbox();
+            for effect in effects {
+                outbox.record_effect(effect).await?;
+            }
             Ok(applying.applied())
         })
     }
@@ -151,6 +186,24 @@ mod tests {
 
     fn scope() -> InboxScope {
         InboxScope::new(ReceiverName::default(), QueueId::parse(QUEUE).unwrap())
+    }
+
+    #[test]
+    fn each_target_is_notified_once_in_the_order_given() {
+        let notify = Notify::new("notify")
+            .unwrap()
+            .with_target("notify-nats")
+            .unwrap();
+        assert_eq!(
+            notify.targets().collect::<Vec<_>>(),
+            ["notify", "notify-nats"]
+        );
+        let twice = notify.with_target("notify").unwrap_err();
+        assert!(twice.to_string().contains("invalid target"), "{twice}");
+        assert!(Notify::new("notify")
+            .unwrap()
+            .with_target("no space")
+            .is_err());
     }
 
     #[test]

@@ -28,6 +28,8 @@ mod examples;
 mod failures;
 #[path = "../notify.rs"]
 mod notify;
+#[path = "../notify_jetstream.rs"]
+mod notify_jetstream;
 #[path = "../observability.rs"]
 mod observability;
 #[path = "../orbit_failures.rs"]

@@ -3,6 +3,7 @@
 use result_inbox::db::DbError;
 use result_inbox::nats::NatsError;
 use result_inbox::orbit::{OrbitError, Scope};
+use result_inbox::relay::JetStreamError;
 
 /// Why a check failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -73,6 +74,10 @@ pub enum Problem {
     /// needed).
     #[error("{0}")]
     SkipLocked(String),
+    /// No stream takes what the notify subject is sent, or JetStream did
+    /// not say which one does.
+    #[error("{0}")]
+    NotifyStream(JetStreamError),
 }
 
 impl Problem {
@@ -95,6 +100,7 @@ impl Problem {
         match self {
             Problem::DatabaseUnreachable(_) | Problem::OrbitUnreachable(_) => true,
             Problem::Nats(e) => !e.is_configuration(),
+            Problem::NotifyStream(e) => matches!(e, JetStreamError::Unanswered { .. }),
             _ => false,
         }
     }
@@ -118,6 +124,7 @@ impl Problem {
             ) => "nats",
             Problem::Nats(_) => "consumer",
             Problem::SkipLocked(_) => "outbox",
+            Problem::NotifyStream(_) => "notify",
         }
     }
 
@@ -132,6 +139,7 @@ impl Problem {
             | Problem::OrbitUnreachable(_)
             | Problem::Orbit(_) => false,
             Problem::Nats(e) => e.is_configuration(),
+            Problem::NotifyStream(e) => !matches!(e, JetStreamError::Unanswered { .. }),
             _ => true,
         }
     }

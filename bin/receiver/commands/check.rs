@@ -5,9 +5,12 @@
 //! last, when traces are exported, whether the collector takes an export
 //! (`check=traces`) and where it is. After the database's, where
 //! `receiver_outbox` is there (as far as the account may see) or a notify
-//! webhook is set: the outbox table, its grants and the server's `FOR
-//! UPDATE SKIP LOCKED` (`check=outbox`); and with a notify webhook, after
-//! the source's: whether the webhook's host answers (`check=notify`).
+//! target is set: the outbox table, its grants and the server's `FOR
+//! UPDATE SKIP LOCKED` (`check=outbox`); and with a notify webhook or
+//! subject, after the source's: whether the webhook's host answers, and
+//! NATS answers with a stream that captures the subject (`check=notify`);
+//! with a subject, that stream's duplicate window (`check=notify_stream`,
+//! a warning only).
 
 use std::future::Future;
 
@@ -63,7 +66,10 @@ pub(crate) struct CheckArgs {
 pub(crate) fn run_check(args: CheckArgs) -> Outcome {
     let notify = match args.prune {
         true => None,
-        false => args.notify.resolve().map_err(config)?,
+        false => args
+            .notify
+            .resolve(args.nats.server.clone())
+            .map_err(config)?,
     };
     let notify = notify.as_ref();
     let mut findings = if args.prune {
@@ -207,7 +213,7 @@ fn database_and(
         all.extend(outbox);
         all.extend(findings(checks, &source.await));
         if let Some(notify) = notify {
-            all.push(Finding::of("notify", notify.host_answers().await));
+            all.extend(notify.findings().await);
         }
         all
     })

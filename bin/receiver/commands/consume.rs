@@ -15,11 +15,10 @@
 //! Then the consumer runs the inbox over the task view, with the store as
 //! the probe of its breaker, until the shutdown token is cancelled.
 //!
-//! With a notify webhook the start-up check also asks for the outbox and
-//! the server's `SKIP LOCKED` (exit 2 naming the version needed), the
-//! inner service records a notification for each delivery that advanced
-//! the view (`task_view::Notify`), and a relay runs beside the consumer,
-//! woken after each such delivery's COMMIT and stopped with it.
+//! With notify targets the start-up check also asks for the outbox, the
+//! server's `SKIP LOCKED` and, for a subject, NATS and its stream; then the
+//! view records a notification per target for each delivery it advanced
+//! (`task_view::Notify`), sent by a relay beside the consumer, woken by it.
 
 use std::process::ExitCode;
 
@@ -31,12 +30,10 @@ use tracing::info;
 use result_inbox::consumer::{Consumer, ConsumerError, ConsumerOptions, ConsumerReport, Health};
 use result_inbox::db::{Dsn, Engine, EngineKind};
 use result_inbox::ids::{QueueId, SubscriptionId};
-use result_inbox::inbox::{
-    Batching, InboxLayer, InboxStore, Outcome as Applied, Receipt, StoreOptions,
-};
+use result_inbox::inbox::{Batching, InboxLayer, InboxStore, StoreOptions};
 use result_inbox::nats::{JetStreamSource, NatsError, NatsSettings};
 use result_inbox::orbit::{OrbitClient, OrbitSource, Scope};
-use result_inbox::relay::RelayError;
+use result_inbox::relay::{RelayError, Targets};
 use result_inbox::retry::until_answered;
 use result_inbox::scope::InboxScope;
 use result_inbox::source::{Source, SourceError};
@@ -140,6 +137,7 @@ fn consume_config(args: ConsumeArgs) -> Result<ConsumeConfig, String> {
         }),
         ..defaults
     };
+    let notify = args.notify.resolve(args.nats.server.clone())?;
     let (source, dsn, scope) = match args.source {
         SourceKind::Orbit => {
             let subscription = required_subscription(args.subscription_id)?;
@@ -155,8 +153,11 @@ fn consume_config(args: ConsumeArgs) -> Result<ConsumeConfig, String> {
             (SourceConfig::Nats { settings }, dsn, scope)
         }
     };
+    if let (SourceConfig::Nats { settings }, Some(notify)) = (&source, &notify) {
+        notify.refuse_consumed(&settings.subject)?;
+    }
     Ok(ConsumeConfig {
-        notify: args.notify.resolve()?,
+        notify,
         source,
         dsn,
         scope,
@@ -179,7 +180,7 @@ struct ConsumeConfig {
     consumer: ConsumerOptions,
     /// Deliveries per transaction in batching mode; `None`: one each.
     batch_max: Option<u32>,
-    /// The webhook notified of each delivery that advanced the view.
+    /// The webhook and/or subject told of each delivery that advanced it.
     notify: Option<NotifyConfig>,
 }
 
@@ -262,6 +263,14 @@ async fn run_on<E: Engine>(
         }) => checked,
     };
     checked.map_err(ConsumeError::Check)?;
+    let targets = match &config.notify {
+        None => None,
+        Some(notify) => tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => return Ok(None),
+            targets = notify.targets(config.consumer.backoff()) => Some(targets.map_err(ConsumeError::Check)?),
+        },
+    };
     if let Some(warning) = check::name_warning(&config.dsn, &config.scope).await {
         tracing::warn!("{warning}");
     }
@@ -278,7 +287,7 @@ async fn run_on<E: Engine>(
                 _ = shutdown.cancelled() => return Ok(None),
                 started = orbit((**client).clone(), &config.scope.queue_id, subscription, &config.consumer) => started?,
             };
-            serve(started, store, health, &config, shutdown).await
+            serve(started, store, targets, health, &config, shutdown).await
         }
         SourceConfig::Nats { settings } => {
             let connect = until_answered(
@@ -293,16 +302,17 @@ async fn run_on<E: Engine>(
                 source = connect => source.map_err(|e| ConsumeError::Consumer(e.into()))?,
             };
             info!(url = %settings.shown_url(), stream = source.stream(), consumer = source.consumer(), subject = %settings.subject, "stream and durable consumer checked");
-            serve(source, store, health, &config, shutdown).await
+            serve(source, store, targets, health, &config, shutdown).await
         }
     }
 }
 
-/// The inbox over the task view, fed by `source` until shutdown; with a
-/// notify webhook, over the view that notifies, a relay beside it.
+/// The inbox over the task view, fed by `source` until shutdown; with
+/// notify `targets`, over the view that notifies, a relay beside it.
 async fn serve<Src: Source, E: Engine>(
     source: Src,
     store: InboxStore<E>,
+    targets: Option<Targets>,
     health: Health,
     config: &ConsumeConfig,
     shutdown: CancellationToken,
@@ -313,7 +323,7 @@ async fn serve<Src: Source, E: Engine>(
             // The seed's four handlers, as transactions.
             .transactions(ConsumerOptions::default().concurrency as usize)
     });
-    let Some(notify) = &config.notify else {
+    let (Some(notify), Some(targets)) = (&config.notify, targets) else {
         if let Some(batching) = batching {
             inbox = inbox.batching(batching.set_path(TaskView::new()));
         }
@@ -325,22 +335,11 @@ async fn serve<Src: Source, E: Engine>(
     if let Some(batching) = batching {
         inbox = inbox.batching(batching);
     }
-    let relay = notify.relay::<E>(&config.dsn);
-    let waker = relay.waker();
-    // The inbox answers after COMMIT: the relay finds the effect at once.
+    let relay = notify.relay::<E>(&config.dsn, targets);
     let service = ServiceBuilder::new()
-        .map_response(move |receipt: Receipt| {
-            if receipt.outcome == Applied::Applied {
-                waker.wake();
-            }
-            receipt
-        })
+        .map_response(crate::notify::waking(relay.waker()))
         .layer(inbox)
         .service(notify.service());
-    info!(
-        target_name = crate::notify::TARGET,
-        "notifying a webhook of every applied delivery, through the outbox"
-    );
     crate::notify::with_relay(relay, &shutdown, |stop| {
         consume(source, store, service, health, config, stop)
     })

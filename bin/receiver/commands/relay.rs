@@ -1,7 +1,8 @@
 //! `receiver relay`: the relay alone, with no consumer: sends what the
-//! outbox holds to the notify webhook until SIGINT/SIGTERM. Beside
-//! `receiver consume --notify-url`, or after it stopped, any number of
-//! them on any number of hosts: each effect is claimed by one at a time.
+//! outbox holds to the notify webhook and/or subject until SIGINT/SIGTERM.
+//! Beside `receiver consume --notify-url` (or `--notify-nats-subject`), or
+//! after it stopped, any number of them on any number of hosts: each
+//! effect is claimed by one at a time.
 
 use std::process::ExitCode;
 
@@ -14,7 +15,7 @@ use result_inbox::db::{Dsn, Engine, EngineKind};
 use result_inbox::retry::{until_answered, Backoff};
 use result_inbox::sqlx::{MySql, Postgres};
 
-use crate::args::required_dsn;
+use crate::args::{required_dsn, NatsServerArgs};
 use crate::check::Problem;
 use crate::exit::{config, failed, Failed, Outcome};
 use crate::health::metrics_endpoint;
@@ -31,6 +32,8 @@ pub(crate) struct RelayArgs {
     dsn: Option<String>,
     #[command(flatten)]
     notify: NotifyArgs,
+    #[command(flatten)]
+    nats: NatsServerArgs,
     /// Serve /metrics (Prometheus text), /healthz and /readyz on this
     /// address, e.g. 127.0.0.1:9464. Off unless set.
     #[arg(long, env = "RECEIVER_METRICS_ADDR")]
@@ -39,9 +42,9 @@ pub(crate) struct RelayArgs {
 
 pub(crate) fn run_relay(args: RelayArgs) -> Outcome {
     let dsn = required_dsn(args.dsn).map_err(config)?;
-    let notify = args.notify.resolve().map_err(config)?.ok_or_else(|| {
+    let notify = args.notify.resolve(args.nats).map_err(config)?.ok_or_else(|| {
         config(
-            "RECEIVER_NOTIFY_URL is not set (or pass --notify-url): the webhook the relay sends to",
+            "neither RECEIVER_NOTIFY_URL nor RECEIVER_NOTIFY_NATS_SUBJECT is set (or pass --notify-url, --notify-nats-subject): where the relay sends",
         )
     })?;
     until_shutdown(|shutdown| async move {
@@ -61,7 +64,8 @@ pub(crate) fn run_relay(args: RelayArgs) -> Outcome {
 }
 
 /// Checks the outbox and the server's `SKIP LOCKED` (waiting for a
-/// database that is not up yet), then runs the relay until `shutdown`.
+/// database that is not up yet) and the targets (waiting for NATS), then
+/// runs the relay until `shutdown`.
 async fn relay<E: Engine>(
     dsn: &Dsn,
     notify: &NotifyConfig,
@@ -74,14 +78,19 @@ async fn relay<E: Engine>(
         checked = until_answered(Backoff::default(), "database", Problem::is_transient, || outbox_ready(&store)) => checked,
     };
     checked.map_err(|p| failed(p.is_configuration(), p))?;
-    info!(
-        target_name = crate::notify::TARGET,
-        "relaying the outbox's notifications"
-    );
-    notify.relay::<E>(dsn).run(shutdown).await.map_err(|e| {
-        failed(
-            !matches!(e, result_inbox::relay::RelayError::Database(_)),
-            e,
-        )
-    })
+    let targets = tokio::select! {
+        biased;
+        _ = shutdown.cancelled() => return Ok(()),
+        targets = notify.targets(Backoff::default()) => targets.map_err(|p| failed(p.is_configuration(), p))?,
+    };
+    notify
+        .relay::<E>(dsn, targets)
+        .run(shutdown)
+        .await
+        .map_err(|e| {
+            failed(
+                !matches!(e, result_inbox::relay::RelayError::Database(_)),
+                e,
+            )
+        })
 }
