@@ -4,7 +4,7 @@
 //! from where they came from; and the relay's statements claim due heads
 //! of ordering keys under leases that other claimers skip.
 
-use crate::common;
+use crate::common::{self, on_both};
 
 use std::collections::{BTreeSet, HashSet};
 use std::future::Future;
@@ -992,17 +992,6 @@ async fn receiver_outbox_without_the_table_says_what_creates_it<E: Server>() {
             && stderr.contains("receiver init --keep-existing --outbox"),
         "{stderr}"
     );
-}
-
-macro_rules! on_both {
-    ($($name:ident),* $(,)?) => {
-        mod on_mysql {
-            $(#[tokio::test] async fn $name() { super::$name::<sqlx::MySql>().await })*
-        }
-        mod on_postgres {
-            $(#[tokio::test] async fn $name() { super::$name::<sqlx::Postgres>().await })*
-        }
-    };
 }
 
 on_both!(

@@ -20,7 +20,7 @@
 //! --notify-url` records them: each event through the inbox over
 //! `task_view::Notify`, in a transaction of its own.
 
-use crate::common;
+use crate::common::{self, on_both};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -920,18 +920,8 @@ async fn a_410_is_dead_listed_and_replayed_under_the_same_id_once_the_endpoint_i
     assert_eq!(answers, [(effect.as_str(), 410), (effect.as_str(), 200)]);
 }
 
-macro_rules! on_both {
-    ($($name:ident),* $(,)?) => {
-        mod on_mysql {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name::<sqlx::MySql>().await })*
-        }
-        mod on_postgres {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name::<sqlx::Postgres>().await })*
-        }
-    };
-}
-
 on_both!(
+    multi_thread:
     a_relay_killed_after_the_2xx_before_its_record_sends_again_under_the_same_id,
     a_lost_commit_of_the_sent_record_loses_nothing_and_sends_again_only_under_the_same_id,
     an_endpoint_down_30_s_stops_no_delivery_and_gets_every_effect_within_the_backoff,

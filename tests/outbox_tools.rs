@@ -6,7 +6,7 @@
 //! size and growth; `receiver check` checks the outbox without notify
 //! settings where it is there.
 
-use crate::common;
+use crate::common::{self, on_both};
 
 use std::future::Future;
 use std::process::Output;
@@ -614,17 +614,6 @@ async fn on_postgres_verify_by_a_role_that_may_not_read_the_outbox_says_effects_
         summary,
         "verify inbox_rows=7 task_views=4 pruned_rows=0 effects=unknown problems=0 ok=true"
     );
-}
-
-macro_rules! on_both {
-    ($($name:ident),* $(,)?) => {
-        mod on_mysql {
-            $(#[tokio::test] async fn $name() { super::$name::<sqlx::MySql>().await })*
-        }
-        mod on_postgres {
-            $(#[tokio::test] async fn $name() { super::$name::<sqlx::Postgres>().await })*
-        }
-    };
 }
 
 on_both!(

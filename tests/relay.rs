@@ -9,8 +9,8 @@
 //! stopped between the answer and its record sends again under the same
 //! id.
 
-use crate::common::random_hex;
 use crate::common::webhook::{Endpoint, Received};
+use crate::common::{on_both, random_hex};
 use crate::outbox::{body_of, Fixture, Recording, Server, TRACEPARENT};
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 use result_inbox::delivery::TraceContext;
 use result_inbox::outbox::{self, EffectState};
-use result_inbox::relay::{Attempt, Failed, Relay, RelayOptions, Sent, Targets, Webhook};
+use result_inbox::relay::{Attempt, Failed, Relay, RelayOptions, Sent, Targets};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tower::Service;
@@ -366,21 +366,26 @@ async fn two_relays_at_once_never_have_one_effect_in_flight_twice<E: Server>() {
     assert_eq!(distinct, recorded);
 }
 
-/// A target that stops its relay once the endpoint has answered, before
-/// the relay can record the answer: as if the process died there.
+/// A target that stops its relay once its inner target has had its
+/// answer (the endpoint's 2xx, the stream's PubAck), before the relay can
+/// record it: as if the process died there.
 #[derive(Clone)]
-struct StopsAfterTheAnswer {
-    inner: Webhook,
-    stop: CancellationToken,
+pub(crate) struct StopsAfterTheAnswer<T> {
+    pub(crate) inner: T,
+    pub(crate) stop: CancellationToken,
 }
 
-impl Service<Attempt> for StopsAfterTheAnswer {
+impl<T> Service<Attempt> for StopsAfterTheAnswer<T>
+where
+    T: Service<Attempt, Response = Sent, Error = Failed>,
+    T::Future: Send + 'static,
+{
     type Response = Sent;
     type Error = Failed;
     type Future = BoxFuture<'static, Result<Sent, Failed>>;
 
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Failed>> {
-        Poll::Ready(Ok(()))
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Failed>> {
+        self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, attempt: Attempt) -> Self::Future {
@@ -766,18 +771,8 @@ async fn the_relay_counts_attempts_dead_effects_a_gone_target_and_the_backlog<E:
     assert!(value("receiver_outbox_oldest_pending_seconds{}".to_owned()) > 0.0);
 }
 
-macro_rules! on_both {
-    ($($name:ident),* $(,)?) => {
-        mod on_mysql {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name::<sqlx::MySql>().await })*
-        }
-        mod on_postgres {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name::<sqlx::Postgres>().await })*
-        }
-    };
-}
-
 on_both!(
+    multi_thread:
     effects_recorded_through_a_delivery_are_sent_once_each_signed_under_their_id,
     a_503_is_sent_again_under_the_same_id_after_its_retry_after,
     a_410_kills_the_effect_and_the_target_s_other_effects_wait,

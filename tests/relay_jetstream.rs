@@ -11,23 +11,18 @@
 use crate::common::nats::{header, notify_stream, stream_messages, NatsServer};
 use crate::common::random_hex;
 use crate::outbox::{body_of, Fixture, Recording, Server, TRACEPARENT};
-use crate::relay::{dead, quick, run, settled};
+use crate::relay::{dead, quick, run, settled, StopsAfterTheAnswer};
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use futures::future::BoxFuture;
 use result_inbox::delivery::TraceContext;
 use result_inbox::nats::{self, NatsServers};
 use result_inbox::outbox::{self, EffectState};
-use result_inbox::relay::{
-    Attempt, Failed, JetStream, JetStreamError, Relay, RelayOptions, Sent, Targets,
-};
+use result_inbox::relay::{JetStream, JetStreamError, Relay, RelayOptions, Targets};
 use sqlx::{MySql, Postgres};
 use tokio_util::sync::CancellationToken;
-use tower::Service;
 
 /// What these tests read of an engine's outbox: each sent effect's id,
 /// last answer and attempts, in record order.
@@ -156,34 +151,6 @@ async fn effects_recorded_through_a_delivery_are_published_once_each_under_their
     assert!(dead(&f).await.is_empty());
 }
 
-/// A target that stops its relay once the stream acknowledged, before the
-/// relay can record it: as if the process died there.
-#[derive(Clone)]
-struct StopsAfterTheAck {
-    inner: JetStream,
-    stop: CancellationToken,
-}
-
-impl Service<Attempt> for StopsAfterTheAck {
-    type Response = Sent;
-    type Error = Failed;
-    type Future = BoxFuture<'static, Result<Sent, Failed>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Failed>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, attempt: Attempt) -> Self::Future {
-        let acked = self.inner.call(attempt);
-        let stop = self.stop.clone();
-        Box::pin(async move {
-            acked.await?;
-            stop.cancel();
-            std::future::pending().await
-        })
-    }
-}
-
 async fn a_relay_stopped_after_the_puback_before_its_record_publishes_again_and_the_stream_keeps_one<
     E: SentRows,
 >() {
@@ -199,7 +166,7 @@ async fn a_relay_stopped_after_the_puback_before_its_record_publishes_again_and_
     let id = f.id(&event, "js", "k");
 
     let stop = CancellationToken::new();
-    let stopping = StopsAfterTheAck {
+    let stopping = StopsAfterTheAnswer {
         inner: target(&server, &subject).await,
         stop: stop.clone(),
     };

@@ -23,6 +23,32 @@ pub mod postgres;
 pub mod tls;
 pub mod webhook;
 
+/// Runs each named test, a `fn name<E>()` generic over the engine, once
+/// on MySQL and once on PostgreSQL (`mod on_mysql`, `mod on_postgres`);
+/// `multi_thread:` first gives each a runtime of two worker threads, for
+/// the tests that run real processes beside a relay or a consumer.
+#[allow(unused_macros)]
+macro_rules! on_both {
+    (multi_thread: $($name:ident),* $(,)?) => {
+        mod on_mysql {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name::<sqlx::MySql>().await })*
+        }
+        mod on_postgres {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name::<sqlx::Postgres>().await })*
+        }
+    };
+    ($($name:ident),* $(,)?) => {
+        mod on_mysql {
+            $(#[tokio::test] async fn $name() { super::$name::<sqlx::MySql>().await })*
+        }
+        mod on_postgres {
+            $(#[tokio::test] async fn $name() { super::$name::<sqlx::Postgres>().await })*
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use on_both;
+
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use result_inbox::db::Dsn;
