@@ -141,6 +141,7 @@ bench: toolchain nats-server
 	$(WITH_GALERA) $(CARGO) bench --locked --bench cluster
 	$(WITH_MYSQL) $(CARGO) bench --locked --bench prune
 	$(WITH_GALERA) $(CARGO) bench --locked --bench prune
+	$(WITH_POSTGRES) $(WITH_MYSQL) $(CARGO) bench --locked --bench outbox $(CLI)
 
 ## fuzz: every fuzz target in fuzz/ for FUZZ_SECONDS each (default 60), on stable Rust (no sanitizer); installs cargo-fuzz if missing
 FUZZ_SECONDS ?= 60
