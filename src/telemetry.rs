@@ -199,6 +199,19 @@ pub(crate) fn start_acks() {
     }
 }
 
+/// A relay's series of `target` at 0: its attempts of every result, its
+/// dead effects, and not paused (see [`start_deliveries`]: an alert on the
+/// first dead effect needs a series that was there before it).
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+pub(crate) fn start_outbox(target: &str) {
+    for result in ["sent", "retry", "dead"] {
+        metrics::counter!(OUTBOX_ATTEMPTS, "target" => target.to_owned(), "result" => result)
+            .increment(0);
+    }
+    metrics::counter!(OUTBOX_DEAD, "target" => target.to_owned()).increment(0);
+    metrics::gauge!(OUTBOX_TARGET_PAUSED, "target" => target.to_owned()).set(0.0);
+}
+
 /// Counts one ACK report of `result`.
 pub(crate) fn ack(result: &'static str) {
     metrics::counter!(ACKS, "result" => result).increment(1);

@@ -762,9 +762,21 @@ async fn the_relay_counts_attempts_dead_effects_a_gone_target_and_the_backlog<E:
         )),
         2.0
     );
+    // A target's series are there from the relay's start, at 0 until
+    // something happens: an alert on the first dead effect sees it rise.
     assert_eq!(
-        series.get(&format!("receiver_outbox_dead_total{{target={ok}}}")),
-        None
+        value(format!("receiver_outbox_dead_total{{target={ok}}}")),
+        0.0
+    );
+    assert_eq!(
+        value(format!(
+            "receiver_outbox_attempts_total{{result=retry,target={ok}}}"
+        )),
+        0.0
+    );
+    assert_eq!(
+        value(format!("receiver_outbox_target_paused{{target={ok}}}")),
+        0.0
     );
     // The gone target's second effect waits.
     assert_eq!(value("receiver_outbox_pending{}".to_owned()), 1.0);

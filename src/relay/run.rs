@@ -212,6 +212,9 @@ impl<E: Engine> Relay<E> {
                 .map_err(|e| DbError::from(e).connecting_to(self.dsn.engine()))?;
             outbox::check_skip_locked::<E>(&mut conn).await?;
         }
+        for target in self.targets.names() {
+            telemetry::start_outbox(target);
+        }
         tracing::info!(
             owner = %options.owner,
             targets = ?self.targets,
