@@ -173,6 +173,34 @@ struct Planned {
 const FILL_CHUNK: usize = 500;
 const HEADERS: &str = r#"{"content-type":"application/json"}"#;
 
+/// The `INSERT` of `rows` pending effects, due now: five parameters a row
+/// (id, event, key, ordering key, body), the `n`th (from 1) written as
+/// `parameter(n)`, and the engine's UTC time as `now`.
+fn fill_sql(rows: usize, parameter: impl Fn(usize) -> String, now: &str) -> String {
+    let consumer = ReceiverName::default();
+    let values: Vec<String> = (0..rows)
+        .map(|i| {
+            let p: Vec<String> = (1..=5).map(|k| parameter(i * 5 + k)).collect();
+            format!(
+                "({}, '{}', '{QUEUE}', {}, '{TARGET}', {}, {}, {}, '{HEADERS}', NULL, 'pending', 0, \
+                 {now}, {now})",
+                p[0],
+                consumer.as_str(),
+                p[1],
+                p[2],
+                p[3],
+                p[4]
+            )
+        })
+        .collect();
+    format!(
+        "INSERT INTO receiver_outbox (effect_id, consumer_name, queue_id, event_id, target, \
+         effect_key, ordering_key, body, headers, traceparent, state, attempts, \
+         next_attempt_at, created_at) VALUES {}",
+        values.join(", ")
+    )
+}
+
 impl Side for MySql {
     const ENGINE: &'static str = "mysql";
     const ANALYZE: &'static str = "ANALYZE TABLE receiver_outbox";
@@ -234,20 +262,7 @@ impl Side for MySql {
 
     async fn fill(admin: &sqlx::MySqlPool, rows: &[Planned]) {
         for chunk in rows.chunks(FILL_CHUNK) {
-            let values = vec![
-                format!(
-                    "(?, '{}', '{QUEUE}', ?, '{TARGET}', ?, ?, ?, '{HEADERS}', NULL, 'pending', 0, \
-                     UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
-                    ReceiverName::default().as_str()
-                );
-                chunk.len()
-            ];
-            let sql = format!(
-                "INSERT INTO receiver_outbox (effect_id, consumer_name, queue_id, event_id, target, \
-                 effect_key, ordering_key, body, headers, traceparent, state, attempts, \
-                 next_attempt_at, created_at) VALUES {}",
-                values.join(", ")
-            );
+            let sql = fill_sql(chunk.len(), |_| "?".to_owned(), "UTC_TIMESTAMP(6)");
             let mut query = sqlx::query(&sql);
             for row in chunk {
                 query = query
@@ -360,27 +375,10 @@ impl Side for Postgres {
 
     async fn fill(admin: &sqlx::PgPool, rows: &[Planned]) {
         for chunk in rows.chunks(FILL_CHUNK) {
-            let values: Vec<String> = (0..chunk.len())
-                .map(|i| {
-                    let p = i * 5;
-                    format!(
-                        "(${}, '{}', '{QUEUE}', ${}, '{TARGET}', ${}, ${}, ${}, '{HEADERS}', NULL, \
-                         'pending', 0, (statement_timestamp() AT TIME ZONE 'UTC'), \
-                         (statement_timestamp() AT TIME ZONE 'UTC'))",
-                        p + 1,
-                        ReceiverName::default().as_str(),
-                        p + 2,
-                        p + 3,
-                        p + 4,
-                        p + 5
-                    )
-                })
-                .collect();
-            let sql = format!(
-                "INSERT INTO receiver_outbox (effect_id, consumer_name, queue_id, event_id, target, \
-                 effect_key, ordering_key, body, headers, traceparent, state, attempts, \
-                 next_attempt_at, created_at) VALUES {}",
-                values.join(", ")
+            let sql = fill_sql(
+                chunk.len(),
+                |n| format!("${n}"),
+                "(statement_timestamp() AT TIME ZONE 'UTC')",
             );
             let mut query = sqlx::query(&sql);
             for row in chunk {
