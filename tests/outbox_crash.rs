@@ -489,6 +489,18 @@ async fn a_lost_commit_of_the_sent_record_loses_nothing_and_sends_again_only_und
         .await;
     assert_eq!(proxy.fired(), 1, "{}", relay.output());
     assert_eq!(E::states(&url).await[&answer_lost], "sent");
+    // Its next try finds the row recorded: not a lease that ran out.
+    printed(
+        &relay,
+        "relay's answer found already recorded",
+        Duration::from_secs(10),
+    )
+    .await;
+    assert!(
+        !relay.output().contains("lease on the effect ran out"),
+        "{}",
+        relay.output()
+    );
 
     proxy.arm_every(Fault::DropCommitBeforeServer);
     printed(

@@ -482,10 +482,20 @@ async fn record<E: Engine>(shared: &Shared<E>, id: &outbox::EffectId, settle: &S
         .await;
         match done {
             Ok(true) => return,
-            Ok(false) => {
+            Ok(false) if tries == 1 => {
                 tracing::warn!(
                     effect_id = %id,
                     "relay's lease on the effect ran out before its answer was recorded: another relay may send it again under the same id"
+                );
+                return;
+            }
+            // An earlier try may have committed with its reply lost: the
+            // row is then no longer this relay's to change.
+            Ok(false) => {
+                tracing::info!(
+                    effect_id = %id,
+                    tries,
+                    "relay's answer found already recorded, by an earlier try whose reply was lost, or its lease ran out meanwhile (another relay may then send it again under the same id)"
                 );
                 return;
             }
