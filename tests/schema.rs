@@ -554,11 +554,12 @@ async fn the_outbox_s_columns_carry_chinese_comments_and_its_keys_are_those_the_
     assert_eq!(
         indexes,
         [
-            ("PRIMARY".to_owned(), "effect_id".to_owned()),
+            ("PRIMARY".to_owned(), "seq".to_owned()),
             (
                 "receiver_outbox_due".to_owned(),
                 "state,next_attempt_at,seq".to_owned()
             ),
+            ("receiver_outbox_effect".to_owned(), "effect_id".to_owned()),
             (
                 "receiver_outbox_event".to_owned(),
                 "consumer_name,queue_id,event_id".to_owned()
@@ -567,7 +568,6 @@ async fn the_outbox_s_columns_carry_chinese_comments_and_its_keys_are_those_the_
                 "receiver_outbox_ordering".to_owned(),
                 "target,ordering_key,state,seq".to_owned()
             ),
-            ("receiver_outbox_seq".to_owned(), "seq".to_owned()),
         ]
     );
 }

@@ -444,13 +444,15 @@ mod tests {
     }
 
     #[test]
-    fn the_outbox_statement_creates_the_outbox_alone_keyed_by_the_effect_id() {
+    fn the_outbox_statement_creates_the_outbox_alone_clustered_by_its_order_and_unique_by_effect_id(
+    ) {
         let s = outbox_statements();
         assert_eq!(s.len(), 1);
         assert!(s[0].starts_with("CREATE TABLE receiver_outbox ("));
         assert_eq!(columns(OUTBOX_TABLE).len(), 19);
         assert_eq!(columns(OUTBOX_TABLE).first(), Some(&"seq"));
-        assert_eq!(key_columns(OUTBOX_TABLE), ["effect_id"]);
+        assert_eq!(key_columns(OUTBOX_TABLE), ["seq"]);
+        assert!(s[0].contains("UNIQUE KEY receiver_outbox_effect (effect_id)"));
         // The PostgreSQL twin names the same columns, in the same order.
         for column in columns(OUTBOX_TABLE) {
             assert!(
