@@ -59,7 +59,6 @@ use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use result_inbox::db::schema::{self, InitOptions};
 use result_inbox::db::{Dsn, Engine};
 use result_inbox::ids::{EventId, QueueId};
 use result_inbox::inbox::{Inbox, InboxLayer, InboxStore, Outcome, StoreOptions};
@@ -218,7 +217,7 @@ impl Side for MySql {
         root.close().await;
         let base = admin.rsplit_once('/').unwrap().0;
         let dsn = Dsn::parse(&format!("{base}/{db}")).unwrap();
-        init(&dsn).await;
+        common::init_outbox(&dsn).await;
         let pool = sqlx::mysql::MySqlPoolOptions::new()
             .max_connections(2)
             .connect(&format!("{base}/{db}"))
@@ -336,7 +335,7 @@ impl Side for Postgres {
         root.close().await;
         let base = admin.rsplit_once('/').unwrap().0;
         let dsn = Dsn::parse(&format!("{base}/{db}")).unwrap();
-        init(&dsn).await;
+        common::init_outbox(&dsn).await;
         let pool = sqlx::postgres::PgPoolOptions::new()
             .max_connections(2)
             .connect(&format!("{base}/{db}"))
@@ -401,16 +400,6 @@ impl Side for Postgres {
                 .unwrap();
         n as u64
     }
-}
-
-async fn init(dsn: &Dsn) {
-    let options = InitOptions {
-        outbox: true,
-        ..InitOptions::default()
-    };
-    schema::init_with(dsn, options)
-        .await
-        .expect("init --outbox");
 }
 
 async fn store<E: Engine>(dsn: &Dsn, connections: u32) -> InboxStore<E> {

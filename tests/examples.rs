@@ -150,13 +150,7 @@ async fn testing_inner_service_postgres_checks_each_outcome_on_a_database_of_its
 #[tokio::test]
 async fn outbox_webhook_sends_its_effect_signed_after_the_commit() {
     let db = TestDb::empty().await;
-    let options = result_inbox::db::schema::InitOptions {
-        outbox: true,
-        ..Default::default()
-    };
-    result_inbox::db::schema::init_with(&db.dsn, options)
-        .await
-        .unwrap();
+    common::init_outbox(&db.dsn).await;
     let endpoint = common::webhook::Endpoint::start();
     let secret_file =
         std::env::temp_dir().join(format!("example-secret-{}", common::random_hex(8)));

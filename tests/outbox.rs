@@ -16,7 +16,6 @@ use bytes::Bytes;
 use common::postgres::PgTestDb;
 use common::{random_hex, EventSpec, TestDb};
 use futures::future::{join_all, BoxFuture};
-use result_inbox::db::schema::{self, InitOptions};
 use result_inbox::db::{Dsn, Engine};
 use result_inbox::delivery::{Delivery, DeliveryId, TraceContext};
 use result_inbox::ids::{EventId, QueueId};
@@ -74,16 +73,6 @@ fn lock_of(effect: &EffectId) -> String {
     )
 }
 
-async fn with_outbox(dsn: &Dsn) {
-    let options = InitOptions {
-        outbox: true,
-        ..InitOptions::default()
-    };
-    schema::init_with(dsn, options)
-        .await
-        .expect("init --outbox");
-}
-
 impl Server for MySql {
     type Db = TestDb;
     async fn runtime(db: &TestDb) -> String {
@@ -108,7 +97,7 @@ impl Server for MySql {
     async fn database() -> (TestDb, Dsn) {
         let db = TestDb::empty().await;
         let dsn = db.dsn.clone();
-        with_outbox(&dsn).await;
+        common::init_outbox(&dsn).await;
         (db, dsn)
     }
     async fn connect(dsn: &Dsn) -> MySqlConnection {
@@ -173,7 +162,7 @@ impl Server for Postgres {
     async fn database() -> (PgTestDb, Dsn) {
         let db = PgTestDb::new().await;
         let dsn = Dsn::parse(&db.dsn).unwrap();
-        with_outbox(&dsn).await;
+        common::init_outbox(&dsn).await;
         (db, dsn)
     }
     async fn connect(dsn: &Dsn) -> PgConnection {

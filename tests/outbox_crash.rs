@@ -33,7 +33,6 @@ use common::orbit::{receiver, OrbitDev};
 use common::postgres::{PgPrivateServer, PgTestDb};
 use common::webhook::{Endpoint, Received};
 use common::{delivery_of, random_hex, write_private, EventSpec, TestDb};
-use result_inbox::db::schema::{self, InitOptions};
 use result_inbox::db::{Dsn, Engine};
 use result_inbox::ids::{EventId, QueueId};
 use result_inbox::inbox::{InboxLayer, InboxStore, Outcome, StoreOptions};
@@ -88,17 +87,6 @@ impl Restart for PgPrivateServer {
     }
 }
 
-/// `receiver init --outbox`'s tables in the database `url` names.
-async fn with_outbox(url: &str) {
-    let options = InitOptions {
-        outbox: true,
-        ..InitOptions::default()
-    };
-    schema::init_with(&Dsn::parse(url).unwrap(), options)
-        .await
-        .expect("init --outbox");
-}
-
 impl Server for MySql {
     type Db = TestDb;
     type Private = PrivateServer;
@@ -106,7 +94,7 @@ impl Server for MySql {
     async fn database() -> (TestDb, String) {
         let db = TestDb::empty().await;
         let url = common::dsn_for(&db.name);
-        with_outbox(&url).await;
+        common::init_outbox(&Dsn::parse(&url).unwrap()).await;
         (db, url)
     }
 
@@ -118,7 +106,7 @@ impl Server for MySql {
             .await
             .unwrap();
         let url = format!("mysql://root@127.0.0.1:{}/receiver", server.port());
-        with_outbox(&url).await;
+        common::init_outbox(&Dsn::parse(&url).unwrap()).await;
         (server, url)
     }
 
@@ -144,7 +132,7 @@ impl Server for Postgres {
     async fn database() -> (PgTestDb, String) {
         let db = PgTestDb::new().await;
         let url = db.dsn.clone();
-        with_outbox(&url).await;
+        common::init_outbox(&Dsn::parse(&url).unwrap()).await;
         (db, url)
     }
 
@@ -158,7 +146,7 @@ impl Server for Postgres {
             .await
             .unwrap();
         let url = server.dsn("receiver");
-        with_outbox(&url).await;
+        common::init_outbox(&Dsn::parse(&url).unwrap()).await;
         (server, url)
     }
 

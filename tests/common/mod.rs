@@ -271,6 +271,18 @@ pub struct Rows {
     pub views: Vec<(Vec<u8>, u64, u64, Vec<u8>)>,
 }
 
+/// `receiver init --outbox`'s tables (the receiver's and the outbox) in
+/// the database `dsn` names, on either engine.
+pub async fn init_outbox(dsn: &Dsn) {
+    let options = result_inbox::db::schema::InitOptions {
+        outbox: true,
+        ..Default::default()
+    };
+    result_inbox::db::schema::init_with(dsn, options)
+        .await
+        .expect("init --outbox");
+}
+
 /// A scope with a new random queue and the given receiver name.
 /// One delivery of `json` through `InboxLayer` over `TaskView` on `store`,
 /// as the consumer would run it.
