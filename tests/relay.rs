@@ -370,9 +370,9 @@ async fn two_relays_at_once_never_have_one_effect_in_flight_twice<E: Server>() {
 /// answer (the endpoint's 2xx, the stream's PubAck), before the relay can
 /// record it: as if the process died there.
 #[derive(Clone)]
-pub(crate) struct StopsAfterTheAnswer<T> {
-    pub(crate) inner: T,
-    pub(crate) stop: CancellationToken,
+struct StopsAfterTheAnswer<T> {
+    inner: T,
+    stop: CancellationToken,
 }
 
 impl<T> Service<Attempt> for StopsAfterTheAnswer<T>
@@ -399,6 +399,33 @@ where
     }
 }
 
+/// Runs a relay of `inner` as the target `name` until the first answer
+/// `inner` has, and stops it there, before it records that answer.
+pub(crate) async fn stopped_after_the_first_answer<E, T>(f: &Fixture<E>, name: &str, inner: T)
+where
+    E: Server,
+    T: Service<Attempt, Response = Sent, Error = Failed> + Clone + Send + Sync + 'static,
+    T::Future: Send + 'static,
+{
+    let stop = CancellationToken::new();
+    let target = StopsAfterTheAnswer {
+        inner,
+        stop: stop.clone(),
+    };
+    let mut options = quick(4);
+    options.lease = Duration::from_secs(1);
+    options.shutdown_grace = Duration::ZERO;
+    let relay = Relay::<E>::new(
+        f.dsn.clone(),
+        Targets::new().with(name, target).unwrap(),
+        options,
+    );
+    tokio::time::timeout(Duration::from_secs(5), relay.run(stop))
+        .await
+        .expect("the relay stops")
+        .unwrap();
+}
+
 async fn a_relay_stopped_after_the_answer_before_its_record_sends_again_under_the_same_id<
     E: Server,
 >() {
@@ -410,23 +437,7 @@ async fn a_relay_stopped_after_the_answer_before_its_record_sends_again_under_th
         .unwrap();
     let id = f.id(&event, "hook", "k");
 
-    let stop = CancellationToken::new();
-    let target = StopsAfterTheAnswer {
-        inner: endpoint.webhook("/hook"),
-        stop: stop.clone(),
-    };
-    let mut options = quick(4);
-    options.lease = Duration::from_secs(1);
-    options.shutdown_grace = Duration::ZERO;
-    let relay = Relay::<E>::new(
-        f.dsn.clone(),
-        Targets::new().with("hook", target).unwrap(),
-        options,
-    );
-    tokio::time::timeout(Duration::from_secs(5), relay.run(stop))
-        .await
-        .expect("the relay stops")
-        .unwrap();
+    stopped_after_the_first_answer(&f, "hook", endpoint.webhook("/hook")).await;
     let first = endpoint.seen().await.requests;
     assert_eq!(ids(&first), [id.as_str()]);
     assert_eq!(first[0].status, 200);

@@ -11,7 +11,7 @@
 use crate::common::nats::{header, notify_stream, stream_messages, NatsServer};
 use crate::common::random_hex;
 use crate::outbox::{body_of, Fixture, Recording, Server, TRACEPARENT};
-use crate::relay::{dead, quick, run, settled, StopsAfterTheAnswer};
+use crate::relay::{dead, quick, run, settled, stopped_after_the_first_answer};
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -20,9 +20,8 @@ use std::time::{Duration, Instant};
 use result_inbox::delivery::TraceContext;
 use result_inbox::nats::{self, NatsServers};
 use result_inbox::outbox::{self, EffectState};
-use result_inbox::relay::{JetStream, JetStreamError, Relay, RelayOptions, Targets};
+use result_inbox::relay::{JetStream, JetStreamError, RelayOptions, Targets};
 use sqlx::{MySql, Postgres};
-use tokio_util::sync::CancellationToken;
 
 /// What these tests read of an engine's outbox: each sent effect's id,
 /// last answer and attempts, in record order.
@@ -165,23 +164,7 @@ async fn a_relay_stopped_after_the_puback_before_its_record_publishes_again_and_
         .unwrap();
     let id = f.id(&event, "js", "k");
 
-    let stop = CancellationToken::new();
-    let stopping = StopsAfterTheAnswer {
-        inner: target(&server, &subject).await,
-        stop: stop.clone(),
-    };
-    let mut options = quick(4);
-    options.lease = Duration::from_secs(1);
-    options.shutdown_grace = Duration::ZERO;
-    let relay = Relay::<E>::new(
-        f.dsn.clone(),
-        Targets::new().with("js", stopping).unwrap(),
-        options,
-    );
-    tokio::time::timeout(Duration::from_secs(5), relay.run(stop))
-        .await
-        .expect("the relay stops")
-        .unwrap();
+    stopped_after_the_first_answer(&f, "js", target(&server, &subject).await).await;
     assert_eq!(stream_messages(&jetstream, &stream).await.len(), 1);
     assert_eq!(
         f.pending().await,
