@@ -534,13 +534,12 @@ async fn a_batch_that_loses_a_deadlock_runs_again_whole() {
         tokio::spawn(async move { behind_a_plug(&service, &probing, &plug, &jsons).await })
     };
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    sqlx::query(
-        "INSERT INTO receiver_inbox VALUES (?, ?, ?, REPEAT('0', 64), '{}', 0, UTC_TIMESTAMP(6))",
+    common::insert_inbox_row(
+        &mut rival,
+        "batched",
+        &f.queue,
+        &EventIdOf(&next).to_string(),
     )
-    .bind("batched")
-    .bind(&f.queue)
-    .bind(EventIdOf(&next).to_string())
-    .execute(&mut *rival)
     .await
     .expect("the rival survives the deadlock");
     rival.rollback().await.unwrap();

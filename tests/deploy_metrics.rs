@@ -247,15 +247,9 @@ async fn a_receiver_over_orbit_that_saw_every_kind_of_delivery() -> Scrape {
     let retried = EventSpec::submitted(&creds.queue_id, &retried_task);
     let pool = db.pool().await;
     let mut rival = pool.begin().await.unwrap();
-    sqlx::query(
-        "INSERT INTO receiver_inbox VALUES (?, ?, ?, REPEAT('0', 64), '{}', 0, UTC_TIMESTAMP(6))",
-    )
-    .bind("task-result-view")
-    .bind(&creds.queue_id)
-    .bind(&retried.id)
-    .execute(&mut *rival)
-    .await
-    .unwrap();
+    common::insert_inbox_row(&mut rival, "task-result-view", &creds.queue_id, &retried.id)
+        .await
+        .unwrap();
     orbit.inject(&sub, &retried.json()).await;
     consume
         .wait_for_output(Duration::from_secs(20), |log| log.contains("retrying"))

@@ -590,13 +590,12 @@ async fn a_deadlock_victim_is_retried_inside_the_budget_and_counted() {
     let json = next.json();
     let applying = tokio::spawn(async move { apply(&store, &json).await });
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    sqlx::query(
-        "INSERT INTO receiver_inbox VALUES (?, ?, ?, REPEAT('0', 64), '{}', 0, UTC_TIMESTAMP(6))",
+    common::insert_inbox_row(
+        &mut rival,
+        f.scope.receiver.as_str(),
+        f.scope.queue_id.as_str(),
+        &next.id,
     )
-    .bind(f.scope.receiver.as_str())
-    .bind(f.scope.queue_id.as_str())
-    .bind(&next.id)
-    .execute(&mut *rival)
     .await
     .expect("the rival survives the deadlock");
     rival.rollback().await.unwrap();

@@ -440,15 +440,9 @@ async fn a_transaction_retry_is_logged_under_the_inbox_s_target_with_the_event_a
     // insert waits for it past the lock wait (2 s) and is run again.
     let pool = db.pool().await;
     let mut rival = pool.begin().await.unwrap();
-    sqlx::query(
-        "INSERT INTO receiver_inbox VALUES (?, ?, ?, REPEAT('0', 64), '{}', 0, UTC_TIMESTAMP(6))",
-    )
-    .bind("task-result-view")
-    .bind(&creds.queue_id)
-    .bind(&spec.id)
-    .execute(&mut *rival)
-    .await
-    .unwrap();
+    common::insert_inbox_row(&mut rival, "task-result-view", &creds.queue_id, &spec.id)
+        .await
+        .unwrap();
     let mut consume = Consume::on_test_db(&orbit, &creds, &db, &sub, &[]);
     orbit.inject(&sub, &spec.json()).await;
     consume

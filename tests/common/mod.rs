@@ -271,6 +271,26 @@ pub struct Rows {
     pub views: Vec<(Vec<u8>, u64, u64, Vec<u8>)>,
 }
 
+/// Inserts an inbox row for `event` of `receiver` and `queue` on `conn`
+/// (a rival's transaction, left open to hold the row's key): a digest of
+/// zeros, no body, not applied.
+pub async fn insert_inbox_row(
+    conn: &mut sqlx::MySqlConnection,
+    receiver: &str,
+    queue: &str,
+    event: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO receiver_inbox VALUES (?, ?, ?, REPEAT('0', 64), '{}', 0, UTC_TIMESTAMP(6))",
+    )
+    .bind(receiver)
+    .bind(queue)
+    .bind(event)
+    .execute(conn)
+    .await
+    .map(drop)
+}
+
 /// `receiver init --outbox`'s tables (the receiver's and the outbox) in
 /// the database `dsn` names, on either engine.
 pub async fn init_outbox(dsn: &Dsn) {
