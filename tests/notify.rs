@@ -28,6 +28,30 @@ pub(crate) fn text(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
 }
 
+/// A notification's body has exactly the documented fields, `result`
+/// only when it was asked for.
+pub(crate) fn assert_notification_fields(body: &Value, with_result: bool) {
+    let keys: BTreeSet<&str> = body
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    let mut fields = vec![
+        "receiver",
+        "queue_id",
+        "task_id",
+        "state",
+        "version",
+        "event_id",
+        "result_sha256",
+    ];
+    if with_result {
+        fields.push("result");
+    }
+    assert_eq!(keys, fields.into_iter().collect::<BTreeSet<_>>());
+}
+
 /// `receiver init --outbox` on `dsn`.
 pub(crate) fn init_with_outbox(dsn: &str) {
     let out = receiver()
@@ -128,25 +152,7 @@ pub(crate) fn assert_notified(
         assert_eq!(request.idempotency_key, request.id);
         assert_eq!(request.content_type, "application/json");
         let got = body(request);
-        let keys: BTreeSet<&str> = got
-            .as_object()
-            .unwrap()
-            .keys()
-            .map(|k| k.as_str())
-            .collect();
-        let mut fields = vec![
-            "receiver",
-            "queue_id",
-            "task_id",
-            "state",
-            "version",
-            "event_id",
-            "result_sha256",
-        ];
-        if with_result {
-            fields.push("result");
-        }
-        assert_eq!(keys, fields.into_iter().collect::<BTreeSet<_>>());
+        assert_notification_fields(&got, with_result);
         let event = got["event_id"].as_str().unwrap();
         assert_eq!(request.id, effect_id(creds, event));
         assert!(

@@ -8,8 +8,8 @@
 
 use crate::common;
 use crate::notify::{
-    assert_notified, effect_id_for, expected, init_with_outbox, mysql_states, notify_env,
-    secret_file, succeeded, text, NAME,
+    assert_notification_fields, assert_notified, effect_id_for, expected, init_with_outbox,
+    mysql_states, notify_env, secret_file, succeeded, text, NAME,
 };
 
 use std::collections::BTreeSet;
@@ -56,22 +56,7 @@ fn assert_published(
     assert_eq!(messages.len(), expected_bodies.len(), "{messages:?}");
     for message in messages {
         let got = body(message);
-        let keys: BTreeSet<&str> = got
-            .as_object()
-            .unwrap()
-            .keys()
-            .map(String::as_str)
-            .collect();
-        let fields = [
-            "receiver",
-            "queue_id",
-            "task_id",
-            "state",
-            "version",
-            "event_id",
-            "result_sha256",
-        ];
-        assert_eq!(keys, fields.into_iter().collect::<BTreeSet<_>>());
+        assert_notification_fields(&got, false);
         let event = got["event_id"].as_str().unwrap();
         assert_eq!(
             header(message, "Nats-Msg-Id").unwrap(),
