@@ -4,12 +4,13 @@ CARGO ?= cargo
 WITH_MYSQL := scripts/with-mysql.sh
 WITH_GALERA := scripts/with-galera.sh
 WITH_POSTGRES := scripts/with-postgres.sh
+WITH_RABBITMQ := scripts/with-rabbitmq.sh
 # The `receiver` binary needs the `cli` feature; a library user's default
 # features leave it (and its dependencies) out. `testing` is the library's
 # helpers for testing an inner service (an example and its test use them).
 CLI := --features result-inbox/cli,result-inbox/testing
 
-.PHONY: demo test bench build check fmt-check clippy doc deps-check package-check unit integration cluster-test toolchain fuzz nats-server nextest doctest standardwebhooks promtool systemd-analyze
+.PHONY: demo test bench build check fmt-check clippy doc deps-check package-check unit integration cluster-test toolchain fuzz nats-server rabbitmq-server nextest doctest standardwebhooks promtool systemd-analyze
 
 ## demo: the whole local demo (orbit-dev, a throwaway database unless ORBIT_RECEIVER_DSN is set, init, demo)
 # It builds only what it runs: the two binaries, the receiver without its
@@ -29,11 +30,11 @@ NEXTEST := $(CARGO) nextest run --workspace --locked $(CLI)
 # as receiver consume does).
 BATCHING_TESTS := binary(crash) | test(/^(commit_loss|db_outage|cluster|cluster_node_loss)::/)
 
-## test: formatting, lints, docs, then every test (against a throwaway MariaDB server, a throwaway PostgreSQL server, a throwaway three-node Galera cluster and throwaway nats-servers): the doctests, the batching-mode pass, then every test binary (with promtool and systemd-analyze on deploy/'s rules, dashboard and unit); the last lines are the count of passed and failed tests
+## test: formatting, lints, docs, then every test (against a throwaway MariaDB server, a throwaway PostgreSQL server, a throwaway three-node Galera cluster, throwaway nats-servers and throwaway RabbitMQ nodes): the doctests, the batching-mode pass, then every test binary (with promtool and systemd-analyze on deploy/'s rules, dashboard and unit); the last lines are the count of passed and failed tests
 # One server and one cluster for both passes; the cluster starts while the
 # tests compile.
-test: check nats-server standardwebhooks promtool systemd-analyze nextest doctest
-	$(WITH_POSTGRES) $(WITH_MYSQL) $(WITH_GALERA) bash -c "RECEIVER_BATCH_MAX=16 $(NEXTEST) -E '$(BATCHING_TESTS)' && $(NEXTEST)"
+test: check nats-server rabbitmq-server standardwebhooks promtool systemd-analyze nextest doctest
+	$(WITH_RABBITMQ) $(WITH_POSTGRES) $(WITH_MYSQL) $(WITH_GALERA) bash -c "RECEIVER_BATCH_MAX=16 $(NEXTEST) -E '$(BATCHING_TESTS)' && $(NEXTEST)"
 
 ## doctest: the examples in the documentation (cargo-nextest does not run them)
 doctest:
@@ -96,8 +97,8 @@ unit: nextest
 	$(CARGO) nextest run --workspace --lib --bins --locked $(CLI)
 
 ## integration: only the integration tests, against a throwaway server
-integration: nats-server standardwebhooks promtool systemd-analyze nextest
-	$(WITH_POSTGRES) $(WITH_MYSQL) $(WITH_GALERA) $(NEXTEST) -E 'kind(test)'
+integration: nats-server rabbitmq-server standardwebhooks promtool systemd-analyze nextest
+	$(WITH_RABBITMQ) $(WITH_POSTGRES) $(WITH_MYSQL) $(WITH_GALERA) $(NEXTEST) -E 'kind(test)'
 
 ## cluster-test: only the tests on a throwaway three-node MariaDB Galera cluster (the cluster binary)
 cluster-test: nextest
@@ -110,6 +111,10 @@ nextest:
 ## nats-server: the NATS server the JetStream tests start (installs Debian's package when missing)
 nats-server:
 	@scripts/need-nats.sh
+
+## rabbitmq-server: Debian's RabbitMQ, whose throwaway nodes the RabbitMQ tests start (installs the package when missing, without starting its service)
+rabbitmq-server:
+	@scripts/need-rabbitmq.sh
 
 ## promtool: Prometheus's rule checker, with which the tests check and unit-test deploy/prometheus/'s rules and the dashboard's queries (installs Debian's prometheus when missing, without starting its server)
 promtool:

@@ -128,6 +128,10 @@ feature! { "nats":
     pub mod nats;
 }
 
+feature! { "rabbitmq":
+    pub mod rabbitmq;
+}
+
 feature! { "mysql":
     // Database, inbox and task view, operator tools.
     pub mod db;

@@ -13,7 +13,8 @@
 //! 3. an acknowledgement is confirmed or refused by the source, and one
 //!    whose answer was lost can be sent again with the same proof
 //!    ([`Source::ack`]);
-//! 4. what is not acknowledged comes again (a lease runs out).
+//! 4. what is not acknowledged comes again (a lease runs out, or the
+//!    source is told that the attempt failed: [`Source::retry`]).
 //!
 //! A source may also be able to drop a delivery for good without
 //! acknowledging it ([`Source::terminate`]: JetStream's `+TERM`); the
@@ -139,6 +140,22 @@ pub trait Source: Send + Sync + 'static {
     /// acknowledged. `Ok(false)`: the source cannot (the default); the
     /// lease runs out.
     fn release(
+        &self,
+        id: &DeliveryId,
+        proof: &Self::Proof,
+    ) -> impl Future<Output = Result<bool, Self::Error>> + Send {
+        let _ = (id, proof);
+        async { Ok(false) }
+    }
+
+    /// Gives back a delivery whose attempt failed, so that the source
+    /// counts the attempt and offers the delivery again; nothing is
+    /// acknowledged. For a source where nothing runs out on its own
+    /// (RabbitMQ holds a delivery until its channel closes), and which
+    /// may pause first so that a failing delivery does not spend its
+    /// budget at once. `Ok(false)`: the source needs nothing (the default):
+    /// the lease runs out, and that is the pause.
+    fn retry(
         &self,
         id: &DeliveryId,
         proof: &Self::Proof,

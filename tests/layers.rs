@@ -38,6 +38,7 @@ const ABOVE: &[(&str, &[&str])] = &[
     ("consumer", &["source"]),
     ("orbit", &["source"]),
     ("nats", &["source"]),
+    ("rabbitmq", &["source"]),
     ("verify", &["db"]),
     ("stats", &["db"]),
     ("prune", &["db"]),

@@ -20,6 +20,14 @@ pub(crate) enum SourceKind {
     Orbit,
     /// A NATS JetStream durable pull consumer.
     Nats,
+    /// A RabbitMQ quorum queue.
+    Rabbitmq,
+}
+
+/// Why a receiver built without RabbitMQ refuses `--source rabbitmq`.
+#[cfg(not(feature = "rabbitmq"))]
+pub(crate) fn built_without_rabbitmq() -> String {
+    "--source rabbitmq: this receiver was built without RabbitMQ; build it with the feature `cli` (cargo install --path . --features cli)".to_owned()
 }
 
 /// The NATS servers and how to log in: what `--source nats` and a notify
@@ -61,6 +69,24 @@ pub(crate) struct NatsArgs {
     /// The subject of the queue's events [default: orbit.results.<ORBIT_QUEUE_ID>].
     #[arg(long, env = "NATS_SUBJECT")]
     pub(crate) nats_subject: Option<String>,
+}
+
+/// Where the queue's events are on RabbitMQ (only for `--source rabbitmq`).
+#[derive(Args, Default)]
+pub(crate) struct RabbitArgs {
+    /// The RabbitMQ server, amqp://user:password@host:5672/vhost, or
+    /// amqps:// for TLS. Never printed with its password.
+    #[arg(long, env = "AMQP_URL", hide_env_values = true)]
+    pub(crate) amqp_url: Option<String>,
+    /// The quorum queue of the queue's events [default:
+    /// orbit.results.<ORBIT_QUEUE_ID>].
+    #[arg(long, env = "AMQP_QUEUE")]
+    pub(crate) amqp_queue: Option<String>,
+    /// How long a delivery whose attempt failed is held before it is
+    /// returned to the queue, where the return counts toward the queue's
+    /// delivery limit: the pause between two attempts [default: 5s].
+    #[arg(long, env = "AMQP_RETRY_AFTER", value_parser = positive_duration)]
+    pub(crate) amqp_retry_after: Option<Duration>,
 }
 
 /// Where Orbit is and who the receiver is there.
@@ -219,6 +245,20 @@ impl Receiver {
         let (dsn, name) = self.database_and_name()?;
         let queue_id = self.orbit.queue_id().map_err(|e| e.to_string())?;
         let settings = nats.settings(queue_id).map_err(|e| e.to_string())?;
+        let scope = InboxScope::new(name, settings.queue_id.clone());
+        Ok((dsn, scope, settings))
+    }
+
+    /// For `--source rabbitmq`: the database, the scope and RabbitMQ; of
+    /// Orbit's settings only the queue.
+    #[cfg(feature = "rabbitmq")]
+    pub(crate) fn resolve_for_rabbitmq(
+        self,
+        rabbit: RabbitArgs,
+    ) -> Result<(Dsn, InboxScope, result_inbox::rabbitmq::RabbitSettings), String> {
+        let (dsn, name) = self.database_and_name()?;
+        let queue_id = self.orbit.queue_id().map_err(|e| e.to_string())?;
+        let settings = rabbit.settings(queue_id).map_err(|e| e.to_string())?;
         let scope = InboxScope::new(name, settings.queue_id.clone());
         Ok((dsn, scope, settings))
     }

@@ -54,7 +54,7 @@ pub enum ConfigError {
 }
 
 impl ConfigError {
-    fn invalid(variable: &'static str, problem: impl Into<String>) -> Self {
+    pub(crate) fn invalid(variable: &'static str, problem: impl Into<String>) -> Self {
         ConfigError::Invalid {
             variable,
             problem: problem.into(),
@@ -203,7 +203,7 @@ impl NatsArgs {
 }
 
 /// `ORBIT_QUEUE_ID`'s value as a queue id.
-fn parse_queue_id(value: &str) -> Result<QueueId, ConfigError> {
+pub(crate) fn parse_queue_id(value: &str) -> Result<QueueId, ConfigError> {
     QueueId::parse(value).map_err(|_| {
         ConfigError::invalid(
             "ORBIT_QUEUE_ID",

@@ -18,7 +18,7 @@ use result_inbox::nats::{self, FailedMessage, NatsSettings};
 use result_inbox::orbit::{EventBody, OrbitClient};
 use result_inbox::scope::InboxScope;
 
-use crate::commands::NATS_CALL_TIMEOUT;
+use crate::commands::BROKER_CALL_TIMEOUT;
 
 /// Where the failed deliveries are kept.
 pub(crate) enum Origin {
@@ -284,7 +284,7 @@ async fn from_nats(
     settings: &NatsSettings,
     diagnoser: &mut Diagnoser,
 ) -> Result<Vec<FailedDelivery>, Listing> {
-    let messages = nats::failed_messages(settings, NATS_CALL_TIMEOUT)
+    let messages = nats::failed_messages(settings, BROKER_CALL_TIMEOUT)
         .await
         .map_err(Listing::Nats)?;
     let mut failed = Vec::with_capacity(messages.len());

@@ -25,6 +25,8 @@ mod otel;
 #[cfg(not(feature = "otel"))]
 #[path = "untraced.rs"]
 mod otel;
+#[cfg(feature = "rabbitmq")]
+mod rabbitmq;
 mod relay_options;
 mod replication;
 mod runtime;

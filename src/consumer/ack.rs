@@ -78,6 +78,14 @@ pub(super) async fn release<Src: Source>(
     }))
 }
 
+/// One try: a failed attempt the source could not be told of comes again
+/// when the source's own time runs out (RabbitMQ: its channel closes).
+pub(super) async fn retry<Src: Source>(source: Arc<Src>, id: DeliveryId, proof: Src::Proof) {
+    if let Err(e) = source.retry(&id, &proof).await {
+        warn!(delivery = %id, error = %e, "could not give a failed delivery back; it comes again when the source gives up on it");
+    }
+}
+
 pub(super) fn record_ack(report: &mut ConsumerReport, acked: AckResult) {
     match acked {
         AckResult::Released(true) => report.released += 1,

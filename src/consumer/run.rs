@@ -12,7 +12,7 @@ use tokio::time::{sleep_until, timeout, timeout_at, Instant};
 use tower::{Service, ServiceExt};
 use tracing::{error, info, warn, Instrument, Span};
 
-use super::ack::{ack_until_answered, record_ack, release, terminate, AckResult};
+use super::ack::{ack_until_answered, record_ack, release, retry, terminate, AckResult};
 use super::breaker::Breaker;
 use super::link::Link;
 use super::span::{self, Spans, TraceParent};
@@ -163,6 +163,9 @@ impl<Src: Source> Consumer<Src> {
         // Leased deliveries waiting for a free slot (at most `prefetch`).
         let mut held: VecDeque<(Delivery<Bytes>, Src::Proof)> = VecDeque::new();
         let mut acks: JoinSet<AckResult> = JoinSet::new();
+        // Failed attempts being given back (`Source::retry`): not waited
+        // for at shutdown, where the source takes back what is unsettled.
+        let mut retries: JoinSet<()> = JoinSet::new();
         let mut link: Link<Src::Stream> = Link::new(&self.options, self.health.clone());
         let mut breaker = Breaker::new(self.probe.clone(), &self.options, self.health.clone());
         let idle = self.options.stream_idle_timeout;
@@ -265,7 +268,10 @@ impl<Src: Source> Consumer<Src> {
                             let settle = spans.settle(&done.span, "ack");
                             acks.spawn(ack_until_answered(source, done.id, done.proof, backoff).instrument(settle));
                         }
-                        Settlement::Leave => report.failed += 1,
+                        Settlement::Leave => {
+                            report.failed += 1;
+                            retries.spawn(retry(self.source.clone(), done.id, done.proof));
+                        }
                         Settlement::Terminate => {
                             report.failed += 1;
                             let settle = spans.settle(&done.span, "terminate");
@@ -276,6 +282,7 @@ impl<Src: Source> Consumer<Src> {
                         breaker.trip();
                     }
                 }
+                Some(_) = retries.join_next(), if !retries.is_empty() => {}
                 Some(acked) = acks.join_next(), if !acks.is_empty() => {
                     if let Ok(acked) = acked {
                         record_ack(&mut report, acked);
@@ -338,6 +345,7 @@ impl<Src: Source> Consumer<Src> {
         }
         report.abandoned += handlers.len() as u64;
         handlers.abort_all();
+        retries.abort_all();
         while let Ok(Some(_)) = timeout_at(deadline, handlers.join_next()).await {}
         set_in_hand(0, 0);
         while let Ok(Some(acked)) = timeout_at(deadline, acks.join_next()).await {

@@ -20,6 +20,8 @@ pub mod orbit;
 #[cfg(feature = "otel")]
 pub mod otlp;
 pub mod postgres;
+#[cfg(feature = "rabbitmq")]
+pub mod rabbitmq;
 pub mod tls;
 pub mod webhook;
 

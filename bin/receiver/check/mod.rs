@@ -67,6 +67,10 @@ pub async fn tally_warning(dsn: &result_inbox::db::Dsn) -> Option<String> {
 /// consumer exist, explicit acks, filter subject = the queue's subject).
 pub const NATS_CHECKS: [&str; 2] = ["nats", "consumer"];
 
+/// What `check --source rabbitmq` checks beyond the database.
+#[cfg(feature = "rabbitmq")]
+pub const RABBITMQ_CHECKS: [&str; 2] = ["rabbitmq", "queue"];
+
 /// One named check and what it found: printed as `check=<name> ok`,
 /// `check=<name> FAIL <reason>` or `check=<name> not run (check <name>
 /// failed)`.

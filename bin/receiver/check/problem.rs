@@ -69,6 +69,11 @@ pub enum Problem {
     /// durable consumer cannot be consumed for the queue.
     #[error("{0}")]
     Nats(NatsError),
+    /// RabbitMQ cannot be reached or refused the login, or the queue
+    /// cannot be consumed.
+    #[cfg(feature = "rabbitmq")]
+    #[error("{0}")]
+    Rabbit(result_inbox::rabbitmq::RabbitError),
     /// The database server lacks `FOR UPDATE SKIP LOCKED`, which the
     /// outbox's relay claims with (the whole sentence, naming the version
     /// needed).
@@ -100,6 +105,8 @@ impl Problem {
         match self {
             Problem::DatabaseUnreachable(_) | Problem::OrbitUnreachable(_) => true,
             Problem::Nats(e) => !e.is_configuration(),
+            #[cfg(feature = "rabbitmq")]
+            Problem::Rabbit(e) => !e.is_configuration(),
             Problem::NotifyStream(e) => matches!(e, JetStreamError::Unanswered { .. }),
             _ => false,
         }
@@ -123,6 +130,14 @@ impl Problem {
                 | NatsError::CredsFile { .. },
             ) => "nats",
             Problem::Nats(_) => "consumer",
+            #[cfg(feature = "rabbitmq")]
+            Problem::Rabbit(
+                result_inbox::rabbitmq::RabbitError::Unreachable { .. }
+                | result_inbox::rabbitmq::RabbitError::Refused { .. }
+                | result_inbox::rabbitmq::RabbitError::Address { .. },
+            ) => "rabbitmq",
+            #[cfg(feature = "rabbitmq")]
+            Problem::Rabbit(_) => "queue",
             Problem::SkipLocked(_) => "outbox",
             Problem::NotifyStream(_) => "notify",
         }
@@ -139,6 +154,8 @@ impl Problem {
             | Problem::OrbitUnreachable(_)
             | Problem::Orbit(_) => false,
             Problem::Nats(e) => e.is_configuration(),
+            #[cfg(feature = "rabbitmq")]
+            Problem::Rabbit(e) => e.is_configuration(),
             Problem::NotifyStream(e) => !matches!(e, JetStreamError::Unanswered { .. }),
             _ => true,
         }

@@ -24,8 +24,8 @@ use result_inbox::prune::{self, PruneError};
 use result_inbox::scope::InboxScope;
 use result_inbox::sqlx::{MySql, Postgres};
 
-use super::{orbit_client, NATS_CALL_TIMEOUT};
-use crate::args::{required_subscription, NatsArgs, Receiver, SourceKind};
+use super::{orbit_client, BROKER_CALL_TIMEOUT};
+use crate::args::{required_subscription, NatsArgs, RabbitArgs, Receiver, SourceKind};
 use crate::check::{self, findings, Finding, Problem, DATABASE_CHECKS, NATS_CHECKS, ORBIT_CHECKS};
 use crate::exit::{config, passed, Failed, Outcome};
 use crate::notify::{outbox_ready, NotifyArgs, NotifyConfig};
@@ -36,11 +36,13 @@ use crate::runtime::runtime;
 pub(crate) struct CheckArgs {
     #[command(flatten)]
     receiver: Receiver,
-    /// What `consume` would consume: `orbit` or `nats`.
+    /// What `consume` would consume: `orbit`, `nats` or `rabbitmq`.
     #[arg(long, env = "RECEIVER_SOURCE", value_enum, ignore_case = true, default_value_t = SourceKind::Orbit)]
     source: SourceKind,
     #[command(flatten)]
     nats: NatsArgs,
+    #[command(flatten)]
+    rabbitmq: RabbitArgs,
     /// The subscription `consume` would consume (required without --demo,
     /// checked when given with it).
     #[arg(long, env = "ORBIT_SUBSCRIPTION_ID")]
@@ -80,6 +82,10 @@ pub(crate) fn run_check(args: CheckArgs) -> Outcome {
                 check_orbit(args.receiver, args.subscription_id, args.demo, notify)?
             }
             SourceKind::Nats => check_nats(args.receiver, args.nats, notify)?,
+            #[cfg(feature = "rabbitmq")]
+            SourceKind::Rabbitmq => check_rabbitmq(args.receiver, args.rabbitmq, notify)?,
+            #[cfg(not(feature = "rabbitmq"))]
+            SourceKind::Rabbitmq => return Err(config(crate::args::built_without_rabbitmq())),
         }
     };
     // Whether consume's traces would reach their collector, and where it
@@ -149,12 +155,35 @@ fn check_nats(
 ) -> Result<Vec<Finding>, Failed> {
     let (dsn, scope, settings) = receiver.resolve_for_nats(nats).map_err(config)?;
     let nats = async {
-        JetStreamSource::connect(&settings, NATS_CALL_TIMEOUT)
+        JetStreamSource::connect(&settings, BROKER_CALL_TIMEOUT)
             .await
             .map(drop)
             .map_err(Problem::Nats)
     };
     Ok(database_and(&dsn, scope, &NATS_CHECKS, nats, notify))
+}
+
+#[cfg(feature = "rabbitmq")]
+fn check_rabbitmq(
+    receiver: Receiver,
+    rabbit: RabbitArgs,
+    notify: Option<&NotifyConfig>,
+) -> Result<Vec<Finding>, Failed> {
+    use result_inbox::rabbitmq::RabbitSource;
+    let (dsn, scope, settings) = receiver.resolve_for_rabbitmq(rabbit).map_err(config)?;
+    let queue = async {
+        RabbitSource::connect(&settings, BROKER_CALL_TIMEOUT)
+            .await
+            .map(drop)
+            .map_err(Problem::Rabbit)
+    };
+    Ok(database_and(
+        &dsn,
+        scope,
+        &check::RABBITMQ_CHECKS,
+        queue,
+        notify,
+    ))
 }
 
 /// The database checks on the engine the address names, and once they

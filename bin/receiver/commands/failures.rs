@@ -48,6 +48,9 @@ impl FailedArgs {
                     self.receiver.resolve_for_nats(self.nats).map_err(config)?;
                 Ok((Origin::Nats(settings), dsn, scope))
             }
+            SourceKind::Rabbitmq => Err(config(
+                "--source rabbitmq: failures and replay do not read RabbitMQ's dead-letter queue yet; what the queue gave up on is in <AMQP_QUEUE>.failed (rabbitmqctl list_queues name messages)",
+            )),
         }
     }
 }

@@ -13,7 +13,7 @@ use result_inbox::nats;
 use result_inbox::orbit::{readable_by_others, OrbitClient, OrbitError, Token};
 
 use super::failures::{listing_failure, FailedArgs};
-use super::{NATS_CALL_TIMEOUT, ORBIT_CALL_TIMEOUT};
+use super::{BROKER_CALL_TIMEOUT, ORBIT_CALL_TIMEOUT};
 use crate::exit::{config, Failed, Outcome, EXIT_CONFIG, EXIT_FAILED};
 use crate::failed::{list, FailedDelivery, Origin};
 use crate::runtime::runtime;
@@ -251,7 +251,7 @@ async fn replay_one(
             let Some(message) = &f.message else {
                 return Replay::Failed("no stored message".to_owned());
             };
-            match nats::replay(settings, NATS_CALL_TIMEOUT, message).await {
+            match nats::replay(settings, BROKER_CALL_TIMEOUT, message).await {
                 Ok(sequence) => Replay::Replayed(Some(format!("new_sequence={sequence}"))),
                 Err(e) => Replay::Failed(format!("NATS: {e}")),
             }

@@ -2,7 +2,8 @@
 //! then consumes, on the configured queue, for the event types asked for;
 //! with `--source nats`, the durable pull consumer of the queue's subject
 //! (and, when asked, its stream), and the stream that records the messages
-//! that consumer gives up on.
+//! that consumer gives up on; with `--source rabbitmq`, the quorum queue
+//! and its dead-letter queue.
 
 use std::time::Duration;
 
@@ -16,8 +17,8 @@ use result_inbox::nats::{
 };
 use result_inbox::orbit::{OrbitClient, OrbitError};
 
-use super::{orbit_client, NATS_CALL_TIMEOUT};
-use crate::args::{NatsArgs, OrbitArgs, SourceKind};
+use super::{orbit_client, BROKER_CALL_TIMEOUT};
+use crate::args::{NatsArgs, OrbitArgs, RabbitArgs, SourceKind};
 use crate::check::Problem;
 use crate::exit::{config, failed, printed, Outcome};
 use crate::runtime::runtime;
@@ -33,7 +34,8 @@ pub(crate) struct SubscribeArgs {
     /// task.cancelled, task.needs_review). Only for --source orbit.
     #[arg(long)]
     events: Option<String>,
-    /// Where `consume` takes its deliveries from: `orbit` or `nats`.
+    /// Where `consume` takes its deliveries from: `orbit`, `nats` or
+    /// `rabbitmq`.
     #[arg(long, env = "RECEIVER_SOURCE", value_enum, ignore_case = true, default_value_t = SourceKind::Orbit)]
     source: SourceKind,
     #[command(flatten)]
@@ -55,6 +57,13 @@ pub(crate) struct SubscribeArgs {
     /// as the queue's stream has. [default: 1]
     #[arg(long, value_name = "N", value_parser = replicas)]
     replicas: Option<usize>,
+    #[command(flatten)]
+    rabbitmq: RabbitArgs,
+    /// The quorum queue's delivery limit: how often a message may be
+    /// returned (a failed attempt, a closed channel) before RabbitMQ moves
+    /// it to the dead-letter queue. Only for --source rabbitmq. [default: 20]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    delivery_limit: Option<u32>,
 }
 
 fn replicas(value: &str) -> Result<usize, String> {
@@ -75,6 +84,9 @@ fn at_least_one(value: &str) -> Result<i64, String> {
 
 pub(crate) fn run_subscribe(args: SubscribeArgs) -> Outcome {
     match args.source {
+        SourceKind::Orbit | SourceKind::Nats if args.delivery_limit.is_some() => Err(config(
+            "--delivery-limit is only for --source rabbitmq (NATS: --max-deliver)",
+        )),
         SourceKind::Orbit => {
             let nats_only = [
                 ("--ack-wait", args.ack_wait.is_some()),
@@ -90,7 +102,42 @@ pub(crate) fn run_subscribe(args: SubscribeArgs) -> Outcome {
             subscribe_orbit(args.orbit, args.events)
         }
         SourceKind::Nats => subscribe_nats(args),
+        #[cfg(feature = "rabbitmq")]
+        SourceKind::Rabbitmq => subscribe_rabbitmq(args),
+        #[cfg(not(feature = "rabbitmq"))]
+        SourceKind::Rabbitmq => Err(config(crate::args::built_without_rabbitmq())),
     }
+}
+
+#[cfg(feature = "rabbitmq")]
+fn subscribe_rabbitmq(args: SubscribeArgs) -> Outcome {
+    use result_inbox::rabbitmq::{provision, QueueSpec};
+    let elsewhere = [
+        ("--events", args.events.is_some()),
+        ("--ack-wait", args.ack_wait.is_some()),
+        ("--max-deliver", args.max_deliver.is_some()),
+        ("--create-stream", args.create_stream),
+        ("--replicas", args.replicas.is_some()),
+    ];
+    if let Some((flag, _)) = elsewhere.iter().find(|(_, given)| *given) {
+        return Err(config(format!(
+            "{flag} is not for --source rabbitmq: a quorum queue takes every event routed to it, holds a delivery until it is settled, and counts returns against --delivery-limit"
+        )));
+    }
+    let queue_id = args.orbit.queue_id().map_err(config)?;
+    let settings = args.rabbitmq.settings(queue_id).map_err(config)?;
+    let spec = QueueSpec {
+        delivery_limit: args
+            .delivery_limit
+            .unwrap_or(QueueSpec::default().delivery_limit),
+    };
+    let done = runtime()
+        .block_on(provision(&settings, spec, BROKER_CALL_TIMEOUT))
+        .map_err(|e| failed(e.is_configuration(), e))?;
+    printed(format!(
+        "queue={} type=quorum delivery_limit={} dead_letter_queue={} ready={}",
+        done.queue, spec.delivery_limit, done.dead_letter_queue, done.ready
+    ))
 }
 
 fn subscribe_orbit(orbit: OrbitArgs, events: Option<String>) -> Outcome {
@@ -123,7 +170,7 @@ fn subscribe_nats(args: SubscribeArgs) -> Outcome {
         replicas: args.replicas.unwrap_or(defaults.replicas),
     };
     let done = runtime()
-        .block_on(provision_consumer(&settings, NATS_CALL_TIMEOUT, &spec))
+        .block_on(provision_consumer(&settings, BROKER_CALL_TIMEOUT, &spec))
         .map_err(|e| failed(e.is_configuration(), e))?;
     // Only what was asked for can be at odds with an existing consumer.
     let asked_otherwise = args

@@ -14,7 +14,7 @@ use result_inbox::retry::{until_answered, Backoff};
 
 use super::{NotifyConfig, NATS_TARGET, TARGET};
 use crate::check::{Finding, Problem};
-use crate::commands::NATS_CALL_TIMEOUT;
+use crate::commands::BROKER_CALL_TIMEOUT;
 
 /// The webhook to `url`, signed with the secret in `secret_file`, each
 /// attempt given `timeout`.
@@ -125,7 +125,7 @@ async fn jetstream(
     subject: &str,
     timeout: Duration,
 ) -> Result<(JetStream, CapturingStream), Problem> {
-    let client = nats::connect(servers, NATS_CALL_TIMEOUT)
+    let client = nats::connect(servers, BROKER_CALL_TIMEOUT)
         .await
         .map_err(Problem::Nats)?;
     let jetstream = JetStream::new(client, subject)

@@ -1,4 +1,5 @@
-//! `receiver consume --source nats` against real nats-servers.
+//! `receiver consume --source nats` against real nats-servers, and
+//! `--source rabbitmq` against real RabbitMQ nodes.
 //!
 //! One test binary for the area, since every binary compiles the shared
 //! test code and links the whole dependency tree again; each file of
@@ -8,3 +9,5 @@
 mod common;
 #[path = "../nats.rs"]
 mod nats;
+#[path = "../rabbitmq.rs"]
+mod rabbitmq;

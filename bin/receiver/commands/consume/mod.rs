@@ -20,6 +20,8 @@
 //! view records a notification per target for each delivery it advanced
 //! (`task_view::Notify`), sent by a relay beside the consumer, woken by it.
 
+mod source;
+
 use std::process::ExitCode;
 
 use clap::Args;
@@ -29,20 +31,18 @@ use tracing::info;
 
 use result_inbox::consumer::{Consumer, ConsumerError, ConsumerOptions, ConsumerReport, Health};
 use result_inbox::db::{Dsn, Engine, EngineKind};
-use result_inbox::ids::{QueueId, SubscriptionId};
 use result_inbox::inbox::{Batching, InboxLayer, InboxStore, StoreOptions};
-use result_inbox::nats::{JetStreamSource, NatsError, NatsSettings};
-use result_inbox::orbit::{OrbitClient, OrbitSource, Scope};
 use result_inbox::relay::{RelayError, Targets};
 use result_inbox::retry::until_answered;
 use result_inbox::scope::InboxScope;
-use result_inbox::source::{Source, SourceError};
+use result_inbox::source::Source;
 use result_inbox::sqlx::{MySql, Postgres};
 use result_inbox::task_view::TaskView;
 use result_inbox::BoxError;
 
-use super::{orbit_client, CONSUME_GRACE, NATS_CALL_TIMEOUT};
-use crate::args::{required_subscription, NatsArgs, Receiver, SourceKind};
+use self::source::{nats, orbit, SourceConfig};
+use super::{orbit_client, CONSUME_GRACE};
+use crate::args::{required_subscription, NatsArgs, RabbitArgs, Receiver, SourceKind};
 use crate::check::{self, Problem};
 use crate::exit::{config, failed, Outcome};
 use crate::health::consumer_metrics_endpoint;
@@ -54,9 +54,9 @@ use crate::runtime::until_shutdown;
 pub(crate) struct ConsumeArgs {
     #[command(flatten)]
     pub(crate) receiver: Receiver,
-    /// Where the deliveries come from: `orbit` (a subscription's stream)
-    /// or `nats` (a JetStream durable pull consumer, see the NATS_*
-    /// settings).
+    /// Where the deliveries come from: `orbit` (a subscription's stream),
+    /// `nats` (a JetStream durable pull consumer, see the NATS_* settings)
+    /// or `rabbitmq` (a quorum queue, see the AMQP_* settings).
     #[arg(long, env = "RECEIVER_SOURCE", value_enum, ignore_case = true, default_value_t = SourceKind::Orbit)]
     pub(crate) source: SourceKind,
     /// The subscription to consume (32 lowercase hex characters), created
@@ -65,6 +65,8 @@ pub(crate) struct ConsumeArgs {
     pub(crate) subscription_id: Option<String>,
     #[command(flatten)]
     pub(crate) nats: NatsArgs,
+    #[command(flatten)]
+    pub(crate) rabbitmq: RabbitArgs,
     /// Serve /metrics (Prometheus text), /healthz and /readyz on this
     /// address, e.g. 127.0.0.1:9464. Off unless set.
     #[arg(long, env = "RECEIVER_METRICS_ADDR")]
@@ -73,7 +75,8 @@ pub(crate) struct ConsumeArgs {
     /// freed by a commit finds its next delivery waiting (0 to 64). Each
     /// spends a lease while it waits, and one attempt if an outage
     /// outlasts its lease: 0 leases only for free slots. [default: 4 with
-    /// --source orbit, 16 with --source nats (pull requests of 8)]
+    /// --source orbit, 16 with --source nats (pull requests of 8) and
+    /// --source rabbitmq]
     #[arg(long, env = "RECEIVER_PREFETCH", value_parser = clap::value_parser!(u32).range(0..=64))]
     pub(crate) prefetch: Option<u32>,
     /// Batching mode: deliveries that are waiting share one transaction,
@@ -133,7 +136,7 @@ fn consume_config(args: ConsumeArgs) -> Result<ConsumeConfig, String> {
         shutdown_grace: CONSUME_GRACE,
         prefetch: args.prefetch.unwrap_or(match args.source {
             SourceKind::Orbit => defaults.prefetch,
-            SourceKind::Nats => result_inbox::nats::DEFAULT_PREFETCH,
+            SourceKind::Nats | SourceKind::Rabbitmq => result_inbox::nats::DEFAULT_PREFETCH,
         }),
         ..defaults
     };
@@ -152,6 +155,14 @@ fn consume_config(args: ConsumeArgs) -> Result<ConsumeConfig, String> {
             let (dsn, scope, settings) = args.receiver.resolve_for_nats(args.nats)?;
             (SourceConfig::Nats { settings }, dsn, scope)
         }
+        #[cfg(feature = "rabbitmq")]
+        SourceKind::Rabbitmq => {
+            let (dsn, scope, settings) = args.receiver.resolve_for_rabbitmq(args.rabbitmq)?;
+            let settings = crate::rabbitmq::with_window(settings, &consumer);
+            (SourceConfig::Rabbitmq { settings }, dsn, scope)
+        }
+        #[cfg(not(feature = "rabbitmq"))]
+        SourceKind::Rabbitmq => return Err(crate::args::built_without_rabbitmq()),
     };
     if let (SourceConfig::Nats { settings }, Some(notify)) = (&source, &notify) {
         notify.refuse_consumed(&settings.subject)?;
@@ -182,23 +193,6 @@ struct ConsumeConfig {
     batch_max: Option<u32>,
     /// The webhook and/or subject told of each delivery that advanced it.
     notify: Option<NotifyConfig>,
-}
-
-/// Where `receiver consume` takes its deliveries from.
-#[derive(Debug, Clone)]
-enum SourceConfig {
-    /// An Orbit subscription's WebSocket stream.
-    Orbit {
-        /// Orbit, with the token to use there.
-        client: Box<OrbitClient>,
-        /// The subscription to consume.
-        subscription: SubscriptionId,
-    },
-    /// A NATS JetStream durable pull consumer.
-    Nats {
-        /// The server, stream, consumer, subject and queue.
-        settings: NatsSettings,
-    },
 }
 
 /// Why `receiver consume` did not start or stopped.
@@ -290,18 +284,25 @@ async fn run_on<E: Engine>(
             serve(started, store, targets, health, &config, shutdown).await
         }
         SourceConfig::Nats { settings } => {
-            let connect = until_answered(
+            let source = tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => return Ok(None),
+                source = nats(settings, &config.consumer) => source?,
+            };
+            serve(source, store, targets, health, &config, shutdown).await
+        }
+        #[cfg(feature = "rabbitmq")]
+        SourceConfig::Rabbitmq { settings } => {
+            let connect = crate::rabbitmq::source(
+                settings,
                 config.consumer.backoff(),
-                "NATS",
-                |e: &NatsError| e.is_retryable(),
-                || JetStreamSource::connect(settings, NATS_CALL_TIMEOUT),
+                super::BROKER_CALL_TIMEOUT,
             );
             let source = tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => return Ok(None),
-                source = connect => source.map_err(|e| ConsumeError::Consumer(e.into()))?,
+                source = connect => source.map_err(ConsumeError::Consumer)?,
             };
-            info!(url = %settings.shown_url(), stream = source.stream(), consumer = source.consumer(), subject = %settings.subject, "stream and durable consumer checked");
             serve(source, store, targets, health, &config, shutdown).await
         }
     }
@@ -379,22 +380,4 @@ where
         .await
         .map_err(ConsumeError::Consumer)?;
     Ok(Some(report))
-}
-
-/// Orbit before the first credit: the token's scopes, waiting for an Orbit
-/// that is not up yet, the subscription's queue.
-async fn orbit(
-    client: OrbitClient,
-    queue_id: &QueueId,
-    subscription: &SubscriptionId,
-    options: &ConsumerOptions,
-) -> Result<OrbitSource, ConsumeError> {
-    until_answered(options.backoff(), "Orbit", Problem::is_transient, || {
-        check::orbit_access(&client, &Scope::CONSUME)
-    })
-    .await
-    .map_err(ConsumeError::Check)?;
-    OrbitSource::connect(client, subscription.clone(), queue_id)
-        .await
-        .map_err(|e| ConsumeError::Consumer(e.into()))
 }
