@@ -359,6 +359,177 @@ async fn a_server_restarted_under_load_loses_nothing_and_applies_nothing_twice<E
     assert_eq!(s.queue.ready(&s.queue.failed()).await, 0);
 }
 
+/// `receiver` with `args`, on `queue`'s queue at `url`.
+fn receiver(url: &str, queue_id: &str, args: &[&str]) -> std::process::Output {
+    common::orbit::receiver()
+        .args(args)
+        .env("AMQP_URL", url)
+        .env("ORBIT_QUEUE_ID", queue_id)
+        .output()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn receiver_subscribe_declares_the_quorum_queue_and_its_dead_letter_queue_and_finds_them_the_next_time(
+) {
+    let node = RabbitNode::shared();
+    let queue_id = random_hex(16);
+    let queue = format!("orbit.results.{queue_id}");
+    let expected = format!(
+        "queue={queue} type=quorum delivery_limit=7 dead_letter_queue={queue}.failed ready=0\n"
+    );
+    for _ in 0..2 {
+        let out = receiver(
+            &node.url(),
+            &queue_id,
+            &["subscribe", "--source", "rabbitmq", "--delivery-limit", "7"],
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(String::from_utf8_lossy(&out.stdout), expected);
+    }
+    // The queue is a quorum queue with exactly these arguments: declaring
+    // it as provision does is accepted, and so is publishing to it.
+    let declared = RabbitQueue {
+        url: node.url(),
+        queue_id: queue_id.clone(),
+        queue: queue.clone(),
+    };
+    declared.publish(&["{}".to_owned()]).await;
+    assert_eq!(declared.ready(&queue).await, 1);
+    assert_eq!(declared.ready(&declared.failed()).await, 0);
+
+    let other = receiver(
+        &node.url(),
+        &queue_id,
+        &["subscribe", "--source", "rabbitmq", "--delivery-limit", "8"],
+    );
+    let err = String::from_utf8_lossy(&other.stderr);
+    assert_eq!(other.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("x-delivery-limit"),
+        "the server's words name the argument: {err}"
+    );
+}
+
+#[tokio::test]
+async fn receiver_subscribe_refuses_a_classic_queue_of_the_same_name_naming_what_it_lacks_and_leaves_it(
+) {
+    let node = RabbitNode::shared();
+    let queue_id = random_hex(16);
+    let queue = format!("orbit.results.{queue_id}");
+    common::rabbitmq::declare_classic(&node.url(), &queue).await;
+    let out = receiver(
+        &node.url(),
+        &queue_id,
+        &["subscribe", "--source", "rabbitmq"],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "queue {queue} exists, but not as the durable quorum queue"
+        )) && err.contains("inequivalent arg 'x-dead-letter-exchange'")
+            && err.contains("but current is none"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+    // Left as it was: a classic queue still takes a publish.
+    let left = RabbitQueue {
+        url: node.url(),
+        queue_id,
+        queue: queue.clone(),
+    };
+    left.publish(&["{}".to_owned()]).await;
+    assert_eq!(left.ready(&queue).await, 1);
+}
+
+#[tokio::test]
+async fn receiver_check_with_source_rabbitmq_checks_the_database_the_server_and_the_queue() {
+    let node = RabbitNode::shared();
+    let queue = RabbitQueue::create(&node, 5).await;
+    let db = TestDb::initialized().await;
+    let check = |url: &str, queue_id: &str| {
+        common::orbit::receiver()
+            .args(["check", "--source", "rabbitmq"])
+            .env("AMQP_URL", url)
+            .env("ORBIT_QUEUE_ID", queue_id)
+            .env("ORBIT_RECEIVER_DSN", common::dsn_for(&db.name))
+            .env("RECEIVER_NAME", RECEIVER)
+            .output()
+            .unwrap()
+    };
+    let ok = check(&queue.url, &queue.queue_id);
+    assert_eq!(
+        String::from_utf8_lossy(&ok.stdout),
+        "check=database ok\ncheck=schema ok\ncheck=privileges ok\ncheck=rabbitmq ok\ncheck=queue ok\n"
+    );
+    assert!(ok.status.success());
+
+    let missing = check(&queue.url, &random_hex(16));
+    let out = String::from_utf8_lossy(&missing.stdout);
+    assert!(out.contains("check=rabbitmq ok\n"), "{out}");
+    assert!(
+        out.contains("check=queue FAIL queue orbit.results.")
+            && out.contains("does not exist in vhost /")
+            && out.contains("receiver subscribe --source rabbitmq"),
+        "{out}"
+    );
+    assert_eq!(missing.status.code(), Some(1), "{out}");
+
+    // A refused login names the server without the password, which never
+    // appears.
+    let wrong = format!("amqp://guest:hunter2@127.0.0.1:{}/", node.port);
+    let refused = check(&wrong, &queue.queue_id);
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&refused.stdout),
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert!(
+        all.contains("check=rabbitmq FAIL RabbitMQ at amqp://guest@127.0.0.1:")
+            && all.contains("refuses the user, the password or the vhost"),
+        "{all}"
+    );
+    assert!(!all.contains("hunter2"), "{all}");
+    assert_eq!(refused.status.code(), Some(1), "{all}");
+}
+
+#[test]
+fn consume_with_source_rabbitmq_names_each_setting_it_lacks_before_connecting() {
+    let run = |env: &[(&str, &str)]| {
+        let out = common::orbit::receiver()
+            .args(["consume", "--source", "rabbitmq"])
+            .env(
+                "ORBIT_RECEIVER_DSN",
+                "mysql://receiver@127.0.0.1:9/receiver",
+            )
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = run(&[("ORBIT_QUEUE_ID", &random_hex(16))]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("AMQP_URL is not set"), "{err}");
+    let (code, err) = run(&[("AMQP_URL", "amqp://orbit:hunter2@127.0.0.1:9/")]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("ORBIT_QUEUE_ID is not set"), "{err}");
+    let (code, err) = run(&[
+        ("AMQP_URL", "amqps://orbit:hunter2@127.0.0.1:9/a/b"),
+        ("ORBIT_QUEUE_ID", &random_hex(16)),
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("AMQP_URL") && err.contains("%2f"), "{err}");
+    assert!(!err.contains("hunter2"), "{err}");
+}
+
 on_both!(
     multi_thread:
     duplicates_and_versions_out_of_order_end_as_over_orbit_and_a_conflict_is_dead_lettered_after_its_limit,

@@ -153,6 +153,16 @@ fn connection_error(url: &AmqpUrl, e: &amqprs::error::Error) -> RabbitError {
         Error::NetworkError(_) if text.contains("certificate") || text.contains("tls") => {
             refused(format!("TLS: {text}"))
         }
+        // A server that refuses the login or the vhost of a client that
+        // did not ask to be told (authentication_failure_close) ends the
+        // connection in the middle of the handshake, without a word.
+        Error::NetworkError(_)
+            if text.contains("reset") || text.contains("peer") || text.contains("eof") =>
+        {
+            refused(format!(
+                "{text}: the server ended the handshake, as RabbitMQ does when it refuses the user, the password or the vhost; check AMQP_URL"
+            ))
+        }
         _ => RabbitError::Unreachable {
             url: url.shown(),
             reason: text,

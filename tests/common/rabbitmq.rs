@@ -399,3 +399,15 @@ impl Drop for FreezingProxy {
         self.task.abort();
     }
 }
+
+/// Declares a durable classic queue named `queue`, as someone may have
+/// before the receiver came.
+pub async fn declare_classic(url: &str, queue: &str) {
+    let connection = connect(url).await;
+    let channel = connection.open_channel(None).await.unwrap();
+    channel
+        .queue_declare(QueueDeclareArguments::durable_client_named(queue))
+        .await
+        .unwrap();
+    let _ = connection.close().await;
+}
