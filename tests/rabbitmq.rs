@@ -498,6 +498,77 @@ async fn receiver_check_with_source_rabbitmq_checks_the_database_the_server_and_
     assert_eq!(refused.status.code(), Some(1), "{all}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_outage_spends_no_delivery_s_limit_and_everything_is_applied_once_after_it() {
+    let node = RabbitNode::shared();
+    // A limit of 2 returns: an attempt per delivery caught by the outage
+    // is spent; a consumer that kept taking them would spend the rest.
+    let queue = RabbitQueue::create(&node, 2).await;
+    let mut server = common::mysqld::PrivateServer::start();
+    let dsn = format!("mysql://root@127.0.0.1:{}/receiver", server.port());
+    {
+        let mut admin = MySqlConnection::connect(&server.admin_dsn()).await.unwrap();
+        sqlx::Executor::execute(&mut admin, "CREATE DATABASE receiver CHARACTER SET utf8mb4")
+            .await
+            .unwrap();
+    }
+    result_inbox::db::schema::init(&result_inbox::db::Dsn::parse(&dsn).unwrap())
+        .await
+        .unwrap();
+    let dir = std::env::temp_dir().join(format!("result-inbox-rabbitmq-test-{}", random_hex(6)));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut env = queue.env();
+    env.push(("ORBIT_RECEIVER_DSN".into(), dsn.clone()));
+    env.push(("RECEIVER_NAME".into(), RECEIVER.into()));
+    let mut consume = Consume::with_env(&dir, &env);
+    consume
+        .wait_for_output(Duration::from_secs(30), |out| {
+            out.contains("delivery stream open")
+        })
+        .await;
+
+    server.stop();
+    let event = |_| EventSpec::submitted(&queue.queue_id, &random_hex(16)).json();
+    let events: Vec<String> = (0..40).map(event).collect();
+    queue.publish(&events).await;
+    // Long enough for every delivery the consumer held to have failed and
+    // been returned several times over, had it kept consuming.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(
+        queue.ready(&queue.failed()).await,
+        0,
+        "{}",
+        consume.output()
+    );
+
+    server.restart();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while MySql::totals(&dsn).await.0 < 40 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{}",
+            consume.output()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    consume
+        .wait_for_output(Duration::from_secs(20), |out| acknowledged(out) == 40)
+        .await;
+    assert!(consume.terminate().success());
+    let out = consume.output();
+    assert_eq!(MySql::totals(&dsn).await, (40, 40, 40), "{out}");
+    assert_eq!(
+        queue.ready(&queue.failed()).await,
+        0,
+        "nothing dead-lettered: {out}"
+    );
+    assert_eq!(queue.ready(&queue.queue).await, 0, "{out}");
+    assert!(
+        out.contains("closing the delivery stream"),
+        "the breaker stopped consuming: {out}"
+    );
+}
+
 #[test]
 fn consume_with_source_rabbitmq_names_each_setting_it_lacks_before_connecting() {
     let run = |env: &[(&str, &str)]| {

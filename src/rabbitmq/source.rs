@@ -446,14 +446,14 @@ impl LeaseStream for RabbitStream {
     async fn close(self) {
         // Cancelled, not closed: deliveries still in hand are acknowledged
         // on this channel after the consumer stopped.
-        let tag = match self.consumer {
+        let (tag, mut rx) = match self.consumer {
             Consumer::Idle => return,
-            Consumer::Started((tag, _)) => tag,
+            Consumer::Started(started) => started,
             Consumer::Starting(starting) => {
                 // Its answer decides whether there is a consumer to cancel;
                 // a channel that does not answer is closed instead.
                 match tokio::time::timeout(self.source.shared.timeout, starting).await {
-                    Ok(Ok(Ok((tag, _)))) => tag,
+                    Ok(Ok(Ok(started))) => started,
                     Ok(_) => return,
                     Err(_) => {
                         self.source.discard(&self.live);
@@ -462,14 +462,23 @@ impl LeaseStream for RabbitStream {
                 }
             }
         };
+        let channel = &self.live.link.channel;
         let cancel = BasicCancelArguments::new(&tag);
-        if self
-            .source
-            .call(self.live.link.channel.basic_cancel(cancel))
-            .await
-            .is_err()
-        {
+        if self.source.call(channel.basic_cancel(cancel)).await.is_err() {
             self.source.discard(&self.live);
+            return;
+        }
+        // What the server sent before it took the cancel was never handed
+        // to the consumer: given back now (`basic.nack`, which from 4.3 on
+        // does not count toward the limit), or it would stay this
+        // channel's, unacknowledged, until the channel closes.
+        while let Ok(Some(message)) = tokio::time::timeout(self.source.shared.timeout, rx.recv()).await {
+            let Some(deliver) = message.deliver else { continue };
+            let nack = BasicNackArguments::new(deliver.delivery_tag(), false, true);
+            if channel.basic_nack(nack).await.is_err() {
+                self.source.discard(&self.live);
+                return;
+            }
         }
     }
 }
