@@ -69,7 +69,11 @@ impl Link {
 /// Opens a connection and a channel within `timeout`, naming the
 /// connection after the receiver so that an operator finds it in
 /// `rabbitmqctl list_connections`.
-pub(super) async fn open(url: &AmqpUrl, name: &str, timeout: Duration) -> Result<Link, RabbitError> {
+pub(super) async fn open(
+    url: &AmqpUrl,
+    name: &str,
+    timeout: Duration,
+) -> Result<Link, RabbitError> {
     let mut args = OpenConnectionArguments::new(&url.host, url.port, &url.user, &url.password);
     args.virtual_host(&url.vhost)
         .connection_name(name)
@@ -104,9 +108,7 @@ pub(super) async fn open(url: &AmqpUrl, name: &str, timeout: Duration) -> Result
             last_words,
         }),
         Ok(Err(e)) => Err(unreachable(format!("opening a channel: {e}"))),
-        Err(_) => Err(unreachable(format!(
-            "no channel opened within {timeout:?}"
-        ))),
+        Err(_) => Err(unreachable(format!("no channel opened within {timeout:?}"))),
     }
 }
 
@@ -191,7 +193,11 @@ impl ConnectionCallback for Words {
 
 #[async_trait::async_trait]
 impl ChannelCallback for Words {
-    async fn close(&mut self, _: &Channel, close: CloseChannel) -> Result<(), amqprs::error::Error> {
+    async fn close(
+        &mut self,
+        _: &Channel,
+        close: CloseChannel,
+    ) -> Result<(), amqprs::error::Error> {
         self.0.said(close.reply_code(), close.reply_text());
         Ok(())
     }

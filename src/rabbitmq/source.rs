@@ -85,7 +85,10 @@ impl RabbitSource {
     /// anything is consumed. One attempt, each call within `timeout`:
     /// [`SourceError::is_retryable`](crate::source::SourceError::is_retryable)
     /// says whether to try again.
-    pub async fn connect(settings: &RabbitSettings, timeout: Duration) -> Result<Self, RabbitError> {
+    pub async fn connect(
+        settings: &RabbitSettings,
+        timeout: Duration,
+    ) -> Result<Self, RabbitError> {
         let source = Self {
             shared: Arc::new(Shared {
                 settings: settings.clone(),
@@ -115,13 +118,17 @@ impl RabbitSource {
         match self.call(live.link.channel.queue_declare(declare)).await {
             Ok(Some((_, ready, _))) => Ok(ready),
             Ok(None) => Ok(0),
-            Err(e) => Err(match self.failed(&live, live.link.error("declaring the queue", &e)) {
-                RabbitError::Server(text) if text.contains("404") => RabbitError::UnknownQueue {
-                    queue: settings.queue.clone(),
-                    vhost: settings.url.vhost().to_owned(),
+            Err(e) => Err(
+                match self.failed(&live, live.link.error("declaring the queue", &e)) {
+                    RabbitError::Server(text) if text.contains("404") => {
+                        RabbitError::UnknownQueue {
+                            queue: settings.queue.clone(),
+                            vhost: settings.url.vhost().to_owned(),
+                        }
+                    }
+                    other => other,
                 },
-                other => other,
-            }),
+            ),
         }
     }
 
@@ -418,9 +425,7 @@ impl LeaseStream for RabbitStream {
                             continue;
                         }
                         Ok(Ok(Err(e))) => return self.broke(e),
-                        Ok(Err(e)) => {
-                            return self.broke(RabbitError::Disconnected(e.to_string()))
-                        }
+                        Ok(Err(e)) => return self.broke(RabbitError::Disconnected(e.to_string())),
                     }
                 }
             };
@@ -464,7 +469,12 @@ impl LeaseStream for RabbitStream {
         };
         let channel = &self.live.link.channel;
         let cancel = BasicCancelArguments::new(&tag);
-        if self.source.call(channel.basic_cancel(cancel)).await.is_err() {
+        if self
+            .source
+            .call(channel.basic_cancel(cancel))
+            .await
+            .is_err()
+        {
             self.source.discard(&self.live);
             return;
         }
@@ -472,8 +482,12 @@ impl LeaseStream for RabbitStream {
         // to the consumer: given back now (`basic.nack`, which from 4.3 on
         // does not count toward the limit), or it would stay this
         // channel's, unacknowledged, until the channel closes.
-        while let Ok(Some(message)) = tokio::time::timeout(self.source.shared.timeout, rx.recv()).await {
-            let Some(deliver) = message.deliver else { continue };
+        while let Ok(Some(message)) =
+            tokio::time::timeout(self.source.shared.timeout, rx.recv()).await
+        {
+            let Some(deliver) = message.deliver else {
+                continue;
+            };
             let nack = BasicNackArguments::new(deliver.delivery_tag(), false, true);
             if channel.basic_nack(nack).await.is_err() {
                 self.source.discard(&self.live);
@@ -545,10 +559,21 @@ mod tests {
 
     #[test]
     fn the_delivery_count_is_read_whichever_integer_width_the_server_chose() {
-        for value in [FieldValue::l(3), FieldValue::I(3), FieldValue::s(3), FieldValue::B(3)] {
+        for value in [
+            FieldValue::l(3),
+            FieldValue::I(3),
+            FieldValue::s(3),
+            FieldValue::B(3),
+        ] {
             let table = headers(&[("x-delivery-count", value)]);
             assert_eq!(integer(&table, "x-delivery-count"), Some(3));
         }
-        assert_eq!(integer(&headers(&[("x-delivery-count", text("3"))]), "x-delivery-count"), None);
+        assert_eq!(
+            integer(
+                &headers(&[("x-delivery-count", text("3"))]),
+                "x-delivery-count"
+            ),
+            None
+        );
     }
 }
