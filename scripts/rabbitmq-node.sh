@@ -22,10 +22,12 @@ server=/usr/lib/rabbitmq/bin/rabbitmq-server
 action=$1 dir=$2
 
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# Below the kernel's ephemeral range (32768 and up), so that no outgoing
+# connection takes the node's port while a restart has it closed.
 free_port() {
   local port
   while :; do
-    port=$(( 20000 + RANDOM % 40000 ))
+    port=$(( 20000 + RANDOM % 12000 ))
     port_in_use "$port" || { echo "$port"; return; }
   done
 }
@@ -104,6 +106,14 @@ case "$action" in
     launch
     ;;
   stop) stop KILL; stop_epmd ;;
-  restart) stop TERM; launch ;;
+  restart)
+    stop TERM
+    # The port may still be held for a moment by the node that just left.
+    for attempt in 1 2 3; do
+      launch && exit 0
+      sleep 1
+    done
+    exit 1
+    ;;
   *) echo "usage: $0 start|stop|restart DIR [consumer_timeout_ms]" >&2; exit 2 ;;
 esac
