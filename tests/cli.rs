@@ -197,7 +197,7 @@ fn a_refused_value_from_a_variable_names_the_variable_and_the_accepted_values() 
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(
         text(&out.stderr),
-        "receiver: RECEIVER_SOURCE: invalid value 'kafka'; possible values: orbit, nats (see `receiver check --help`)\n"
+        "receiver: RECEIVER_SOURCE: invalid value 'kafka'; possible values: orbit, nats, rabbitmq (see `receiver check --help`)\n"
     );
 }
 
