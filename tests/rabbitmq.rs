@@ -564,7 +564,10 @@ async fn a_database_outage_spends_no_delivery_s_limit_and_everything_is_applied_
     );
     assert_eq!(queue.ready(&queue.queue).await, 0, "{out}");
     // At most the attempt the outage caught, and the one after it.
-    assert!(!out.contains("attempt=3"), "a delivery was tried a third time: {out}");
+    assert!(
+        !out.contains("attempt=3"),
+        "a delivery was tried a third time: {out}"
+    );
 }
 
 #[test]
