@@ -163,6 +163,14 @@ pub trait Source: Send + Sync + 'static {
         let _ = (id, proof);
         async { Ok(false) }
     }
+
+    /// Called once when the consumer stops, after the last acknowledgement
+    /// was handed over: a source whose acknowledgements are not answered
+    /// (RabbitMQ's) makes sure they have left before the process may exit.
+    /// The default does nothing.
+    fn shutdown(&self) -> impl Future<Output = ()> + Send {
+        async {}
+    }
 }
 
 /// An open stream of a [`Source`].

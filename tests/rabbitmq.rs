@@ -228,6 +228,12 @@ async fn duplicates_and_versions_out_of_order_end_as_over_orbit_and_a_conflict_i
         );
     }
     assert_eq!(out.matches(r#"class="conflict""#).count(), 3, "{out}");
+    assert_eq!(
+        out.matches("the last attempt the source allows failed")
+            .count(),
+        1,
+        "attempt 3 of 3: {out}"
+    );
     assert_eq!(acknowledged(&out), 3, "{out}");
     for attempt in 1..=3 {
         assert!(out.contains(&format!("attempt={attempt}")), "{out}");
@@ -375,10 +381,12 @@ async fn receiver_subscribe_declares_the_quorum_queue_and_its_dead_letter_queue_
     let node = RabbitNode::shared();
     let queue_id = random_hex(16);
     let queue = format!("orbit.results.{queue_id}");
-    let expected = format!(
-        "queue={queue} type=quorum delivery_limit=7 dead_letter_queue={queue}.failed ready=0\n"
-    );
-    for _ in 0..2 {
+    let line = |state: &str| {
+        format!(
+            "queue={queue} {state} type=quorum delivery_limit=7 dead_letter_queue={queue}.failed ready=0\n"
+        )
+    };
+    for state in ["created", "existing"] {
         let out = receiver(
             &node.url(),
             &queue_id,
@@ -389,7 +397,7 @@ async fn receiver_subscribe_declares_the_quorum_queue_and_its_dead_letter_queue_
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        assert_eq!(String::from_utf8_lossy(&out.stdout), expected);
+        assert_eq!(String::from_utf8_lossy(&out.stdout), line(state));
     }
     // The queue is a quorum queue with exactly these arguments: declaring
     // it as provision does is accepted, and so is publishing to it.
@@ -402,22 +410,23 @@ async fn receiver_subscribe_declares_the_quorum_queue_and_its_dead_letter_queue_
     assert_eq!(declared.ready(&queue).await, 1);
     assert_eq!(declared.ready(&declared.failed()).await, 0);
 
+    // Another limit asked of an existing queue: left as it is, and said.
     let other = receiver(
         &node.url(),
         &queue_id,
         &["subscribe", "--source", "rabbitmq", "--delivery-limit", "8"],
     );
     let err = String::from_utf8_lossy(&other.stderr);
-    assert_eq!(other.status.code(), Some(2), "{err}");
-    assert!(
-        err.contains("x-delivery-limit"),
-        "the server's words name the argument: {err}"
+    assert!(other.status.success(), "{err}");
+    assert!(err.contains("left as it is"), "{err}");
+    assert_eq!(
+        String::from_utf8_lossy(&other.stdout),
+        line("existing").replace("ready=0", "ready=1")
     );
 }
 
 #[tokio::test]
-async fn receiver_subscribe_refuses_a_classic_queue_of_the_same_name_naming_what_it_lacks_and_leaves_it(
-) {
+async fn receiver_subscribe_refuses_a_classic_queue_of_the_same_name_naming_why_and_leaves_it() {
     let node = RabbitNode::shared();
     let queue_id = random_hex(16);
     let queue = format!("orbit.results.{queue_id}");
@@ -431,9 +440,8 @@ async fn receiver_subscribe_refuses_a_classic_queue_of_the_same_name_naming_what
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
         err.contains(&format!(
-            "queue {queue} exists, but not as the durable quorum queue"
-        )) && err.contains("inequivalent arg 'x-dead-letter-exchange'")
-            && err.contains("but current is none"),
+            "queue {queue} is a classic queue: the receiver needs a quorum queue"
+        )),
         "{err}"
     );
     assert!(out.stdout.is_empty());
@@ -479,6 +487,16 @@ async fn receiver_check_with_source_rabbitmq_checks_the_database_the_server_and_
         "{out}"
     );
     assert_eq!(missing.status.code(), Some(1), "{out}");
+
+    let classic = random_hex(16);
+    common::rabbitmq::declare_classic(&queue.url, &format!("orbit.results.{classic}")).await;
+    let refused = check(&queue.url, &classic);
+    let out = String::from_utf8_lossy(&refused.stdout);
+    assert!(
+        out.contains("check=queue FAIL queue orbit.results.") && out.contains("is a classic queue"),
+        "{out}"
+    );
+    assert_eq!(refused.status.code(), Some(1), "{out}");
 
     // A refused login names the server without the password, which never
     // appears.

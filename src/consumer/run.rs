@@ -355,6 +355,13 @@ impl<Src: Source> Consumer<Src> {
         }
         report.abandoned += acks.len() as u64;
         acks.abort_all();
+        // A moment beyond the grace, so that acknowledgements handed over
+        // at its end still leave.
+        let _ = timeout_at(
+            deadline.max(Instant::now()) + CLOSE_TIMEOUT,
+            self.source.shutdown(),
+        )
+        .await;
         fatal.map_or(Ok(report), Err)
     }
 }

@@ -45,15 +45,7 @@ impl Link {
     /// An error of a call on this link: the server's words when it closed
     /// the channel or the connection, the client's otherwise.
     pub(super) fn error(&self, what: &str, e: &amqprs::error::Error) -> RabbitError {
-        match self.last_words.heard() {
-            Some((403, text)) => RabbitError::Forbidden {
-                what: what.to_owned(),
-                reason: text,
-            },
-            Some((code, text)) => RabbitError::Server(format!("{what}: {code} {text}")),
-            None if !self.is_open() => RabbitError::Disconnected(format!("{what}: {e}")),
-            None => RabbitError::Server(format!("{what}: {e}")),
-        }
+        described(&self.last_words, self.is_open(), what, e)
     }
 
     /// Closes the connection (and its channel), also while others still
@@ -63,6 +55,45 @@ impl Link {
         if self.connection.is_open() {
             let _ = self.connection.clone().close().await;
         }
+    }
+
+    /// One more channel on the connection, with its own last words.
+    pub(super) async fn another_channel(
+        &self,
+        timeout: Duration,
+    ) -> Result<(Channel, LastWords), RabbitError> {
+        let words = LastWords::default();
+        let opened = async {
+            let channel = self.connection.open_channel(None).await?;
+            channel.register_callback(Words(words.clone())).await?;
+            Ok::<_, amqprs::error::Error>(channel)
+        };
+        match tokio::time::timeout(timeout, opened).await {
+            Ok(Ok(channel)) => Ok((channel, words)),
+            Ok(Err(e)) => Err(self.error("opening a channel", &e)),
+            Err(_) => Err(RabbitError::Disconnected(format!(
+                "no channel opened within {timeout:?}"
+            ))),
+        }
+    }
+}
+
+/// An error of a call: the server's `words` when it closed the channel or
+/// the connection, the client's otherwise.
+pub(super) fn described(
+    words: &LastWords,
+    open: bool,
+    what: &str,
+    e: &amqprs::error::Error,
+) -> RabbitError {
+    match words.heard() {
+        Some((403, text)) => RabbitError::Forbidden {
+            what: what.to_owned(),
+            reason: text,
+        },
+        Some((code, text)) => RabbitError::Server(format!("{what}: {code} {text}")),
+        None if !open => RabbitError::Disconnected(format!("{what}: {e}")),
+        None => RabbitError::Server(format!("{what}: {e}")),
     }
 }
 

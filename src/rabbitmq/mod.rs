@@ -31,6 +31,6 @@ mod settings;
 mod source;
 
 pub use self::error::RabbitError;
-pub use self::provision::{provision, queue_arguments, Provisioned, QueueSpec};
+pub use self::provision::{provision, queue_arguments, Provisioned, QueueArguments, QueueSpec};
 pub use self::settings::{dead_letter_queue, AmqpUrl, RabbitSettings};
 pub use self::source::{DeliveryTag, RabbitSource, RabbitStream};

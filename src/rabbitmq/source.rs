@@ -2,7 +2,7 @@
 //! one consumer on it at a time.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, Mutex};
 use tokio::task::JoinHandle;
 
 use super::connect::{open, Link};
+use super::provision::suitable;
 use super::{RabbitError, RabbitSettings};
 use crate::delivery::{Delivery, DeliveryId, TraceContext};
 use crate::ids::QueueId;
@@ -48,6 +49,9 @@ struct Shared {
     name: String,
     live: Mutex<Option<Arc<Live>>>,
     generations: AtomicU64,
+    /// The deliveries the queue allows a message: its delivery limit's
+    /// returns, and the one after them (0: not known).
+    attempts_allowed: AtomicU32,
 }
 
 /// A link and which one it is: the proofs of its deliveries carry the
@@ -81,8 +85,9 @@ impl fmt::Debug for RabbitSource {
 }
 
 impl RabbitSource {
-    /// Connects to RabbitMQ and checks that the queue exists, before
-    /// anything is consumed. One attempt, each call within `timeout`:
+    /// Connects to RabbitMQ and checks that the queue exists and is one the
+    /// receiver can consume (a quorum queue with a delivery limit and a
+    /// dead-letter exchange), before anything is consumed. One attempt, each call within `timeout`:
     /// [`SourceError::is_retryable`](crate::source::SourceError::is_retryable)
     /// says whether to try again.
     pub async fn connect(
@@ -96,10 +101,26 @@ impl RabbitSource {
                 name: format!("result-inbox {}", settings.queue),
                 live: Mutex::new(None),
                 generations: AtomicU64::new(0),
+                attempts_allowed: AtomicU32::new(0),
             }),
         };
         source.check().await?;
+        let live = source.live().await?;
+        let found = suitable(&live.link, &settings.queue, timeout).await?;
+        let attempts = found
+            .delivery_limit
+            .and_then(|limit| u32::try_from(limit.saturating_add(1)).ok())
+            .unwrap_or(0);
+        source
+            .shared
+            .attempts_allowed
+            .store(attempts, Ordering::Relaxed);
         Ok(source)
+    }
+
+    /// The deliveries the queue allows a message (its delivery limit + 1).
+    pub fn attempts_allowed(&self) -> Option<u32> {
+        Some(self.shared.attempts_allowed.load(Ordering::Relaxed)).filter(|n| *n > 0)
     }
 
     /// The queue.
@@ -282,6 +303,15 @@ impl Source for RabbitSource {
         Ok(true)
     }
 
+    async fn shutdown(&self) {
+        // Closing the connection is answered only after every frame before
+        // it was written: the acknowledgements handed to the channel leave
+        // before the process may exit. What is unacknowledged goes back.
+        if let Some(live) = self.shared.live.lock().await.take() {
+            live.link.close().await;
+        }
+    }
+
     async fn retry(&self, _id: &DeliveryId, proof: &DeliveryTag) -> Result<bool, RabbitError> {
         // No lease runs out on RabbitMQ: a delivery held is held until the
         // channel closes. Held for the pause first, so that a failing
@@ -356,9 +386,12 @@ impl RabbitStream {
             .unwrap_or(0);
         let attempt = u32::try_from(earlier.saturating_add(1)).unwrap_or(u32::MAX);
         let body = Bytes::from(message.content.unwrap_or_default());
-        let delivery = Delivery::new(DeliveryId::new(id), body)
+        let mut delivery = Delivery::new(DeliveryId::new(id), body)
             .with_attempt(attempt)
             .with_trace(headers.and_then(trace_context));
+        if let Some(allowed) = self.source.attempts_allowed() {
+            delivery = delivery.with_attempts_allowed(allowed);
+        }
         Some(Incoming::Delivery(delivery, proof))
     }
 

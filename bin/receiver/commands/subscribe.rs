@@ -134,9 +134,23 @@ fn subscribe_rabbitmq(args: SubscribeArgs) -> Outcome {
     let done = runtime()
         .block_on(provision(&settings, spec, BROKER_CALL_TIMEOUT))
         .map_err(|e| failed(e.is_configuration(), e))?;
+    if !done.created
+        && args
+            .delivery_limit
+            .is_some_and(|n| i64::from(n) != done.delivery_limit)
+    {
+        tracing::warn!(
+            delivery_limit = done.delivery_limit,
+            "the queue exists with its own delivery limit, left as it is: --delivery-limit only shapes a queue this command declares"
+        );
+    }
     printed(format!(
-        "queue={} type=quorum delivery_limit={} dead_letter_queue={} ready={}",
-        done.queue, spec.delivery_limit, done.dead_letter_queue, done.ready
+        "queue={} {} type=quorum delivery_limit={} dead_letter_queue={} ready={}",
+        done.queue,
+        if done.created { "created" } else { "existing" },
+        done.delivery_limit,
+        done.dead_letter_queue,
+        done.ready
     ))
 }
 
