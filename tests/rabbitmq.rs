@@ -146,6 +146,27 @@ impl<E: Server> Setup<E> {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+
+    /// Takes the first message of the dead-letter queue, waiting up to
+    /// `limit` for `consume` to have one dead-lettered.
+    async fn dead_letter(
+        &self,
+        limit: Duration,
+        consume: &Consume,
+    ) -> (amqprs::BasicProperties, Vec<u8>) {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            if let Some(dead) = self.queue.take(&self.queue.failed()).await {
+                return dead;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "nothing dead-lettered: {}",
+                consume.output()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
 }
 
 /// The `acknowledged` lines of a receiver's log.
@@ -200,18 +221,7 @@ async fn duplicates_and_versions_out_of_order_end_as_over_orbit_and_a_conflict_i
 
     // The conflict is returned twice (its limit), then dead-lettered; never
     // acknowledged.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let dead = loop {
-        if let Some(dead) = s.queue.take(&s.queue.failed()).await {
-            break dead;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{}",
-            consume.output()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let dead = s.dead_letter(Duration::from_secs(30), &consume).await;
     assert!(consume.terminate().success());
     let out = consume.output();
     assert!(String::from_utf8_lossy(&dead.1).contains("task.failed"));
@@ -256,18 +266,7 @@ async fn bytes_that_can_never_be_an_event_are_dead_lettered_at_once_while_their_
     s.queue.publish(&bodies).await;
     let mut consume = s.consume();
     s.wait_rows(2, Duration::from_secs(30), &consume).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let dead = loop {
-        if let Some(dead) = s.queue.take(&s.queue.failed()).await {
-            break dead;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{}",
-            consume.output()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let dead = s.dead_letter(Duration::from_secs(20), &consume).await;
     assert!(consume.terminate().success());
     let out = consume.output();
     // Rejected on its first delivery, without requeue.
