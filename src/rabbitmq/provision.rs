@@ -7,7 +7,7 @@ use std::time::Duration;
 use amqprs::channel::QueueDeclareArguments;
 use amqprs::{FieldName, FieldTable, FieldValue};
 
-use super::connect::{described, open};
+use super::connect::{described, open, Link};
 use super::{dead_letter_queue, RabbitError, RabbitSettings};
 
 /// What `receiver subscribe --source rabbitmq` declares.
@@ -60,7 +60,7 @@ pub async fn provision(
 }
 
 async fn provision_on(
-    link: &super::connect::Link,
+    link: &Link,
     settings: &RabbitSettings,
     spec: QueueSpec,
     timeout: Duration,
@@ -94,23 +94,41 @@ async fn provision_on(
 }
 
 /// The messages ready in `queue`, or `None` when there is no such queue
-/// (a passive declare, on a channel of its own: a refusal closes it).
-async fn existing(
-    link: &super::connect::Link,
+/// (a passive declare).
+pub(super) async fn existing(
+    link: &Link,
     queue: &str,
     timeout: Duration,
 ) -> Result<Option<u32>, RabbitError> {
-    let (channel, words) = link.another_channel(timeout).await?;
     let passive = QueueDeclareArguments::new(queue).passive(true).finish();
-    match tokio::time::timeout(timeout, channel.queue_declare(passive)).await {
+    match declared(link, queue, passive, timeout).await {
+        Ok(ready) => Ok(Some(ready)),
+        Err(RabbitError::Server(text)) if text.contains("404") => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Declares `args` of `queue` on a channel of its own, since a refusal
+/// closes the channel it came on: the messages ready, or the server's
+/// refusal in its own words.
+async fn declared(
+    link: &Link,
+    queue: &str,
+    args: QueueDeclareArguments,
+    timeout: Duration,
+) -> Result<u32, RabbitError> {
+    let (channel, words) = link.another_channel(timeout).await?;
+    match tokio::time::timeout(timeout, channel.queue_declare(args)).await {
         Ok(Ok(declared)) => {
             let _ = channel.close().await;
-            Ok(Some(declared.map_or(0, |(_, ready, _)| ready)))
+            Ok(declared.map_or(0, |(_, ready, _)| ready))
         }
-        Ok(Err(e)) => match described(&words, channel.is_open(), "declaring the queue", &e) {
-            RabbitError::Server(text) if text.contains("404") => Ok(None),
-            other => Err(other),
-        },
+        Ok(Err(e)) => Err(described(
+            &words,
+            channel.is_open(),
+            &format!("declaring queue {queue}"),
+            &e,
+        )),
         Err(_) => Err(RabbitError::Disconnected(format!(
             "declaring queue {queue}: no answer within {timeout:?}"
         ))),
@@ -119,7 +137,7 @@ async fn existing(
 
 /// `queue`'s arguments, or why the receiver cannot consume it.
 pub(super) async fn suitable(
-    link: &super::connect::Link,
+    link: &Link,
     queue: &str,
     timeout: Duration,
 ) -> Result<QueueArguments, RabbitError> {
@@ -134,29 +152,22 @@ pub(super) async fn suitable(
 }
 
 async fn declare(
-    link: &super::connect::Link,
+    link: &Link,
     queue: &str,
     args: QueueDeclareArguments,
     timeout: Duration,
 ) -> Result<u32, RabbitError> {
-    let answer = tokio::time::timeout(timeout, link.channel.queue_declare(args)).await;
-    match answer {
-        Ok(Ok(declared)) => Ok(declared.map_or(0, |(_, ready, _)| ready)),
-        Ok(Err(e)) => Err(match link.error(&format!("declaring queue {queue}"), &e) {
-            RabbitError::Server(text) if text.contains("406") && text.contains("inequivalent") => {
-                RabbitError::UnsuitableQueue {
-                    queue: queue.to_owned(),
-                    problem: format!(
-                        "exists, but not as the durable quorum queue with a delivery limit and a dead-letter queue that the receiver needs ({text}); delete it or choose another AMQP_QUEUE, or declare it with the arguments of docs/rabbitmq.md"
-                    ),
-                }
+    declared(link, queue, args, timeout).await.map_err(|e| match e {
+        RabbitError::Server(text) if text.contains("406") && text.contains("inequivalent") => {
+            RabbitError::UnsuitableQueue {
+                queue: queue.to_owned(),
+                problem: format!(
+                    "exists, but not as the durable quorum queue with a delivery limit and a dead-letter queue that the receiver needs ({text}); delete it or choose another AMQP_QUEUE, or declare it with the arguments of docs/rabbitmq.md"
+                ),
             }
-            other => other,
-        }),
-        Err(_) => Err(RabbitError::Disconnected(format!(
-            "declaring queue {queue}: no answer within {timeout:?}"
-        ))),
-    }
+        }
+        other => other,
+    })
 }
 
 /// The arguments of the receiver's queue, as [`provision`] declares it.
@@ -270,14 +281,13 @@ fn typed(arg: &str, value: &str) -> FieldValue {
 /// Reads `queue`'s arguments (see [`QueueArguments`]) on `link`, which must
 /// know the queue exists: a declaration of a missing queue would create it.
 async fn arguments(
-    link: &super::connect::Link,
+    link: &Link,
     queue: &str,
     timeout: Duration,
 ) -> Result<QueueArguments, RabbitError> {
     let mut known: Vec<(String, Option<String>)> = Vec::new();
     // Each round learns one argument; the receiver's queue has six.
     for _ in 0..12 {
-        let (channel, words) = link.another_channel(timeout).await?;
         let mut args = FieldTable::new();
         for (name, value) in &known {
             if let Some(value) = value {
@@ -286,10 +296,8 @@ async fn arguments(
         }
         let mut declare = QueueDeclareArguments::durable_client_named(queue);
         declare.arguments(args);
-        let answer = tokio::time::timeout(timeout, channel.queue_declare(declare.finish())).await;
-        let refused = match answer {
-            Ok(Ok(_)) => {
-                let _ = channel.close().await;
+        let refused = match declared(link, queue, declare.finish(), timeout).await {
+            Ok(_) => {
                 let value = |name: &str| {
                     known
                         .iter()
@@ -303,17 +311,7 @@ async fn arguments(
                     dead_letter_routing_key: value("x-dead-letter-routing-key"),
                 });
             }
-            Ok(Err(e)) => described(
-                &words,
-                channel.is_open(),
-                &format!("reading queue {queue}"),
-                &e,
-            ),
-            Err(_) => {
-                return Err(RabbitError::Disconnected(format!(
-                    "reading queue {queue}: no answer within {timeout:?}"
-                )))
-            }
+            Err(refused) => refused,
         };
         let RabbitError::Server(text) = &refused else {
             return Err(refused);

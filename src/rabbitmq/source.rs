@@ -2,13 +2,13 @@
 //! one consumer on it at a time.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use amqprs::channel::{
     BasicAckArguments, BasicCancelArguments, BasicConsumeArguments, BasicNackArguments,
-    BasicQosArguments, BasicRejectArguments, ConsumerMessage, QueueDeclareArguments,
+    BasicQosArguments, BasicRejectArguments, ConsumerMessage,
 };
 use amqprs::{FieldName, FieldTable, FieldValue};
 use bytes::Bytes;
@@ -16,10 +16,9 @@ use tokio::sync::{mpsc, Mutex};
 use tokio::task::JoinHandle;
 
 use super::connect::{open, Link};
-use super::provision::suitable;
+use super::provision::{existing, suitable};
 use super::{RabbitError, RabbitSettings};
 use crate::delivery::{Delivery, DeliveryId, TraceContext};
-use crate::ids::QueueId;
 use crate::source::{AckOutcome, Incoming, LeaseStream, Source};
 
 /// While no delivery comes, an open stream reports a keepalive this often,
@@ -50,8 +49,8 @@ struct Shared {
     live: Mutex<Option<Arc<Live>>>,
     generations: AtomicU64,
     /// The deliveries the queue allows a message: its delivery limit's
-    /// returns, and the one after them (0: not known).
-    attempts_allowed: AtomicU32,
+    /// returns, and the one after them.
+    attempts_allowed: Option<u32>,
 }
 
 /// A link and which one it is: the proofs of its deliveries carry the
@@ -94,33 +93,31 @@ impl RabbitSource {
         settings: &RabbitSettings,
         timeout: Duration,
     ) -> Result<Self, RabbitError> {
-        let source = Self {
+        let mut source = Self {
             shared: Arc::new(Shared {
                 settings: settings.clone(),
                 timeout,
                 name: format!("result-inbox {}", settings.queue),
                 live: Mutex::new(None),
                 generations: AtomicU64::new(0),
-                attempts_allowed: AtomicU32::new(0),
+                attempts_allowed: None,
             }),
         };
         source.check().await?;
         let live = source.live().await?;
         let found = suitable(&live.link, &settings.queue, timeout).await?;
-        let attempts = found
-            .delivery_limit
-            .and_then(|limit| u32::try_from(limit.saturating_add(1)).ok())
-            .unwrap_or(0);
-        source
-            .shared
-            .attempts_allowed
-            .store(attempts, Ordering::Relaxed);
+        if let Some(shared) = Arc::get_mut(&mut source.shared) {
+            // Not yet cloned: the limit is known before any delivery.
+            shared.attempts_allowed = found
+                .delivery_limit
+                .and_then(|limit| u32::try_from(limit.saturating_add(1)).ok());
+        }
         Ok(source)
     }
 
     /// The deliveries the queue allows a message (its delivery limit + 1).
     pub fn attempts_allowed(&self) -> Option<u32> {
-        Some(self.shared.attempts_allowed.load(Ordering::Relaxed)).filter(|n| *n > 0)
+        self.shared.attempts_allowed
     }
 
     /// The queue.
@@ -133,23 +130,16 @@ impl RabbitSource {
     pub async fn check(&self) -> Result<u32, RabbitError> {
         let live = self.live().await?;
         let settings = &self.shared.settings;
-        let declare = QueueDeclareArguments::new(&settings.queue)
-            .passive(true)
-            .finish();
-        match self.call(live.link.channel.queue_declare(declare)).await {
-            Ok(Some((_, ready, _))) => Ok(ready),
-            Ok(None) => Ok(0),
-            Err(e) => Err(
-                match self.failed(&live, live.link.error("declaring the queue", &e)) {
-                    RabbitError::Server(text) if text.contains("404") => {
-                        RabbitError::UnknownQueue {
-                            queue: settings.queue.clone(),
-                            vhost: settings.url.vhost().to_owned(),
-                        }
-                    }
-                    other => other,
-                },
-            ),
+        match existing(&live.link, &settings.queue, self.shared.timeout).await {
+            Ok(Some(ready)) => Ok(ready),
+            Ok(None) => Err(RabbitError::UnknownQueue {
+                queue: settings.queue.clone(),
+                vhost: settings.url.vhost().to_owned(),
+            }),
+            Err(e) => {
+                self.discard(&live);
+                Err(e)
+            }
         }
     }
 
@@ -202,14 +192,32 @@ impl RabbitSource {
             .ok_or(RabbitError::ChannelGone)
     }
 
-    /// `e`, after discarding `live` unless `e` is about the configuration
-    /// (then the server answered, and the link is still good).
-    fn failed(&self, live: &Arc<Live>, e: RabbitError) -> RabbitError {
-        let answered = matches!(&e, RabbitError::Server(text) if text.contains("404"));
-        if !answered {
-            self.discard(live);
-        }
-        e
+    /// Settles the delivery `proof` names on the channel that received it
+    /// (`ChannelGone` when that channel has closed).
+    async fn settle(&self, proof: &DeliveryTag, how: Settle) -> Result<(), RabbitError> {
+        let live = self.live_for(proof).await?;
+        let channel = &live.link.channel;
+        let (sent, what) = match how {
+            Settle::Ack => (
+                channel
+                    .basic_ack(BasicAckArguments::new(proof.tag, false))
+                    .await,
+                "acknowledging",
+            ),
+            Settle::Reject { requeue } => (
+                channel
+                    .basic_reject(BasicRejectArguments::new(proof.tag, requeue))
+                    .await,
+                "rejecting",
+            ),
+            Settle::Nack => (
+                channel
+                    .basic_nack(BasicNackArguments::new(proof.tag, false, true))
+                    .await,
+                "returning",
+            ),
+        };
+        sent.map_err(|e| live.link.error(what, &e))
     }
 
     async fn call<T>(
@@ -239,10 +247,6 @@ impl Source for RabbitSource {
         )
     }
 
-    fn queue(&self) -> Option<&QueueId> {
-        None
-    }
-
     fn system(&self) -> &'static str {
         "rabbitmq"
     }
@@ -263,12 +267,7 @@ impl Source for RabbitSource {
     }
 
     async fn ack(&self, _id: &DeliveryId, proof: &DeliveryTag) -> Result<AckOutcome, RabbitError> {
-        let live = self.live_for(proof).await?;
-        live.link
-            .channel
-            .basic_ack(BasicAckArguments::new(proof.tag, false))
-            .await
-            .map_err(|e| live.link.error("acknowledging", &e))?;
+        self.settle(proof, Settle::Ack).await?;
         // AMQP does not answer an acknowledgement: one that the channel
         // took is as confirmed as it gets. If the channel closes before
         // the server reads it, the delivery comes again as a duplicate.
@@ -276,31 +275,20 @@ impl Source for RabbitSource {
     }
 
     async fn terminate(&self, _id: &DeliveryId, proof: &DeliveryTag) -> Result<bool, RabbitError> {
-        let Ok(live) = self.live_for(proof).await else {
-            return Ok(false);
-        };
         // Without requeue: to the dead-letter queue at once, whatever the
         // delivery limit.
-        live.link
-            .channel
-            .basic_reject(BasicRejectArguments::new(proof.tag, false))
-            .await
-            .map_err(|e| live.link.error("rejecting", &e))?;
-        Ok(true)
+        match self.settle(proof, Settle::Reject { requeue: false }).await {
+            Err(RabbitError::ChannelGone) => Ok(false),
+            settled => settled.map(|()| true),
+        }
     }
 
     async fn release(&self, _id: &DeliveryId, proof: &DeliveryTag) -> Result<bool, RabbitError> {
-        let Ok(live) = self.live_for(proof).await else {
-            return Ok(false);
-        };
-        // `basic.nack`: from RabbitMQ 4.3 on, a return that does not count
-        // toward the delivery limit (the delivery was never attempted).
-        live.link
-            .channel
-            .basic_nack(BasicNackArguments::new(proof.tag, false, true))
-            .await
-            .map_err(|e| live.link.error("returning", &e))?;
-        Ok(true)
+        // Never attempted: the return that does not count, from 4.3 on.
+        match self.settle(proof, Settle::Nack).await {
+            Err(RabbitError::ChannelGone) => Ok(false),
+            settled => settled.map(|()| true),
+        }
     }
 
     async fn shutdown(&self) {
@@ -317,19 +305,26 @@ impl Source for RabbitSource {
         // channel closes. Held for the pause first, so that a failing
         // delivery does not spend its whole limit in a moment.
         tokio::time::sleep(self.shared.settings.retry_after).await;
-        let Ok(live) = self.live_for(proof).await else {
-            // The channel closed: the server has returned it already.
-            return Ok(true);
-        };
         // `basic.reject` with requeue: the return that counts toward the
         // delivery limit on every RabbitMQ version (`docs/rabbitmq.md`).
-        live.link
-            .channel
-            .basic_reject(BasicRejectArguments::new(proof.tag, true))
-            .await
-            .map_err(|e| live.link.error("returning", &e))?;
-        Ok(true)
+        match self.settle(proof, Settle::Reject { requeue: true }).await {
+            // The channel closed: the server has returned it already.
+            Err(RabbitError::ChannelGone) => Ok(true),
+            settled => settled.map(|()| true),
+        }
     }
+}
+
+/// How a delivery is settled.
+enum Settle {
+    /// `basic.ack`.
+    Ack,
+    /// `basic.reject`: with requeue, a return that counts toward the
+    /// delivery limit; without, to the dead-letter queue.
+    Reject { requeue: bool },
+    /// `basic.nack` with requeue: from RabbitMQ 4.3 on, a return that
+    /// does not count.
+    Nack,
 }
 
 /// One consumer of the queue on the source's channel.
