@@ -100,12 +100,7 @@ impl Server for MySql {
 
     async fn private() -> (PrivateServer, String) {
         let server = PrivateServer::start();
-        let mut admin = MySqlConnection::connect(&server.admin_dsn()).await.unwrap();
-        admin
-            .execute("CREATE DATABASE receiver CHARACTER SET utf8mb4")
-            .await
-            .unwrap();
-        let url = format!("mysql://root@127.0.0.1:{}/receiver", server.port());
+        let url = server.create_database("receiver").await;
         common::init_outbox(&Dsn::parse(&url).unwrap()).await;
         (server, url)
     }

@@ -522,13 +522,7 @@ async fn a_database_outage_spends_no_delivery_s_limit_and_everything_is_applied_
     // is spent; a consumer that kept taking them would spend the rest.
     let queue = RabbitQueue::create(&node, 2).await;
     let mut server = common::mysqld::PrivateServer::start();
-    let dsn = format!("mysql://root@127.0.0.1:{}/receiver", server.port());
-    {
-        let mut admin = MySqlConnection::connect(&server.admin_dsn()).await.unwrap();
-        sqlx::Executor::execute(&mut admin, "CREATE DATABASE receiver CHARACTER SET utf8mb4")
-            .await
-            .unwrap();
-    }
+    let dsn = server.create_database("receiver").await;
     result_inbox::db::schema::init(&result_inbox::db::Dsn::parse(&dsn).unwrap())
         .await
         .unwrap();

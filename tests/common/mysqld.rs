@@ -131,6 +131,20 @@ impl PrivateServer {
         self.port
     }
 
+    /// Creates the database `name` (utf8mb4) and returns its root address,
+    /// `mysql://root@127.0.0.1:PORT/NAME`.
+    pub async fn create_database(&self, name: &str) -> String {
+        use sqlx::{Connection, Executor};
+        let mut admin = sqlx::MySqlConnection::connect(&self.admin_dsn())
+            .await
+            .unwrap();
+        admin
+            .execute(format!("CREATE DATABASE {name} CHARACTER SET utf8mb4").as_str())
+            .await
+            .unwrap();
+        format!("mysql://root@127.0.0.1:{}/{name}", self.port)
+    }
+
     /// SIGTERM (a clean shutdown); returns once the process has exited and
     /// the port is closed.
     pub fn stop(&mut self) {

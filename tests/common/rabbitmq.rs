@@ -42,11 +42,10 @@ impl RabbitNode {
                  under scripts/with-rabbitmq.sh, which starts a throwaway RabbitMQ node"
             )
         });
-        let port = url
-            .rsplit_once(':')
-            .and_then(|(_, rest)| rest.trim_end_matches('/').parse().ok())
-            .expect("RESULT_INBOX_TEST_AMQP_URL names a port");
-        RabbitNode { port, dir: None }
+        RabbitNode {
+            port: port_of(&url),
+            dir: None,
+        }
     }
 
     /// A node of the test's own, which it may kill and restart.
@@ -185,15 +184,18 @@ impl RabbitQueue {
     }
 }
 
+/// The port of a test node's `amqp://guest:guest@127.0.0.1:PORT/`.
+fn port_of(url: &str) -> u16 {
+    url.rsplit_once(':')
+        .and_then(|(_, rest)| rest.trim_end_matches('/').parse().ok())
+        .expect("a test node's address names its port")
+}
+
 /// The test's own connection to a node's `amqp://guest:guest@127.0.0.1:PORT/`.
 async fn connect(url: &str) -> Connection {
-    let port: u16 = url
-        .rsplit_once(':')
-        .and_then(|(_, rest)| rest.trim_end_matches('/').parse().ok())
-        .expect("a test node's address names its port");
     Connection::open(&OpenConnectionArguments::new(
         "127.0.0.1",
-        port,
+        port_of(url),
         "guest",
         "guest",
     ))
