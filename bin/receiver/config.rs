@@ -178,11 +178,10 @@ impl NatsArgs {
             "NATS_CONSUMER",
             "the durable pull consumer of that stream",
         )?;
-        let queue_id = queue_id.ok_or(ConfigError::Unset {
-            variable: "ORBIT_QUEUE_ID",
-            what: "the queue whose events the stream carries (32 hex)",
-        })?;
-        let queue_id = parse_queue_id(&queue_id)?;
+        let queue_id = required_queue_id(
+            queue_id,
+            "the queue whose events the stream carries (32 hex)",
+        )?;
         let subject = self
             .nats_subject
             .unwrap_or_else(|| NatsSettings::default_subject(&queue_id));
@@ -203,7 +202,20 @@ impl NatsArgs {
 }
 
 /// `ORBIT_QUEUE_ID`'s value as a queue id.
-pub(crate) fn parse_queue_id(value: &str) -> Result<QueueId, ConfigError> {
+/// `ORBIT_QUEUE_ID` as a broker's source needs it: set, and a queue id;
+/// `what` says what the queue is to that broker.
+pub(crate) fn required_queue_id(
+    queue_id: Option<String>,
+    what: &'static str,
+) -> Result<QueueId, ConfigError> {
+    let queue_id = queue_id.ok_or(ConfigError::Unset {
+        variable: "ORBIT_QUEUE_ID",
+        what,
+    })?;
+    parse_queue_id(&queue_id)
+}
+
+fn parse_queue_id(value: &str) -> Result<QueueId, ConfigError> {
     QueueId::parse(value).map_err(|_| {
         ConfigError::invalid(
             "ORBIT_QUEUE_ID",

@@ -11,7 +11,7 @@ use result_inbox::retry::{until_answered, Backoff};
 use result_inbox::source::SourceError;
 
 use crate::args::RabbitArgs;
-use crate::config::{parse_queue_id, ConfigError};
+use crate::config::{required_queue_id, ConfigError};
 
 impl RabbitArgs {
     /// Resolves the settings for the queue `queue_id` (`ORBIT_QUEUE_ID`);
@@ -23,11 +23,10 @@ impl RabbitArgs {
         })?;
         let url =
             AmqpUrl::parse(&url).map_err(|e| ConfigError::invalid("AMQP_URL", e.to_string()))?;
-        let queue_id = queue_id.ok_or(ConfigError::Unset {
-            variable: "ORBIT_QUEUE_ID",
-            what: "the queue whose events the RabbitMQ queue carries (32 hex)",
-        })?;
-        let queue_id = parse_queue_id(&queue_id)?;
+        let queue_id = required_queue_id(
+            queue_id,
+            "the queue whose events the RabbitMQ queue carries (32 hex)",
+        )?;
         let queue = self
             .amqp_queue
             .unwrap_or_else(|| RabbitSettings::default_queue(&queue_id));
