@@ -5,8 +5,9 @@
 //! out each one's event (`GET /v1/events/{id}`); JetStream's advisories,
 //! captured by the failures stream `subscribe --source nats` creates,
 //! record the messages it gave up on, which are read back from the queue's
-//! stream by sequence. Either way every event is diagnosed read-only, as
-//! the inbox would decide it now.
+//! stream by sequence; RabbitMQ's dead-letter queue holds them, read and
+//! left there. Either way every event is diagnosed read-only, as the inbox
+//! would decide it now.
 
 use std::fmt::Write as _;
 
@@ -29,15 +30,20 @@ pub(crate) enum Origin {
     },
     /// A JetStream durable consumer's failures stream.
     Nats(NatsSettings),
+    /// A RabbitMQ queue's dead-letter queue.
+    #[cfg(feature = "rabbitmq")]
+    Rabbitmq(result_inbox::rabbitmq::RabbitSettings),
 }
 
 impl Origin {
     /// The key a delivery is named by in every line: Orbit's delivery id,
-    /// JetStream's stream sequence.
+    /// JetStream's stream sequence, a dead letter's key on RabbitMQ.
     pub(crate) fn key(&self) -> &'static str {
         match self {
             Origin::Orbit { .. } => "delivery",
             Origin::Nats(_) => "sequence",
+            #[cfg(feature = "rabbitmq")]
+            Origin::Rabbitmq(_) => "message",
         }
     }
 
@@ -51,6 +57,8 @@ impl Origin {
             Origin::Nats(_) => id
                 .parse::<u64>()
                 .is_ok_and(|n| n > 0 && n.to_string() == id),
+            #[cfg(feature = "rabbitmq")]
+            Origin::Rabbitmq(_) => result_inbox::rabbitmq::is_dead_letter_key(id),
         }
     }
 
@@ -60,6 +68,10 @@ impl Origin {
             Origin::Orbit { .. } => "an Orbit delivery id is 32 lowercase hex characters",
             Origin::Nats(_) => {
                 "a NATS delivery is named by its stream sequence, a number from 1 (as `receiver failures` prints it)"
+            }
+            #[cfg(feature = "rabbitmq")]
+            Origin::Rabbitmq(_) => {
+                "a RabbitMQ dead letter is named by its message id, or sha256- and 16 hex digits when it has none (as `receiver failures` prints it)"
             }
         }
     }
@@ -219,6 +231,8 @@ pub(crate) async fn list(
             subscription,
         } => from_orbit(client, subscription, &mut diagnoser).await,
         Origin::Nats(settings) => from_nats(settings, &mut diagnoser).await,
+        #[cfg(feature = "rabbitmq")]
+        Origin::Rabbitmq(settings) => from_rabbitmq(settings, &mut diagnoser).await,
     };
     diagnoser.close().await;
     Ok(Listed {
@@ -240,6 +254,8 @@ pub(crate) enum Listing {
     Database(result_inbox::db::DbError),
     Orbit(result_inbox::orbit::OrbitError),
     Nats(result_inbox::nats::NatsError),
+    #[cfg(feature = "rabbitmq")]
+    Rabbitmq(result_inbox::rabbitmq::RabbitError),
 }
 
 async fn from_orbit(
@@ -304,6 +320,33 @@ async fn from_nats(
             failed_at: message.failed_at.clone(),
             diagnosis,
             message: Some(message),
+        });
+    }
+    Ok(failed)
+}
+
+#[cfg(feature = "rabbitmq")]
+async fn from_rabbitmq(
+    settings: &result_inbox::rabbitmq::RabbitSettings,
+    diagnoser: &mut Diagnoser,
+) -> Result<Vec<FailedDelivery>, Listing> {
+    let letters = result_inbox::rabbitmq::dead_letters(settings, BROKER_CALL_TIMEOUT)
+        .await
+        .map_err(Listing::Rabbitmq)?;
+    let mut failed = Vec::with_capacity(letters.len());
+    for letter in letters {
+        let diagnosis = diagnoser
+            .diagnose(&letter.body)
+            .await
+            .map_err(Listing::Database)?;
+        failed.push(FailedDelivery {
+            id: letter.key,
+            attempts: letter.attempts,
+            task: None,
+            event: None,
+            failed_at: letter.failed_at,
+            diagnosis: Ok(diagnosis),
+            message: None,
         });
     }
     Ok(failed)

@@ -226,6 +226,14 @@ pub(crate) fn unix_seconds(s: &str) -> Option<f64> {
     timestamp::unix_seconds(s.as_bytes())
 }
 
+/// The RFC 3339 date-time, in UTC to the second, of `seconds` since the
+/// Unix epoch (a broker's timestamp), or `None` outside the years
+/// 0000..=9999.
+#[cfg_attr(not(feature = "rabbitmq"), allow(dead_code))]
+pub(crate) fn utc_text(seconds: i64) -> Option<String> {
+    timestamp::utc_text(seconds)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

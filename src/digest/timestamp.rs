@@ -227,6 +227,21 @@ fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
     cycle * 146_097 + day_of_cycle - 719_468
 }
 
+/// `YYYY-MM-DDTHH:MM:SSZ` of `seconds` since the Unix epoch, or `None`
+/// outside the years 0000..=9999.
+pub(super) fn utc_text(seconds: i64) -> Option<String> {
+    let (year, month, day) = civil_from_days(seconds.div_euclid(DAY));
+    let secs = seconds.rem_euclid(DAY);
+    (0..=9999).contains(&year).then(|| {
+        format!(
+            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+            secs / 3600,
+            secs / 60 % 60,
+            secs % 60
+        )
+    })
+}
+
 /// Inverse of [`days_from_civil`]: the (year, month, day) of a day number.
 fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let z = days + 719_468;
@@ -282,6 +297,24 @@ mod tests {
         }
         assert_eq!(days_from_civil(1970, 1, 1), 0);
         assert_eq!(days_from_civil(2000, 3, 1), 11_017);
+    }
+
+    #[test]
+    fn a_unix_time_is_written_in_utc_to_the_second_and_reads_back_as_itself() {
+        assert_eq!(utc_text(0).as_deref(), Some("1970-01-01T00:00:00Z"));
+        assert_eq!(
+            utc_text(1_796_638_864).as_deref(),
+            Some("2026-12-07T10:21:04Z")
+        );
+        for seconds in [-62_167_219_200, 951_782_400, 253_402_300_799] {
+            let text = utc_text(seconds).unwrap();
+            assert_eq!(
+                unix_seconds(text.as_bytes()),
+                Some(seconds as f64),
+                "{text}"
+            );
+        }
+        assert_eq!(utc_text(253_402_300_800), None);
     }
 
     #[test]

@@ -19,7 +19,7 @@ use super::{AmqpUrl, RabbitError};
 pub(super) struct LastWords(Arc<Mutex<Option<(u16, String)>>>);
 
 impl LastWords {
-    fn said(&self, code: u16, text: &str) {
+    pub(super) fn said(&self, code: u16, text: &str) {
         *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some((code, text.to_owned()));
     }
 

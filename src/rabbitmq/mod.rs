@@ -26,11 +26,17 @@
 
 mod connect;
 mod error;
+mod failures;
+mod headers;
 mod provision;
+mod publish;
 mod settings;
 mod source;
 
 pub use self::error::RabbitError;
+pub use self::failures::{
+    dead_letters, is_dead_letter_key, replay, DeadLetter, Replayed, REPLAY_OF_HEADER,
+};
 pub use self::provision::{provision, queue_arguments, Provisioned, QueueArguments, QueueSpec};
 pub use self::settings::{dead_letter_queue, AmqpUrl, RabbitSettings};
 pub use self::source::{DeliveryTag, RabbitSource, RabbitStream};

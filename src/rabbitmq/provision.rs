@@ -280,7 +280,7 @@ fn typed(arg: &str, value: &str) -> FieldValue {
 
 /// Reads `queue`'s arguments (see [`QueueArguments`]) on `link`, which must
 /// know the queue exists: a declaration of a missing queue would create it.
-async fn arguments(
+pub(super) async fn arguments(
     link: &Link,
     queue: &str,
     timeout: Duration,

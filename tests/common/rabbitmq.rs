@@ -264,21 +264,36 @@ impl Publisher {
     pub async fn publish(&mut self, queue: &str, bodies: &[String]) {
         for body in bodies {
             let properties = BasicProperties::default()
-                .with_persistence(true)
                 .with_message_id(&random_hex(8))
                 .finish();
-            self.channel
-                .basic_publish(
-                    properties,
-                    body.clone().into_bytes(),
-                    BasicPublishArguments::new("", queue)
-                        .mandatory(true)
-                        .finish(),
-                )
-                .await
-                .unwrap();
-            self.published += 1;
+            self.send(queue, properties, body).await;
         }
+        self.confirmed().await;
+    }
+
+    /// Publishes one body with these properties (made persistent), and
+    /// waits for the server's confirm.
+    pub async fn publish_as(&mut self, queue: &str, properties: BasicProperties, body: &str) {
+        self.send(queue, properties, body).await;
+        self.confirmed().await;
+    }
+
+    async fn send(&mut self, queue: &str, mut properties: BasicProperties, body: &str) {
+        properties.with_persistence(true);
+        self.channel
+            .basic_publish(
+                properties,
+                body.as_bytes().to_vec(),
+                BasicPublishArguments::new("", queue)
+                    .mandatory(true)
+                    .finish(),
+            )
+            .await
+            .unwrap();
+        self.published += 1;
+    }
+
+    async fn confirmed(&self) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         loop {
             let confirmed = self.confirmed.lock().unwrap().through;

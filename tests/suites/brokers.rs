@@ -11,3 +11,5 @@ mod common;
 mod nats;
 #[path = "../rabbitmq.rs"]
 mod rabbitmq;
+#[path = "../rabbitmq_failures.rs"]
+mod rabbitmq_failures;

@@ -8,7 +8,7 @@ use result_inbox::db::Dsn;
 use result_inbox::scope::InboxScope;
 
 use super::orbit_client;
-use crate::args::{required_subscription, NatsArgs, Receiver, SourceKind};
+use crate::args::{required_subscription, NatsArgs, RabbitArgs, Receiver, SourceKind};
 use crate::exit::{config, database_failure, failed, passed, read_only, Failed, Outcome};
 use crate::failed::{counts, list, FailedDelivery, Listing, Origin};
 use crate::runtime::runtime;
@@ -19,11 +19,14 @@ use crate::runtime::runtime;
 pub(crate) struct FailedArgs {
     #[command(flatten)]
     receiver: Receiver,
-    /// Where `consume` takes its deliveries from: `orbit` or `nats`.
+    /// Where `consume` takes its deliveries from: `orbit`, `nats` or
+    /// `rabbitmq`.
     #[arg(long, env = "RECEIVER_SOURCE", value_enum, ignore_case = true, default_value_t = SourceKind::Orbit)]
     source: SourceKind,
     #[command(flatten)]
     nats: NatsArgs,
+    #[command(flatten)]
+    rabbitmq: RabbitArgs,
     /// The subscription `consume` consumes (Orbit only).
     #[arg(long, env = "ORBIT_SUBSCRIPTION_ID")]
     subscription_id: Option<String>,
@@ -48,9 +51,16 @@ impl FailedArgs {
                     self.receiver.resolve_for_nats(self.nats).map_err(config)?;
                 Ok((Origin::Nats(settings), dsn, scope))
             }
-            SourceKind::Rabbitmq => Err(config(
-                "--source rabbitmq: failures and replay do not read RabbitMQ's dead-letter queue yet; what the queue gave up on is in <AMQP_QUEUE>.failed (rabbitmqctl list_queues name messages)",
-            )),
+            #[cfg(feature = "rabbitmq")]
+            SourceKind::Rabbitmq => {
+                let (dsn, scope, settings) = self
+                    .receiver
+                    .resolve_for_rabbitmq(self.rabbitmq)
+                    .map_err(config)?;
+                Ok((Origin::Rabbitmq(settings), dsn, scope))
+            }
+            #[cfg(not(feature = "rabbitmq"))]
+            SourceKind::Rabbitmq => Err(config(crate::args::built_without_rabbitmq())),
         }
     }
 }
@@ -111,5 +121,7 @@ pub(crate) fn listing_failure(command: &str, e: Listing) -> Failed {
         // Orbit's errors name Orbit themselves.
         Listing::Orbit(e) => failed(e.is_refusal(), format!("{command}: {e}")),
         Listing::Nats(e) => failed(e.is_configuration(), format!("{command}: NATS: {e}")),
+        #[cfg(feature = "rabbitmq")]
+        Listing::Rabbitmq(e) => failed(e.is_configuration(), format!("{command}: {e}")),
     }
 }

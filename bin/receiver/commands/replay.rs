@@ -1,8 +1,11 @@
 //! `receiver replay`: bring chosen failed deliveries back through the inbox
 //! like any delivery. On Orbit each gets a limited new budget through the
-//! admin call; over NATS the stored message is published again. What would
-//! only fail again (a conflict, a rejected event) is refused unless forced.
+//! admin call; over NATS the stored message is published again, and on
+//! RabbitMQ the dead letter is published to the queue again and then taken
+//! off the dead-letter queue. What would only fail again (a conflict, a
+//! rejected event) is refused unless forced.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -23,8 +26,8 @@ use crate::runtime::runtime;
 pub(crate) struct ReplayArgs {
     #[command(flatten)]
     failed: FailedArgs,
-    /// Replay this delivery (Orbit's delivery id, or the stream sequence
-    /// with --source nats); repeatable.
+    /// Replay this delivery (Orbit's delivery id, the stream sequence with
+    /// --source nats, the message key with --source rabbitmq); repeatable.
     #[arg(long = "delivery", value_name = "ID")]
     deliveries: Vec<String>,
     /// Replay every failed delivery with this diagnosis: apply, duplicate,
@@ -113,6 +116,16 @@ pub(crate) fn run_replay(args: ReplayArgs) -> Outcome {
                     .any(|d| d.eq_ignore_ascii_case(f.word()))
         })
         .collect();
+    let mut brought_back = if args.dry_run {
+        Default::default()
+    } else {
+        let keys: Vec<String> = chosen
+            .iter()
+            .filter(|f| args.force || !f.fails_again())
+            .map(|f| f.id.clone())
+            .collect();
+        runtime.block_on(bring_back(&origin, &keys))
+    };
     let mut lines = Vec::new();
     let mut tally = [0usize; 4];
     let mut token_refused = false;
@@ -132,7 +145,10 @@ pub(crate) fn run_replay(args: ReplayArgs) -> Outcome {
         } else if args.dry_run {
             Replay::DryRun
         } else {
-            runtime.block_on(replay_one(&origin, admin.as_ref(), f, args.add))
+            match brought_back.remove(&f.id) {
+                Some(result) => result,
+                None => runtime.block_on(replay_one(&origin, admin.as_ref(), f, args.add)),
+            }
         };
         let (word, detail) = match result {
             Replay::Replayed(detail) => {
@@ -215,6 +231,39 @@ fn read_admin_token(path: &Path) -> Result<String, Failed> {
         .to_owned())
 }
 
+/// Brings back together the deliveries of a source that replays them in
+/// one pass (RabbitMQ's dead-letter queue is read in order, not by key):
+/// what became of each of `keys`. Other sources replay one at a time.
+#[cfg_attr(not(feature = "rabbitmq"), allow(unused_variables))]
+async fn bring_back(origin: &Origin, keys: &[String]) -> HashMap<String, Replay> {
+    match origin {
+        #[cfg(feature = "rabbitmq")]
+        Origin::Rabbitmq(settings) if !keys.is_empty() => {
+            let outcome = result_inbox::rabbitmq::replay(settings, BROKER_CALL_TIMEOUT, keys).await;
+            keys.iter()
+                .map(|key| {
+                    let result = match &outcome {
+                        Ok(replayed) => match (replayed.copies.get(key), &replayed.stopped) {
+                            (Some(n), _) => Replay::Replayed(Some(format!(
+                                "copies={n} queue={}",
+                                settings.queue
+                            ))),
+                            (None, Some(e)) => Replay::Failed(e.to_string()),
+                            (None, None) => Replay::Skipped(
+                                "no longer in the dead-letter queue (replayed or taken meanwhile)"
+                                    .to_owned(),
+                            ),
+                        },
+                        Err(e) => Replay::Failed(e.to_string()),
+                    };
+                    (key.clone(), result)
+                })
+                .collect()
+        }
+        _ => HashMap::new(),
+    }
+}
+
 /// Brings one delivery back: new budget on Orbit, the message published
 /// again on NATS.
 async fn replay_one(
@@ -255,6 +304,10 @@ async fn replay_one(
                 Ok(sequence) => Replay::Replayed(Some(format!("new_sequence={sequence}"))),
                 Err(e) => Replay::Failed(format!("NATS: {e}")),
             }
+        }
+        #[cfg(feature = "rabbitmq")]
+        Origin::Rabbitmq(_) => {
+            Replay::Failed("not brought back in the dead-letter queue's pass".to_owned())
         }
     }
 }

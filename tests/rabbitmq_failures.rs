@@ -1,0 +1,239 @@
+//! `receiver failures` and `receiver replay --source rabbitmq` over a real
+//! RabbitMQ node and a real `receiver consume`: a fault the operator can
+//! fix makes deliveries spend the queue's delivery limit; once it is
+//! fixed, the listing reads the dead-letter queue without taking anything
+//! from it, a replay brings back what would apply, once, and refuses what
+//! would only fail again.
+#![cfg(feature = "rabbitmq")]
+
+use crate::common;
+
+use std::process::Output;
+use std::time::Duration;
+
+use amqprs::BasicProperties;
+use common::consume::Consume;
+use common::orbit::receiver;
+use common::rabbitmq::{Publisher, RabbitNode, RabbitQueue};
+use common::{dsn_for, random_hex, EventSpec, TestDb};
+
+struct Failing {
+    queue: RabbitQueue,
+    db: TestDb,
+    reader: String,
+    dir: std::path::PathBuf,
+}
+
+impl Failing {
+    async fn new() -> Failing {
+        let queue = RabbitQueue::create(&RabbitNode::shared(), 2).await;
+        let db = TestDb::initialized().await;
+        let reader = db.reader_dsn().await;
+        let dir = std::env::temp_dir().join(format!("result-inbox-dead-letters-{}", random_hex(6)));
+        std::fs::create_dir_all(&dir).unwrap();
+        Failing {
+            queue,
+            db,
+            reader,
+            dir,
+        }
+    }
+
+    fn env(&self, dsn: &str) -> Vec<(String, String)> {
+        let mut env = self.queue.env();
+        env.push(("ORBIT_RECEIVER_DSN".into(), dsn.to_owned()));
+        env
+    }
+
+    fn consume(&self) -> Consume {
+        Consume::with_env(&self.dir, &self.env(&dsn_for(&self.db.name)))
+    }
+
+    /// `receiver <args>` as the operator runs it: the read-only account.
+    fn run(&self, args: &[&str]) -> Output {
+        receiver()
+            .args(args)
+            .envs(self.env(&self.reader))
+            .output()
+            .unwrap()
+    }
+
+    fn event(&self, task: &str) -> String {
+        EventSpec::submitted(&self.queue.queue_id, task).json()
+    }
+
+    /// Publishes `body` with `message_id`, if any.
+    async fn publish(&self, message_id: Option<&str>, body: &str) {
+        let mut properties = BasicProperties::default();
+        if let Some(id) = message_id {
+            properties.with_message_id(id);
+        }
+        let mut publisher = Publisher::open(&self.queue.url).await;
+        publisher
+            .publish_as(&self.queue.queue, properties, body)
+            .await;
+        publisher.close().await;
+    }
+
+    async fn dead(&self) -> u32 {
+        self.queue.ready(&self.queue.failed()).await
+    }
+
+    async fn views(&self) -> Vec<(Vec<u8>, u64, u64)> {
+        sqlx::query_as(
+            "SELECT task_id, task_version, applied_events FROM receiver_task_views ORDER BY task_id",
+        )
+        .fetch_all(&self.db.pool().await)
+        .await
+        .unwrap()
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[tokio::test]
+async fn what_the_delivery_limit_gave_up_on_is_listed_without_being_taken_and_replayed_once() {
+    let f = Failing::new().await;
+    let first = f.event(&random_hex(16));
+    f.publish(Some("first"), &first).await;
+    let mut consume = f.consume();
+    consume
+        .wait_for_output(Duration::from_secs(20), |log| {
+            log.contains(" acknowledged ")
+        })
+        .await;
+
+    let lock = f.db.lock_inbox().await;
+    let (a, b) = (random_hex(16), random_hex(16));
+    f.publish(Some(&a), &f.event(&random_hex(16))).await;
+    f.publish(Some(&b), &f.event(&random_hex(16))).await;
+    let copy = first.replace("16:02:44.5", "16:02:45.5");
+    assert_ne!(copy, first);
+    f.publish(Some("conflicting"), &copy).await;
+    f.publish(None, "garbage{").await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    while f.dead().await < 4 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "RabbitMQ did not give up on all four: {}",
+            consume.output()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(consume.terminate().success(), "{}", consume.output());
+    lock.release().await;
+
+    let listed = f.run(&["failures"]);
+    let out = text(&listed.stdout);
+    assert_eq!(
+        listed.status.code(),
+        Some(1),
+        "{out}{}",
+        text(&listed.stderr)
+    );
+    let line = |key: &str| {
+        out.lines()
+            .find(|l| l.starts_with(&format!("failure message={key} ")))
+            .unwrap_or_else(|| panic!("no line of {key}: {out}"))
+            .to_owned()
+    };
+    for (key, diagnosis) in [
+        (a.as_str(), "apply"),
+        (b.as_str(), "apply"),
+        ("conflicting", "conflict"),
+    ] {
+        let line = line(key);
+        assert!(line.contains(&format!(" diagnosis={diagnosis}")), "{line}");
+        assert!(
+            line.contains(" attempts=3 "),
+            "the limit of 2 returns: {line}"
+        );
+    }
+    let garbage = out
+        .lines()
+        .find(|l| l.contains(" diagnosis=rejected"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(garbage.starts_with("failure message=sha256-"), "{garbage}");
+    assert!(
+        out.lines()
+            .filter(|l| l.starts_with("failure "))
+            .all(|l| l.contains(" failed_at=20") && l.contains("Z diagnosis=")),
+        "{out}"
+    );
+    assert!(
+        common::without_database(&out)
+            .ends_with("failures total=4 apply=2 duplicate=0 stale=0 conflict=1 rejected=1\n"),
+        "{out}"
+    );
+    assert_eq!(f.dead().await, 4, "listing takes nothing away");
+
+    let not_a_key = f.run(&["replay", "--delivery", "two words"]);
+    assert_eq!(not_a_key.status.code(), Some(2));
+    assert!(
+        text(&not_a_key.stderr).contains("message id"),
+        "{}",
+        text(&not_a_key.stderr)
+    );
+
+    let replay = f.run(&["replay", "--diagnosis", "apply"]);
+    let out = text(&replay.stdout);
+    assert_eq!(
+        replay.status.code(),
+        Some(0),
+        "{out}{}",
+        text(&replay.stderr)
+    );
+    for key in [&a, &b] {
+        assert!(
+            out.contains(&format!(
+                "replay message={key} diagnosis=apply result=replayed copies=1 queue={}",
+                f.queue.queue
+            )),
+            "{out}"
+        );
+    }
+    assert_eq!(
+        f.dead().await,
+        2,
+        "each replayed message leaves the dead-letter queue"
+    );
+    let mut consume = f.consume();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while f.views().await.len() < 3 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{}",
+            consume.output()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(consume.terminate().success(), "{}", consume.output());
+    let views = f.views().await;
+    assert_eq!(views.len(), 3, "{views:?}");
+    assert!(
+        views
+            .iter()
+            .all(|(_, version, applied)| *version == 1 && *applied == 1),
+        "{views:?}"
+    );
+    assert_eq!(f.queue.ready(&f.queue.queue).await, 0);
+
+    let all = f.run(&["replay", "--all"]);
+    let out = text(&all.stdout);
+    assert_eq!(all.status.code(), Some(2), "{out}");
+    assert!(
+        common::without_database(&out)
+            .ends_with("replay total=2 replayed=0 skipped=0 refused=2 failed=0\n"),
+        "{out}"
+    );
+    let again = f.run(&["replay", "--delivery", &a]);
+    assert!(
+        text(&again.stdout).contains(&format!("replay message={a} diagnosis=- result=skipped")),
+        "{}",
+        text(&again.stdout)
+    );
+    assert_eq!(f.dead().await, 2);
+    assert_eq!(f.views().await, views);
+}
