@@ -1059,3 +1059,88 @@ mod over_nats {
         );
     }
 }
+
+/// The same over RabbitMQ: the producer's context in the message's headers.
+#[cfg(feature = "rabbitmq")]
+mod over_rabbitmq {
+    use super::common;
+
+    use std::time::Duration;
+
+    use amqprs::{BasicProperties, FieldTable, FieldValue};
+    use common::consume::Consume;
+    use common::otlp::{OtlpReceiver, KIND_CONSUMER};
+    use common::rabbitmq::{Publisher, RabbitNode, RabbitQueue};
+    use common::{dsn_for, random_hex, EventSpec, TestDb};
+
+    #[tokio::test]
+    async fn a_message_s_traceparent_header_makes_its_delivery_a_child_of_the_producer_s_span() {
+        let otlp = OtlpReceiver::start().await;
+        let queue = RabbitQueue::create(&RabbitNode::shared(), 2).await;
+        let db = TestDb::initialized().await;
+        let producer_trace = random_hex(16);
+        let producer_span = random_hex(8);
+        let mut headers = FieldTable::new();
+        headers.insert(
+            "traceparent".try_into().unwrap(),
+            FieldValue::from(format!("00-{producer_trace}-{producer_span}-01")),
+        );
+        let (task_a, task_b) = (random_hex(16), random_hex(16));
+        let traced = EventSpec::submitted(&queue.queue_id, &task_a);
+        let plain = EventSpec::submitted(&queue.queue_id, &task_b);
+        let mut publisher = Publisher::open(&queue.url).await;
+        let mut properties = BasicProperties::default();
+        properties.with_message_id(&traced.id).with_headers(headers);
+        publisher
+            .publish_as(&queue.queue, properties, &traced.json())
+            .await;
+        publisher
+            .publish(&queue.queue, std::slice::from_ref(&plain.json()))
+            .await;
+        publisher.close().await;
+        let mut env = queue.env();
+        env.push(("ORBIT_RECEIVER_DSN".into(), dsn_for(&db.name)));
+        env.push(("OTEL_EXPORTER_OTLP_ENDPOINT".into(), otlp.endpoint()));
+        let dir = std::env::temp_dir().join(format!("result-inbox-traces-{}", random_hex(6)));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut consume = Consume::with_env(&dir, &env);
+        consume
+            .wait_for_output(Duration::from_secs(20), |log| {
+                log.matches(" acknowledged ").count() == 2
+            })
+            .await;
+        assert!(consume.terminate().success(), "{}", consume.output());
+        let spans = otlp
+            .wait_for(Duration::from_secs(10), |spans| {
+                spans
+                    .iter()
+                    .filter(|s| s.name.starts_with("process"))
+                    .count()
+                    == 2
+            })
+            .await;
+        let process = |event: &str| {
+            spans
+                .iter()
+                .find(|s| {
+                    s.name.starts_with("process")
+                        && s.attribute("messaging.message.id") == Some(event)
+                })
+                .unwrap_or_else(|| panic!("no span of {event}: {spans:#?}"))
+        };
+        let child = process(&traced.id);
+        assert_eq!(child.name, format!("process {}", queue.queue));
+        assert_eq!(child.kind, KIND_CONSUMER);
+        assert_eq!(child.attribute("messaging.system"), Some("rabbitmq"));
+        assert_eq!(
+            (child.trace_id.as_str(), child.parent_span_id.as_str()),
+            (producer_trace.as_str(), producer_span.as_str())
+        );
+        let root = process(&plain.id);
+        assert_eq!(root.parent_span_id, "");
+        assert_ne!(root.trace_id, producer_trace);
+        assert!(spans
+            .iter()
+            .any(|s| s.trace_id == producer_trace && s.name == format!("settle {}", queue.queue)));
+    }
+}
