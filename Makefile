@@ -8,7 +8,7 @@ WITH_RABBITMQ := scripts/with-rabbitmq.sh
 # The `receiver` binary needs the `cli` feature; a library user's default
 # features leave it (and its dependencies) out. `testing` is the library's
 # helpers for testing an inner service (an example and its test use them).
-CLI := --features result-inbox/cli,result-inbox/testing
+CLI := --features result-inbox/cli,result-inbox/testing,orbit-dev/rabbitmq
 
 .PHONY: demo test bench build check fmt-check clippy doc deps-check package-check unit integration cluster-test toolchain fuzz nats-server rabbitmq-server nextest doctest standardwebhooks promtool systemd-analyze
 

@@ -1,6 +1,7 @@
 //! The documented paths from nothing to consumed results, run exactly as
 //! they are written: the README's (Orbit), `docs/postgres.md`'s,
-//! `docs/nats.md`'s (NATS JetStream, fed by `orbit-dev bridge`) and
+//! `docs/nats.md`'s (NATS JetStream, fed by `orbit-dev bridge`),
+//! `docs/rabbitmq.md`'s (a RabbitMQ quorum queue, fed the same way) and
 //! `docs/outbox.md`'s (to a signed webhook received and verified). The
 //! same commands, with only the ports, the database and the working
 //! directory made the test's own. What they print is held to the output
@@ -475,6 +476,47 @@ async fn the_nats_guide_s_path_from_nothing_to_applied_results_works_as_written(
         result_inbox::ids::QueueId::parse(credentials["queue_id"].as_str().unwrap()).unwrap();
     let scope = InboxScope::new(ReceiverName::default(), queue);
     let task = result_inbox::ids::TaskId::parse(task).expect("a task id");
+    let view = result_inbox::task_view::load(&db.pool().await, &scope, &task)
+        .await
+        .unwrap()
+        .expect("the task's view");
+    assert_eq!(view.last_state, "PENDING");
+    assert_eq!(view.applied_events, 1);
+    let token = credentials["token"].as_str().unwrap();
+    assert!(!printed.contains(token), "the token was printed");
+}
+
+#[cfg(feature = "rabbitmq")]
+#[tokio::test]
+async fn the_rabbitmq_guide_s_path_from_nothing_to_applied_results_works_as_written() {
+    let db = TestDb::empty().await;
+    let node = common::rabbitmq::RabbitNode::shared();
+    let mut path = Path::run(
+        "docs/rabbitmq.md",
+        "rabbitmq-path",
+        &[
+            ("127.0.0.1:8080", format!("127.0.0.1:{}", free_port())),
+            ("127.0.0.1:5672", format!("127.0.0.1:{}", node.port)),
+            (
+                "'mysql://root@127.0.0.1:3306/receiver_rabbitmq_example'",
+                format!("'{}'", dsn_for(&db.name)),
+            ),
+        ],
+    )
+    .await;
+    path.stop();
+
+    // The task it submitted went Orbit → bridge → RabbitMQ → inbox.
+    let printed = path.output();
+    let task = printed
+        .lines()
+        .find_map(|l| l.strip_prefix("task="))
+        .expect("a submitted task");
+    let credentials: serde_json::Value =
+        serde_json::from_str(&path.file(".local/inbox.credentials.json")).unwrap();
+    let queue = QueueId::parse(credentials["queue_id"].as_str().unwrap()).unwrap();
+    let scope = InboxScope::new(ReceiverName::default(), queue);
+    let task = TaskId::parse(task).expect("a task id");
     let view = result_inbox::task_view::load(&db.pool().await, &scope, &task)
         .await
         .unwrap()

@@ -41,9 +41,9 @@ enum Command {
     /// delivered to the queue's subscriptions); prints task=<id>
     /// version=<n> state=CANCELLED.
     Cancel(CancelArgs),
-    /// Publish the events of a subscription to NATS JetStream, as a
-    /// platform's bridge would: on orbit.results.<queue_id>, Nats-Msg-Id =
-    /// the event id, each delivery acknowledged once JetStream has it.
+    /// Publish the events of a subscription to NATS JetStream or RabbitMQ,
+    /// as a platform's bridge would: to orbit.results.<queue_id>, under the
+    /// event id, each delivery acknowledged once the broker confirmed it.
     Bridge(BridgeArgs),
 }
 
@@ -67,11 +67,25 @@ struct BridgeArgs {
     subscription: String,
     /// The NATS server; a `user:password@` or `token@` in it is sent as
     /// the login and never printed.
-    #[arg(long, env = "NATS_URL", hide_env_values = true)]
-    nats_url: String,
+    #[arg(
+        long,
+        env = "NATS_URL",
+        hide_env_values = true,
+        required_unless_present = "amqp_url",
+        conflicts_with = "amqp_url"
+    )]
+    nats_url: Option<String>,
     /// The subject [default: orbit.results.<queue_id>].
     #[arg(long, env = "NATS_SUBJECT")]
     subject: Option<String>,
+    /// Instead of NATS, the RabbitMQ server, amqp://user:password@host:port/vhost;
+    /// the password is never printed.
+    #[arg(long, env = "AMQP_URL", hide_env_values = true)]
+    amqp_url: Option<String>,
+    /// The RabbitMQ queue, published to through the default exchange
+    /// [default: orbit.results.<queue_id>].
+    #[arg(long, env = "AMQP_QUEUE")]
+    amqp_queue: Option<String>,
 }
 
 impl QueueArgs {
@@ -318,28 +332,56 @@ fn urlencoding(segment: &str) -> String {
 }
 
 async fn bridge(args: BridgeArgs) -> Result<(), String> {
+    use orbit_dev::bridge::{Bridge, Destination};
     init_logging();
     let (credentials, orbit) = args.queue.load()?;
-    let subject = args
-        .subject
-        .unwrap_or_else(|| format!("orbit.results.{}", credentials.queue_id));
+    let default = format!("orbit.results.{}", credentials.queue_id);
+    let to = match (args.nats_url, args.amqp_url) {
+        (Some(url), _) => Destination::Nats {
+            url,
+            subject: args.subject.unwrap_or(default),
+        },
+        (None, Some(url)) => rabbitmq_destination(&url, args.amqp_queue.unwrap_or(default))?,
+        (None, None) => {
+            return Err("give --nats-url (NATS_URL) or --amqp-url (AMQP_URL)".to_owned())
+        }
+    };
     let shutdown = stop_signal()?;
+    let (name, server) = match &to {
+        Destination::Nats { url, subject } => (subject.clone(), orbit_dev::bridge::shown_url(url)),
+        #[cfg(feature = "rabbitmq")]
+        Destination::Rabbitmq { url, queue } => (format!("queue {queue}"), url.to_string()),
+    };
     println!(
-        "orbit-dev: bridging subscription {} to {subject} on {}",
-        args.subscription,
-        orbit_dev::bridge::shown_url(&args.nats_url)
+        "orbit-dev: bridging subscription {} to {name} on {server}",
+        args.subscription
     );
     orbit_dev::bridge::run(
-        orbit_dev::bridge::Bridge {
+        Bridge {
             orbit,
             token: credentials.token,
             subscription: args.subscription,
-            nats_url: args.nats_url,
-            subject,
+            to,
         },
         shutdown,
     )
     .await
+}
+
+#[cfg(feature = "rabbitmq")]
+fn rabbitmq_destination(
+    url: &str,
+    queue: String,
+) -> Result<orbit_dev::bridge::Destination, String> {
+    Ok(orbit_dev::bridge::Destination::Rabbitmq {
+        url: orbit_dev::bridge::AmqpAddress::parse(url)?,
+        queue,
+    })
+}
+
+#[cfg(not(feature = "rabbitmq"))]
+fn rabbitmq_destination(_: &str, _: String) -> Result<orbit_dev::bridge::Destination, String> {
+    Err("this orbit-dev was built without RabbitMQ: build it with `make build` (feature orbit-dev/rabbitmq)".to_owned())
 }
 
 /// stderr logging, `orbit_dev=info` unless `RUST_LOG` says otherwise.

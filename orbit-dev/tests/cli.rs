@@ -232,6 +232,51 @@ fn the_bridge_never_prints_the_nats_password_in_its_help_its_start_line_or_its_e
     }
 }
 
+#[cfg(feature = "rabbitmq")]
+#[test]
+fn the_bridge_to_rabbitmq_never_prints_the_amqp_password_and_takes_one_broker_only() {
+    let dir = scratch_dir();
+    let credentials = dir.join("credentials.json");
+    std::fs::write(
+        &credentials,
+        r#"{"orbit_url":"http://127.0.0.1:1","token":"t","queue_id":"0123456789abcdef0123456789abcdef","namespace":"n","application":"a","environment":"e","queue":"q","scopes":[]}"#,
+    )
+    .unwrap();
+    let bridge = |vars: &[(&str, &str)]| {
+        let run = Command::new(BINARY)
+            .args([
+                "bridge",
+                "--subscription",
+                "fedcba9876543210fedcba9876543210",
+            ])
+            .env_remove("NATS_URL")
+            .env_remove("AMQP_URL")
+            .envs(vars.iter().copied())
+            .env("ORBIT_CREDENTIALS_FILE", &credentials)
+            .output()
+            .unwrap();
+        let printed = String::from_utf8_lossy(&run.stdout).into_owned()
+            + &String::from_utf8_lossy(&run.stderr);
+        (run.status.success(), printed)
+    };
+    // Port 1 on loopback: nothing listens, so the bridge fails to connect.
+    let url = "amqp://bridge:sentinel-amqp-password@127.0.0.1:1/";
+    let (ok, printed) = bridge(&[("AMQP_URL", url)]);
+    assert!(!ok, "{printed}");
+    assert!(
+        printed.contains("cannot reach RabbitMQ at amqp://bridge@127.0.0.1:1/"),
+        "{printed}"
+    );
+    assert!(!printed.contains("sentinel-amqp-password"), "{printed}");
+
+    let (ok, printed) = bridge(&[("AMQP_URL", url), ("NATS_URL", "nats://127.0.0.1:1")]);
+    assert!(!ok && printed.contains("cannot be used with"), "{printed}");
+    assert!(!printed.contains("sentinel-amqp-password"), "{printed}");
+    let (ok, printed) = bridge(&[]);
+    assert!(!ok && printed.contains("--nats-url"), "{printed}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_command_finds_the_server_by_url_then_orbit_url_then_the_credentials_file() {
     let server = Server::start().await;

@@ -1,9 +1,8 @@
-//! The events of one subscription, published to NATS JetStream as a
-//! platform's bridge publishes them: each event's bytes unchanged, on the
-//! queue's subject, with the event id as `Nats-Msg-Id`, so that the stream's
-//! duplicate window drops what a restarted bridge publishes again. A
-//! delivery is acknowledged on Orbit only after JetStream confirmed the
-//! publish; until then it is redelivered, and published again.
+//! The events of one subscription, published to a broker as a platform's
+//! bridge publishes them: each event's bytes unchanged, under the event id
+//! (NATS JetStream's `Nats-Msg-Id`, RabbitMQ's `message_id`). A delivery is
+//! acknowledged on Orbit only after the broker confirmed the publish; until
+//! then it is redelivered, and published again.
 //!
 //! A delivery's trace context (protocol §10.3) becomes the message's
 //! `traceparent` and `tracestate` headers, as W3C propagation over a
@@ -21,6 +20,14 @@ use tokio_tungstenite::tungstenite::Message;
 use crate::client::{self, BaseUrl};
 use crate::trace::TraceContext;
 
+mod nats;
+#[cfg(feature = "rabbitmq")]
+mod rabbitmq;
+
+pub use self::nats::shown_url;
+#[cfg(feature = "rabbitmq")]
+pub use self::rabbitmq::AmqpAddress;
+
 /// Deliveries held at once: what the stream may send before the bridge
 /// has published and acknowledged.
 const CREDIT: u32 = 64;
@@ -37,10 +44,59 @@ pub struct Bridge {
     pub token: String,
     /// The subscription whose deliveries are published.
     pub subscription: String,
-    /// The NATS server(s), comma-separated.
-    pub nats_url: String,
-    /// The subject: `orbit.results.<queue_id>` by default.
-    pub subject: String,
+    /// Where the events go.
+    pub to: Destination,
+}
+
+/// The broker a bridge publishes to.
+#[derive(Debug)]
+pub enum Destination {
+    /// NATS JetStream: the server(s), comma-separated (a login in them is
+    /// secret), and the subject, `orbit.results.<queue_id>` by default.
+    Nats { url: String, subject: String },
+    /// RabbitMQ: the server, and the queue published to through the
+    /// default exchange, `orbit.results.<queue_id>` by default.
+    #[cfg(feature = "rabbitmq")]
+    Rabbitmq { url: AmqpAddress, queue: String },
+}
+
+/// One event to publish, under its id.
+struct Outgoing<'a> {
+    /// The event id, or the delivery id of an event without a readable
+    /// one: the same on every attempt.
+    id: String,
+    delivery: &'a str,
+    event: &'a str,
+    trace: Option<TraceContext>,
+}
+
+/// A connected [`Destination`].
+enum Outlet {
+    Nats(nats::Outlet),
+    #[cfg(feature = "rabbitmq")]
+    Rabbitmq(rabbitmq::Outlet),
+}
+
+impl Outlet {
+    async fn connect(to: &Destination) -> Result<Self, String> {
+        match to {
+            Destination::Nats { url, subject } => {
+                Ok(Outlet::Nats(nats::Outlet::connect(url, subject).await?))
+            }
+            #[cfg(feature = "rabbitmq")]
+            Destination::Rabbitmq { url, queue } => Ok(Outlet::Rabbitmq(
+                rabbitmq::Outlet::connect(url, queue).await?,
+            )),
+        }
+    }
+
+    async fn publish(&mut self, out: &Outgoing<'_>) -> Result<(), String> {
+        match self {
+            Outlet::Nats(nats) => nats.publish(out).await,
+            #[cfg(feature = "rabbitmq")]
+            Outlet::Rabbitmq(rabbitmq) => rabbitmq.publish(out).await,
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -72,65 +128,6 @@ struct EventId {
     id: String,
 }
 
-/// The NATS URL as it may be printed: any `user:password@` or `token@`
-/// replaced by `<redacted>@`.
-pub fn shown_url(url: &str) -> String {
-    url.split(',')
-        .map(|server| {
-            let (scheme, rest) = server
-                .split_once("://")
-                .map_or(("", server), |(scheme, rest)| (scheme, rest));
-            let prefix = if scheme.is_empty() {
-                String::new()
-            } else {
-                format!("{scheme}://")
-            };
-            match rest.rsplit_once('@') {
-                Some((_, address)) => format!("{prefix}<redacted>@{address}"),
-                None => server.to_owned(),
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-/// The login a NATS URL carries (`user:password@` or `token@`, from the
-/// first server that has one), which the NATS client does not send by
-/// itself.
-fn login(options: async_nats::ConnectOptions, url: &str) -> async_nats::ConnectOptions {
-    let userinfo = url.split(',').map(str::trim).find_map(|server| {
-        let rest = server.split_once("://").map_or(server, |(_, rest)| rest);
-        rest.rsplit_once('@').map(|(login, _)| login)
-    });
-    match userinfo.map(|login| login.split_once(':')) {
-        Some(Some((user, password))) => {
-            options.user_and_password(percent_decoded(user), percent_decoded(password))
-        }
-        Some(None) => options.token(percent_decoded(userinfo.unwrap_or_default())),
-        None => options,
-    }
-}
-
-/// The servers of a comma-separated list, each without the login it may
-/// carry: the client sends the one [`login`] gives it to whichever server
-/// answers, and holds (and may log) no address with a secret in it.
-fn servers(url: &str) -> Result<Vec<async_nats::ServerAddr>, String> {
-    url.split(',')
-        .map(str::trim)
-        .map(|server| {
-            let unreadable = |e: std::io::Error| format!("NATS server {}: {e}", shown_url(server));
-            let mut address = server
-                .parse::<async_nats::ServerAddr>()
-                .map_err(unreadable)?
-                .into_inner();
-            // Neither can fail on an address that has a host.
-            let _ = address.set_username("");
-            let _ = address.set_password(None);
-            async_nats::ServerAddr::from_url(address).map_err(unreadable)
-        })
-        .collect()
-}
-
 /// `%XX` in a URL's user information, decoded.
 fn percent_decoded(s: &str) -> String {
     let bytes = s.as_bytes();
@@ -152,22 +149,18 @@ fn percent_decoded(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Publishes until `shutdown` resolves; fails only when NATS cannot be
-/// reached at the start. A stream that ends or fails is opened again.
+/// Publishes until `shutdown` resolves; fails only when the broker cannot
+/// be reached at the start. A stream that ends or fails is opened again.
 pub async fn run(
     bridge: Bridge,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), String> {
-    let nats = login(async_nats::ConnectOptions::new(), &bridge.nats_url)
-        .connect(servers(&bridge.nats_url)?)
-        .await
-        .map_err(|e| format!("cannot reach NATS at {}: {e}", shown_url(&bridge.nats_url)))?;
-    let jetstream = async_nats::jetstream::new(nats);
+    let mut outlet = Outlet::connect(&bridge.to).await?;
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             _ = &mut shutdown => return Ok(()),
-            ended = session(&bridge, &jetstream) => {
+            ended = session(&bridge, &mut outlet) => {
                 if let Err(e) = ended {
                     tracing::warn!(error = %e, "bridge stream ended; opening it again");
                 }
@@ -181,10 +174,7 @@ pub async fn run(
 }
 
 /// One delivery stream: publish, then acknowledge, one delivery at a time.
-async fn session(
-    bridge: &Bridge,
-    jetstream: &async_nats::jetstream::Context,
-) -> Result<(), String> {
+async fn session(bridge: &Bridge, outlet: &mut Outlet) -> Result<(), String> {
     let authorization = format!("Bearer {}", bridge.token);
     let url = bridge
         .orbit
@@ -228,8 +218,18 @@ async fn session(
             message.event,
         ) {
             ("delivery", Some(delivery), Some(proof), Some(event)) => {
-                let trace = trace_context(message.trace_context);
-                publish(bridge, jetstream, delivery, event.get(), trace).await?;
+                let event = event.get();
+                // An event without a readable id still gets a stable one.
+                let id = serde_json::from_str::<EventId>(event)
+                    .map(|e| e.id)
+                    .unwrap_or_else(|_| delivery.to_owned());
+                let out = Outgoing {
+                    id,
+                    delivery,
+                    event,
+                    trace: trace_context(message.trace_context),
+                };
+                outlet.publish(&out).await?;
                 acknowledge(bridge, &authorization, delivery, proof).await?;
                 socket.send(credit(1)).await.map_err(|e| e.to_string())?;
             }
@@ -242,49 +242,6 @@ async fn session(
             _ => tracing::warn!(bytes = text.len(), "an incomplete stream message; skipped"),
         }
     }
-    Ok(())
-}
-
-async fn publish(
-    bridge: &Bridge,
-    jetstream: &async_nats::jetstream::Context,
-    delivery: &str,
-    event: &str,
-    trace: Option<TraceContext>,
-) -> Result<(), String> {
-    // An event without a readable id still gets a stable message id.
-    let id = serde_json::from_str::<EventId>(event)
-        .map(|e| e.id)
-        .unwrap_or_else(|_| delivery.to_owned());
-    let mut headers = async_nats::HeaderMap::new();
-    headers.insert("Nats-Msg-Id", id.as_str());
-    // `TraceContext::new` let through printable ASCII only: no value can
-    // break the header block.
-    if let Some(trace) = trace {
-        headers.insert("traceparent", trace.traceparent);
-        if let Some(tracestate) = trace.tracestate {
-            headers.insert("tracestate", tracestate);
-        }
-    }
-    let ack = jetstream
-        .publish_with_headers(bridge.subject.clone(), headers, event.to_owned().into())
-        .await
-        .map_err(|e| format!("cannot publish on {}: {e}", bridge.subject))?
-        .await
-        .map_err(|e| {
-            format!(
-                "JetStream did not confirm the publish on {}: {e}",
-                bridge.subject
-            )
-        })?;
-    tracing::info!(
-        event = %id,
-        delivery = %delivery,
-        stream = %ack.stream,
-        sequence = ack.sequence,
-        duplicate = ack.duplicate,
-        "published"
-    );
     Ok(())
 }
 
@@ -324,24 +281,6 @@ mod tests {
     use super::*;
 
     const PARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-
-    #[test]
-    fn a_list_of_servers_is_each_server_without_its_login() {
-        let list = servers("nats://bridge:s3cret@10.0.0.1:4222, tls://10.0.0.2:4222,10.0.0.3:4223")
-            .unwrap();
-        let shown: Vec<&str> = list.iter().map(|server| server.as_url_str()).collect();
-        assert_eq!(
-            shown,
-            [
-                "nats://10.0.0.1:4222",
-                "tls://10.0.0.2:4222",
-                "nats://10.0.0.3:4223"
-            ]
-        );
-        let problem = servers("nats://bridge:s3cret@10.0.0.1:port,nats://h:4222").unwrap_err();
-        assert!(problem.contains("<redacted>@10.0.0.1:port"), "{problem}");
-        assert!(!problem.contains("s3cret"), "{problem}");
-    }
 
     fn read(message: &str) -> Option<TraceContext> {
         let wire: WireMessage<'_> = serde_json::from_str(message).expect("readable");
