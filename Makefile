@@ -137,13 +137,13 @@ toolchain:
 	@$(CARGO) clippy --version >/dev/null 2>&1 || { echo "clippy missing: run 'rustup component add clippy'"; exit 2; }
 
 ## bench: criterion benchmarks of canonical hashing (+ ratio report), then apply throughput (MySQL, then PostgreSQL), end to end (Orbit and NATS; Orbit on PostgreSQL beside it), the cost of exporting every delivery's trace (Orbit end to end with an OTLP receiver, without an endpoint, with a collector that is down), receiver verify over 1 000 000 rows against a throwaway server, apply on one Galera node vs three, and receiver prune of a 1 000 000-row inbox beside a consumer at full rate (one server, then the cluster)
-bench: toolchain nats-server
+bench: toolchain nats-server rabbitmq-server
 	$(CARGO) bench --locked --bench canonical_hash
 	-$(CARGO) run --locked --release --example bench_report
 	$(WITH_MYSQL) $(CARGO) bench --locked --bench apply
 	$(WITH_POSTGRES) $(CARGO) bench --locked --bench apply_postgres --features postgres
 	$(CARGO) build --locked --release --workspace --bins $(CLI)
-	$(WITH_POSTGRES) $(WITH_MYSQL) $(CARGO) bench --locked --bench end_to_end $(CLI)
+	$(WITH_RABBITMQ) $(WITH_POSTGRES) $(WITH_MYSQL) $(CARGO) bench --locked --bench end_to_end $(CLI)
 	$(WITH_MYSQL) $(CARGO) bench --locked --bench tracing $(CLI)
 	$(WITH_MYSQL) $(CARGO) bench --locked --bench verify
 	$(WITH_GALERA) $(CARGO) bench --locked --bench cluster

@@ -15,7 +15,9 @@
 //! e2e round=R apply_alone run_queue_s_per_1000_deliveries inbox=… mysqld=…
 //! e2e round=R nats cpu_s_per_1000_deliveries receiver=… nats_server=… mysqld=… wall_s_per_1000=…
 //! e2e round=R nats run_queue_s_per_1000_deliveries receiver=… nats_server=… mysqld=…
-//! e2e round=R deliveries=N apply_alone_per_s=… consume_deliveries_per_s=… ratio=… nats_deliveries_per_s=… ratio=…
+//! e2e round=R rabbitmq cpu_s_per_1000_deliveries receiver=… rabbitmq_server=… mysqld=… wall_s_per_1000=…
+//! e2e round=R rabbitmq run_queue_s_per_1000_deliveries receiver=… rabbitmq_server=… mysqld=…
+//! e2e round=R deliveries=N apply_alone_per_s=… consume_deliveries_per_s=… ratio=… nats_deliveries_per_s=… ratio=… rabbitmq_deliveries_per_s=… ratio=… rabbitmq_over_nats=…
 //! ```
 //!
 //! (`run_queue`: time the process's threads were runnable but waited for
@@ -23,7 +25,7 @@
 //! time):
 //!
 //! ```text
-//! e2e rounds=R deliveries=N apply_alone_per_s=… consume_deliveries_per_s=… ratio=… nats_deliveries_per_s=… ratio=…
+//! e2e rounds=R deliveries=N apply_alone_per_s=… consume_deliveries_per_s=… ratio=… nats_deliveries_per_s=… ratio=… rabbitmq_deliveries_per_s=… ratio=… rabbitmq_over_nats=…
 //! e2e large_events=N event_bytes=… consume_peak_rss_kib=…
 //! ```
 //!
@@ -41,8 +43,12 @@
 //! against the inbox alone with 16 per transaction, 4 transactions and 64
 //! callers.
 //!
-//! The NATS figures need `--features result-inbox/cli`, as `make bench`
-//! builds it.
+//! The NATS and RabbitMQ figures need `--features result-inbox/cli`, as
+//! `make bench` builds it, and RabbitMQ's a throwaway node
+//! (`scripts/with-rabbitmq.sh`, which `make bench` starts). RabbitMQ does
+//! not tell a client what is unacknowledged, so its path ends when the
+//! inbox holds every event; the receiver is then stopped and the queue
+//! must hold nothing, or the round fails.
 
 #[path = "../tests/common/mod.rs"]
 #[allow(unused_imports)]
@@ -157,7 +163,8 @@ async fn main() {
     // delivery, then batching mode.
     for batch in [None, Some(BATCH_MAX)] {
         let mode = mode(batch);
-        let (mut alone_s, mut orbit_s, mut nats_s, mut pg_s) = (0.0, 0.0, 0.0, 0.0);
+        let (mut alone_s, mut orbit_s, mut nats_s, mut rabbit_s, mut pg_s) =
+            (0.0, 0.0, 0.0, 0.0, 0.0);
         for round in 1..=ROUNDS {
             let through_orbit = orbit_end_to_end(round, &orbit, &creds, &events, batch).await;
             if let Some(pg) = postgres_end_to_end(&orbit, &creds, &events, batch).await {
@@ -169,12 +176,20 @@ async fn main() {
             }
             let alone = apply_alone(round, &creds, &events, batch).await;
             let through_nats = nats_end_to_end(round, &creds.queue_id, &events, batch).await;
+            let through_rabbit = rabbitmq_end_to_end(round, &creds.queue_id, &events, batch).await;
             alone_s += alone;
             orbit_s += through_orbit;
             nats_s += through_nats.unwrap_or(f64::NAN);
+            rabbit_s += through_rabbit.unwrap_or(f64::NAN);
             println!(
                 "e2e round={round}{mode} {}",
-                rates(DELIVERIES, alone, through_orbit, through_nats)
+                rates(
+                    DELIVERIES,
+                    alone,
+                    through_orbit,
+                    through_nats,
+                    through_rabbit
+                )
             );
         }
         println!(
@@ -183,7 +198,8 @@ async fn main() {
                 DELIVERIES * ROUNDS,
                 alone_s,
                 orbit_s,
-                cfg!(feature = "nats").then_some(nats_s)
+                cfg!(feature = "nats").then_some(nats_s),
+                rabbitmq_node().is_some().then_some(rabbit_s),
             )
         );
         if pg_s > 0.0 {
@@ -212,7 +228,13 @@ async fn main() {
 
 /// `deliveries` per second of each path, and each end-to-end path against
 /// the inbox alone, from the wall seconds each took.
-fn rates(deliveries: usize, alone: f64, orbit: f64, nats: Option<f64>) -> String {
+fn rates(
+    deliveries: usize,
+    alone: f64,
+    orbit: f64,
+    nats: Option<f64>,
+    rabbitmq: Option<f64>,
+) -> String {
     let per_s = |seconds: f64| deliveries as f64 / seconds;
     let mut line = format!(
         "deliveries={deliveries} apply_alone_per_s={:.0} consume_deliveries_per_s={:.0} ratio={:.2}",
@@ -226,6 +248,16 @@ fn rates(deliveries: usize, alone: f64, orbit: f64, nats: Option<f64>) -> String
             per_s(nats),
             alone / nats
         );
+    }
+    if let Some(rabbitmq) = rabbitmq {
+        line += &format!(
+            " rabbitmq_deliveries_per_s={:.0} ratio={:.2}",
+            per_s(rabbitmq),
+            alone / rabbitmq
+        );
+        if let Some(nats) = nats {
+            line += &format!(" rabbitmq_over_nats={:.2}", nats / rabbitmq);
+        }
     }
     line
 }
@@ -473,5 +505,80 @@ async fn nats_end_to_end(
         .await
         .unwrap();
     assert_eq!(applied, events.len() as i64);
+    Some(elapsed)
+}
+
+/// The suite's throwaway RabbitMQ node, when there is one.
+fn rabbitmq_node() -> Option<()> {
+    (cfg!(feature = "rabbitmq") && std::env::var("RESULT_INBOX_TEST_AMQP_URL").is_ok())
+        .then_some(())
+}
+
+#[cfg(not(feature = "rabbitmq"))]
+async fn rabbitmq_end_to_end(_: usize, _: &str, _: &[String], _: Option<usize>) -> Option<f64> {
+    None
+}
+
+/// The same events through a fresh quorum queue of the throwaway RabbitMQ
+/// node, into a fresh database; the wall seconds until the inbox holds
+/// every event (checked afterwards: the queue holds none).
+#[cfg(feature = "rabbitmq")]
+async fn rabbitmq_end_to_end(
+    round: usize,
+    queue_id: &str,
+    events: &[String],
+    batch: Option<usize>,
+) -> Option<f64> {
+    use common::rabbitmq::{RabbitNode, RabbitQueue};
+    rabbitmq_node()?;
+    let node = RabbitNode::shared();
+    let queue = RabbitQueue::create_for(&node, queue_id, 20).await;
+    queue.publish(events).await;
+    let db = TestDb::initialized().await;
+    let mut env = queue.env();
+    env.push(("ORBIT_RECEIVER_DSN".into(), dsn_for(&db.name)));
+    env.push(("RECEIVER_NAME".into(), "bench".into()));
+    env.push(("RECEIVER_LOG".into(), "warn".into()));
+    if let Some(n) = batch {
+        env.push(("RECEIVER_BATCH_MAX".into(), n.to_string()));
+    }
+    let dir = std::env::temp_dir().join(format!("result-inbox-bench-rabbitmq-{}", random_hex(6)));
+    std::fs::create_dir_all(&dir).unwrap();
+    let server = node.pid();
+    let pool = db.pool().await;
+    let started = Instant::now();
+    let (rabbit_cpu, mysql_cpu) = (usage(server), usage(mysqld_pid()));
+    let mut consume = Consume::with_env(&dir, &env);
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM receiver_inbox WHERE applied")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        if rows == events.len() as i64 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{rows} of {} applied",
+            events.len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    print_cpu(
+        &format!("round={round} rabbitmq{}", mode(batch)),
+        &consume,
+        ("rabbitmq_server", server, rabbit_cpu),
+        mysql_cpu,
+        elapsed,
+    );
+    assert!(consume.terminate().success());
+    assert_eq!(
+        queue.ready(&queue.queue).await,
+        0,
+        "every delivery acknowledged"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
     Some(elapsed)
 }

@@ -8,7 +8,8 @@
 # and always stops the node and removes the directory afterwards, also on
 # failure or Ctrl-C:
 #
-#   RESULT_INBOX_TEST_AMQP_URL  amqp://guest:guest@127.0.0.1:PORT/  (the default vhost; each test declares queues of its own)
+#   RESULT_INBOX_TEST_AMQP_URL      amqp://guest:guest@127.0.0.1:PORT/  (the default vhost; each test declares queues of its own)
+#   RESULT_INBOX_TEST_RABBITMQ_DIR  the node's directory (its pid file: a benchmark counts its CPU)
 #
 # Tests that restart RabbitMQ start nodes of their own. Debian's
 # rabbitmq-server is installed when it is missing and this runs as root.
@@ -32,6 +33,7 @@ trap cleanup EXIT INT TERM
 started=$("$here/rabbitmq-node.sh" start "$tmp")
 port=${started#amqp_port=}
 export RESULT_INBOX_TEST_AMQP_URL="amqp://guest:guest@127.0.0.1:$port/"
+export RESULT_INBOX_TEST_RABBITMQ_DIR="$tmp"
 echo "with-rabbitmq: throwaway node on 127.0.0.1:$port" >&2
 status=0
 "$@" || status=$?

@@ -71,6 +71,20 @@ impl RabbitNode {
             .map_or(0, |port| port.parse().unwrap())
     }
 
+    /// The node's process (its pid file), or 0 when it cannot be read.
+    pub fn pid(&self) -> u32 {
+        let dir = match &self.dir {
+            Some(dir) => dir.clone(),
+            None => {
+                PathBuf::from(std::env::var("RESULT_INBOX_TEST_RABBITMQ_DIR").unwrap_or_default())
+            }
+        };
+        std::fs::read_to_string(dir.join("pid"))
+            .ok()
+            .and_then(|p| p.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
     /// `amqp://guest:guest@127.0.0.1:PORT/`.
     pub fn url(&self) -> String {
         format!("amqp://guest:guest@127.0.0.1:{}/", self.port)
@@ -112,7 +126,12 @@ pub struct RabbitQueue {
 impl RabbitQueue {
     /// Declares the queue of a fresh queue id with `delivery_limit`.
     pub async fn create(node: &RabbitNode, delivery_limit: u32) -> RabbitQueue {
-        let queue_id = random_hex(16);
+        Self::create_for(node, &random_hex(16), delivery_limit).await
+    }
+
+    /// Declares the queue of `queue_id` with `delivery_limit`.
+    pub async fn create_for(node: &RabbitNode, queue_id: &str, delivery_limit: u32) -> RabbitQueue {
+        let queue_id = queue_id.to_owned();
         let settings = RabbitSettings::new(
             AmqpUrl::parse(&node.url()).unwrap(),
             RabbitSettings::default_queue(&QueueId::parse(&queue_id).unwrap()),
