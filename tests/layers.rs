@@ -32,7 +32,8 @@ const ABOVE: &[(&str, &[&str])] = &[
     // COMMIT sits beside the consumer, and the inbox never knows it.
     ("outbox", &["db"]),
     ("inbox", &["db", "outbox"]),
-    ("relay", &["db", "outbox"]),
+    // Its RabbitMQ target publishes through the source's connection code.
+    ("relay", &["db", "outbox", "rabbitmq"]),
     // The task view that notifies records its effect through the inbox.
     ("task_view", &["db", "inbox", "outbox"]),
     ("consumer", &["source"]),

@@ -64,6 +64,36 @@ pub(crate) trait Server: Engine {
     fn analyze(conn: &mut Self::Connection) -> impl Future<Output = ()> + Send;
 }
 
+/// What these tests read of an engine's outbox: each sent effect's id,
+/// last answer and attempts, in record order.
+pub(crate) trait SentRows: Server {
+    fn sent(dsn: &result_inbox::db::Dsn) -> impl Future<Output = Vec<(String, String, i64)>>;
+}
+
+impl SentRows for MySql {
+    async fn sent(dsn: &result_inbox::db::Dsn) -> Vec<(String, String, i64)> {
+        sqlx::query_as(
+            "SELECT CAST(effect_id AS CHAR), CAST(last_result AS CHAR), CAST(attempts AS SIGNED) \
+             FROM receiver_outbox WHERE state = 'sent' ORDER BY seq",
+        )
+        .fetch_all(&mut Self::connect(dsn).await)
+        .await
+        .unwrap()
+    }
+}
+
+impl SentRows for Postgres {
+    async fn sent(dsn: &result_inbox::db::Dsn) -> Vec<(String, String, i64)> {
+        sqlx::query_as(
+            "SELECT effect_id::text, last_result::text, attempts::int8 \
+             FROM receiver_outbox WHERE state = 'sent' ORDER BY seq",
+        )
+        .fetch_all(&mut Self::connect(dsn).await)
+        .await
+        .unwrap()
+    }
+}
+
 /// The statement that locks `effect`'s row (an id is 32 hex digits:
 /// nothing to quote).
 fn lock_of(effect: &EffectId) -> String {

@@ -10,48 +10,16 @@
 
 use crate::common::nats::{header, notify_stream, stream_messages, NatsServer};
 use crate::common::random_hex;
-use crate::outbox::{body_of, Fixture, Recording, Server, TRACEPARENT};
+use crate::outbox::{body_of, Fixture, Recording, SentRows, Server, TRACEPARENT};
 use crate::relay::{dead, quick, run, settled, stopped_after_the_first_answer};
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::time::{Duration, Instant};
 
 use result_inbox::delivery::TraceContext;
 use result_inbox::nats::{self, NatsServers};
 use result_inbox::outbox::{self, EffectState};
 use result_inbox::relay::{JetStream, JetStreamError, RelayOptions, Targets};
-use sqlx::{MySql, Postgres};
-
-/// What these tests read of an engine's outbox: each sent effect's id,
-/// last answer and attempts, in record order.
-trait SentRows: Server {
-    fn sent(dsn: &result_inbox::db::Dsn) -> impl Future<Output = Vec<(String, String, i64)>>;
-}
-
-impl SentRows for MySql {
-    async fn sent(dsn: &result_inbox::db::Dsn) -> Vec<(String, String, i64)> {
-        sqlx::query_as(
-            "SELECT CAST(effect_id AS CHAR), CAST(last_result AS CHAR), CAST(attempts AS SIGNED) \
-             FROM receiver_outbox WHERE state = 'sent' ORDER BY seq",
-        )
-        .fetch_all(&mut Self::connect(dsn).await)
-        .await
-        .unwrap()
-    }
-}
-
-impl SentRows for Postgres {
-    async fn sent(dsn: &result_inbox::db::Dsn) -> Vec<(String, String, i64)> {
-        sqlx::query_as(
-            "SELECT effect_id::text, last_result::text, attempts::int8 \
-             FROM receiver_outbox WHERE state = 'sent' ORDER BY seq",
-        )
-        .fetch_all(&mut Self::connect(dsn).await)
-        .await
-        .unwrap()
-    }
-}
 
 /// A target of `subject` on `server`, each attempt given half a second.
 async fn target(server: &NatsServer, subject: &str) -> JetStream {

@@ -38,5 +38,7 @@ pub use self::failures::{
     dead_letters, is_dead_letter_key, replay, DeadLetter, Replayed, REPLAY_OF_HEADER,
 };
 pub use self::provision::{provision, queue_arguments, Provisioned, QueueArguments, QueueSpec};
+#[cfg(feature = "mysql")]
+pub(crate) use self::publish::{Publishing, Unsent};
 pub use self::settings::{dead_letter_queue, AmqpUrl, RabbitSettings};
 pub use self::source::{DeliveryTag, RabbitSource, RabbitStream};

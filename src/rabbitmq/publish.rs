@@ -12,6 +12,39 @@ use tokio::sync::watch;
 
 use super::connect::{described, LastWords, Link};
 use super::RabbitError;
+#[cfg(feature = "mysql")]
+use super::{connect::open, AmqpUrl};
+
+/// Why a publish was not confirmed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unsent {
+    /// No queue took it (`basic.return`): the queue is not there.
+    Unroutable,
+    /// The server refused it (`basic.nack`).
+    Nacked,
+    /// No confirm came in time: the server may hold it or not.
+    Unconfirmed,
+    /// The connection or the channel failed, or could not be opened.
+    Connection,
+}
+
+/// A publish that was not confirmed: why, and the error that says so.
+#[derive(Debug)]
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+pub(crate) struct NotSent {
+    pub(crate) why: Unsent,
+    pub(crate) error: RabbitError,
+}
+
+impl From<NotSent> for RabbitError {
+    fn from(not_sent: NotSent) -> Self {
+        not_sent.error
+    }
+}
+
+fn not_sent(why: Unsent, error: RabbitError) -> NotSent {
+    NotSent { why, error }
+}
 
 /// The server's answer to the latest publish: its delivery tag (with
 /// `multiple`, every tag up to it) and whether it was taken.
@@ -79,7 +112,7 @@ impl Confirming {
         properties: &BasicProperties,
         body: Vec<u8>,
         timeout: Duration,
-    ) -> Result<(), RabbitError> {
+    ) -> Result<(), NotSent> {
         let what = format!("publishing to queue {queue}");
         *self.returned.lock().unwrap_or_else(|e| e.into_inner()) = None;
         let args = BasicPublishArguments::new("", queue)
@@ -88,30 +121,40 @@ impl Confirming {
         self.channel
             .basic_publish(properties.clone(), body, args)
             .await
-            .map_err(|e| described(&self.words, self.channel.is_open(), &what, &e))?;
+            .map_err(|e| {
+                let error = described(&self.words, self.channel.is_open(), &what, &e);
+                not_sent(Unsent::Connection, error)
+            })?;
         self.published += 1;
         let tag = self.published;
         let answered = tokio::time::timeout(timeout, self.answers.wait_for(|a| a.tag >= tag)).await;
         let answer = match answered {
             Ok(Ok(answer)) => *answer,
             Ok(Err(_)) => {
-                return Err(RabbitError::Disconnected(format!(
-                    "{what}: the channel closed before the server confirmed"
-                )))
+                return Err(not_sent(
+                    Unsent::Connection,
+                    RabbitError::Disconnected(format!(
+                        "{what}: the channel closed before the server confirmed"
+                    )),
+                ))
             }
             Err(_) => {
-                return Err(match self.words.heard() {
+                let error = match self.words.heard() {
                     Some((code, text)) => RabbitError::Server(format!("{what}: {code} {text}")),
                     None => {
                         RabbitError::Disconnected(format!("{what}: no confirm within {timeout:?}"))
                     }
-                })
+                };
+                return Err(not_sent(Unsent::Unconfirmed, error));
             }
         };
         if !answer.taken {
-            return Err(RabbitError::Server(format!(
-                "{what}: the server refused the message (basic.nack)"
-            )));
+            return Err(not_sent(
+                Unsent::Nacked,
+                RabbitError::Server(format!(
+                    "{what}: the server refused the message (basic.nack)"
+                )),
+            ));
         }
         // A returned message is answered by a return, then by an ack.
         if let Some((code, text)) = self
@@ -120,9 +163,12 @@ impl Confirming {
             .unwrap_or_else(|e| e.into_inner())
             .take()
         {
-            return Err(RabbitError::Server(format!(
-                "{what}: no queue took it ({code} {text}); check that the queue exists"
-            )));
+            return Err(not_sent(
+                Unsent::Unroutable,
+                RabbitError::Server(format!(
+                    "{what}: no queue took it ({code} {text}); check that the queue exists"
+                )),
+            ));
         }
         Ok(())
     }
@@ -131,6 +177,75 @@ impl Confirming {
     pub(crate) async fn close(self) {
         if self.channel.is_open() {
             let _ = self.channel.close().await;
+        }
+    }
+}
+
+/// A connection of its own and a channel in confirm mode on it, opened at
+/// the first publish and again after any publish that failed, so that one
+/// broken connection costs one attempt. The relay's RabbitMQ target is
+/// what uses it.
+#[cfg(feature = "mysql")]
+pub(crate) struct Publishing {
+    url: AmqpUrl,
+    name: &'static str,
+    open: Option<(Link, Confirming)>,
+}
+
+#[cfg(feature = "mysql")]
+impl Publishing {
+    /// Publishes to the server at `url`, as the connection `name`.
+    pub(crate) fn new(url: AmqpUrl, name: &'static str) -> Self {
+        Self {
+            url,
+            name,
+            open: None,
+        }
+    }
+
+    /// [`Confirming::publish`] on the open channel, or on a new connection
+    /// when there is none; any failure closes the connection.
+    pub(crate) async fn publish(
+        &mut self,
+        queue: &str,
+        properties: &BasicProperties,
+        body: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<(), NotSent> {
+        let (link, mut confirming) = match self.open.take() {
+            Some((link, confirming)) if link.connection.is_open() => (link, confirming),
+            stale => {
+                if let Some((link, _)) = stale {
+                    link.close().await;
+                }
+                let link = open(&self.url, self.name, timeout)
+                    .await
+                    .map_err(|e| not_sent(Unsent::Connection, e))?;
+                match Confirming::open(&link, timeout).await {
+                    Ok(confirming) => (link, confirming),
+                    Err(e) => {
+                        link.close().await;
+                        return Err(not_sent(Unsent::Connection, e));
+                    }
+                }
+            }
+        };
+        match confirming.publish(queue, properties, body, timeout).await {
+            Ok(()) => {
+                self.open = Some((link, confirming));
+                Ok(())
+            }
+            Err(e) => {
+                link.close().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Closes the connection, if one is open.
+    pub(crate) async fn close(&mut self) {
+        if let Some((link, _)) = self.open.take() {
+            link.close().await;
         }
     }
 }

@@ -17,6 +17,8 @@
 //! up, or hold the target (gone). An embedder puts their own target in
 //! [`Targets`] under a target name, or [`Webhook`] (Standard Webhooks 1.0),
 //! or, with the feature `nats`, `JetStream` (a publish under `Nats-Msg-Id`),
+//! or, with the feature `rabbitmq`, `RabbitMq` (a confirmed publish under
+//! `message_id`),
 //! with tower's timeout, rate-limit or concurrency layers in front. An
 //! effect whose target the relay does not know stays pending, with a
 //! warning, for a relay that knows it.
@@ -38,11 +40,14 @@
 //! | `run.rs` | [`Relay`], [`RelayOptions`], [`RelayWaker`], [`RelayError`]: the loop. |
 //! | `webhook.rs` | [`Webhook`], [`WebhookSecret`], [`WebhookError`]: the HTTP target. |
 //! | `jetstream.rs` | `JetStream`, `CapturingStream`, `JetStreamError`: the NATS JetStream target (feature `nats`). |
+//! | `rabbitmq.rs` | `RabbitMq`: the RabbitMQ target (feature `rabbitmq`). |
 //! | `clock.rs` | Times read (`created_at`, `Retry-After`) and waits chosen (backoff). |
 
 mod clock;
 #[cfg(feature = "nats")]
 mod jetstream;
+#[cfg(feature = "rabbitmq")]
+mod rabbitmq;
 mod run;
 mod target;
 mod webhook;
@@ -54,3 +59,7 @@ pub use self::webhook::{Webhook, WebhookError, WebhookSecret};
 #[cfg(feature = "nats")]
 #[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
 pub use self::jetstream::{CapturingStream, JetStream, JetStreamError};
+
+#[cfg(feature = "rabbitmq")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rabbitmq")))]
+pub use self::rabbitmq::RabbitMq;

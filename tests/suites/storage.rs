@@ -36,6 +36,8 @@ mod privileges;
 mod relay;
 #[path = "../relay_jetstream.rs"]
 mod relay_jetstream;
+#[path = "../relay_rabbitmq.rs"]
+mod relay_rabbitmq;
 #[path = "../schema.rs"]
 mod schema;
 #[path = "../tls.rs"]
