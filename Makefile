@@ -8,7 +8,10 @@ WITH_RABBITMQ := scripts/with-rabbitmq.sh
 # The `receiver` binary needs the `cli` feature; a library user's default
 # features leave it (and its dependencies) out. `testing` is the library's
 # helpers for testing an inner service (an example and its test use them).
-CLI := --features result-inbox/cli,result-inbox/testing,orbit-dev/rabbitmq
+CLI := --features result-inbox/cli,result-inbox/testing
+# The same for the whole workspace: orbit-dev's bridge to RabbitMQ as well
+# (`make demo` builds orbit-dev without it).
+ALL := $(CLI),orbit-dev/rabbitmq
 
 .PHONY: demo test bench build check fmt-check clippy doc deps-check package-check unit integration cluster-test toolchain fuzz nats-server rabbitmq-server nextest doctest standardwebhooks promtool systemd-analyze
 
@@ -24,7 +27,7 @@ demo: toolchain
 # test a process of its own, many at once, so that tests waiting on leases,
 # outages and timeouts overlap. Both passes select the same packages and
 # features, so the second builds nothing.
-NEXTEST := $(CARGO) nextest run --workspace --locked $(CLI)
+NEXTEST := $(CARGO) nextest run --workspace --locked $(ALL)
 # The crash-window and cluster tests, and RabbitMQ's killed consumer, once
 # more, with the receiver in batching mode (tests/common builds its layer
 # from RECEIVER_BATCH_MAX, as receiver consume does, and the receiver
@@ -41,11 +44,11 @@ test: check nats-server rabbitmq-server standardwebhooks promtool systemd-analyz
 
 ## doctest: the examples in the documentation (cargo-nextest does not run them)
 doctest:
-	$(CARGO) test --doc --workspace --locked $(CLI)
+	$(CARGO) test --doc --workspace --locked $(ALL)
 
 ## build: the binaries (receiver, orbit-dev); the end-to-end tests run them as processes
 build:
-	$(CARGO) build --workspace --bins --locked $(CLI)
+	$(CARGO) build --workspace --bins --locked $(ALL)
 
 ## check: formatting, clippy with warnings as errors, documentation without warnings, a lean default dependency tree, a package that builds on its own
 check: toolchain fmt-check clippy doc deps-check package-check
@@ -57,14 +60,14 @@ fmt-check:
 	rustfmt --edition 2021 --check $$(find src bin orbit-dev tests benches examples -name '*.rs')
 
 clippy:
-	$(CARGO) clippy --workspace --all-targets --locked $(CLI) -- -D warnings
+	$(CARGO) clippy --workspace --all-targets --locked $(ALL) -- -D warnings
 	$(CARGO) clippy -p result-inbox --lib --locked -- -D warnings
 	$(CARGO) clippy -p result-inbox --lib --locked --no-default-features -- -D warnings
 	@# The receiver `make demo` builds: without its traces' exporter.
 	$(CARGO) clippy -p result-inbox --bins --locked --features cli-core -- -D warnings
 
 doc:
-	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --locked $(CLI)
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --locked $(ALL)
 
 ## deps-check: a library user's default features compile none of the command line's crates (no exporter, no OpenTelemetry SDK, no PostgreSQL driver)
 CLI_ONLY_CRATES := clap tracing-subscriber metrics-exporter-prometheus indicatif flate2 opentelemetry opentelemetry_sdk opentelemetry-otlp tracing-opentelemetry sqlx-postgres
@@ -97,7 +100,7 @@ package-check:
 
 ## unit: the tests that need no database
 unit: nextest
-	$(CARGO) nextest run --workspace --lib --bins --locked $(CLI)
+	$(CARGO) nextest run --workspace --lib --bins --locked $(ALL)
 
 ## integration: only the integration tests, against a throwaway server
 integration: nats-server rabbitmq-server standardwebhooks promtool systemd-analyze nextest
@@ -142,7 +145,7 @@ bench: toolchain nats-server rabbitmq-server
 	-$(CARGO) run --locked --release --example bench_report
 	$(WITH_MYSQL) $(CARGO) bench --locked --bench apply
 	$(WITH_POSTGRES) $(CARGO) bench --locked --bench apply_postgres --features postgres
-	$(CARGO) build --locked --release --workspace --bins $(CLI)
+	$(CARGO) build --locked --release --workspace --bins $(ALL)
 	$(WITH_RABBITMQ) $(WITH_POSTGRES) $(WITH_MYSQL) $(CARGO) bench --locked --bench end_to_end $(CLI)
 	$(WITH_MYSQL) $(CARGO) bench --locked --bench tracing $(CLI)
 	$(WITH_MYSQL) $(CARGO) bench --locked --bench verify

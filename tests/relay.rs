@@ -86,6 +86,30 @@ pub(crate) async fn dead<E: Server>(f: &Fixture<E>) -> Vec<(String, Option<Strin
         .collect()
 }
 
+/// The pending effects' (id, attempts, last answer).
+pub(crate) async fn pending<E: Server>(f: &Fixture<E>) -> Vec<(String, u32, Option<String>)> {
+    let mut conn = f.conn().await;
+    outbox::list::<E>(&mut conn, EffectState::Pending, 0, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|l| (l.id, l.attempts, l.last_result))
+        .collect()
+}
+
+/// Waits until every pending effect was tried at least `attempts` times.
+pub(crate) async fn tried<E: Server>(f: &Fixture<E>, attempts: u32, within: Duration) {
+    let until = Instant::now() + within;
+    loop {
+        let pending = pending(f).await;
+        if !pending.is_empty() && pending.iter().all(|(_, n, _)| *n >= attempts) {
+            return;
+        }
+        assert!(Instant::now() < until, "not tried enough: {pending:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 fn ids(requests: &[Received]) -> Vec<&str> {
     requests.iter().map(|r| r.id.as_str()).collect()
 }

@@ -11,14 +11,13 @@
 use crate::common::nats::{header, notify_stream, stream_messages, NatsServer};
 use crate::common::random_hex;
 use crate::outbox::{body_of, Fixture, Recording, SentRows, Server, TRACEPARENT};
-use crate::relay::{dead, quick, run, settled, stopped_after_the_first_answer};
+use crate::relay::{dead, pending, quick, run, settled, stopped_after_the_first_answer, tried};
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use result_inbox::delivery::TraceContext;
 use result_inbox::nats::{self, NatsServers};
-use result_inbox::outbox::{self, EffectState};
 use result_inbox::relay::{JetStream, JetStreamError, RelayOptions, Targets};
 
 /// A target of `subject` on `server`, each attempt given half a second.
@@ -37,30 +36,6 @@ fn subject() -> String {
 
 fn js(target: JetStream) -> Targets {
     Targets::new().with("js", target).unwrap()
-}
-
-/// The pending effects' (id, attempts, last answer).
-async fn pending<E: Server>(f: &Fixture<E>) -> Vec<(String, u32, Option<String>)> {
-    let mut conn = f.conn().await;
-    outbox::list::<E>(&mut conn, EffectState::Pending, 0, 100)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|l| (l.id, l.attempts, l.last_result))
-        .collect()
-}
-
-/// Waits until every pending effect was tried at least `attempts` times.
-async fn tried<E: Server>(f: &Fixture<E>, attempts: u32, within: Duration) {
-    let until = Instant::now() + within;
-    loop {
-        let pending = pending(f).await;
-        if !pending.is_empty() && pending.iter().all(|(_, n, _)| *n >= attempts) {
-            return;
-        }
-        assert!(Instant::now() < until, "not tried enough: {pending:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 async fn effects_recorded_through_a_delivery_are_published_once_each_under_their_id<E: SentRows>() {

@@ -11,13 +11,12 @@
 use crate::common::rabbitmq::{FreezingProxy, RabbitNode, RabbitQueue};
 use crate::common::random_hex;
 use crate::outbox::{body_of, Fixture, Recording, SentRows, Server, TRACEPARENT};
-use crate::relay::{dead, quick, run, settled, stopped_after_the_first_answer};
+use crate::relay::{dead, pending, quick, run, settled, stopped_after_the_first_answer, tried};
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use amqprs::{BasicProperties, FieldName, FieldValue};
 use result_inbox::delivery::TraceContext;
-use result_inbox::outbox::{self, EffectState};
 use result_inbox::rabbitmq::AmqpUrl;
 use result_inbox::relay::{RabbitMq, Targets};
 
@@ -46,30 +45,6 @@ fn header(properties: &BasicProperties, name: &str) -> Option<String> {
     {
         FieldValue::S(text) => Some(text.to_string()),
         other => panic!("{name}: {other:?}"),
-    }
-}
-
-/// The pending effects' (id, attempts, last answer).
-async fn pending<E: Server>(f: &Fixture<E>) -> Vec<(String, u32, Option<String>)> {
-    let mut conn = f.conn().await;
-    outbox::list::<E>(&mut conn, EffectState::Pending, 0, 100)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|l| (l.id, l.attempts, l.last_result))
-        .collect()
-}
-
-/// Waits until every pending effect was tried at least `attempts` times.
-async fn tried<E: Server>(f: &Fixture<E>, attempts: u32, within: Duration) {
-    let until = Instant::now() + within;
-    loop {
-        let pending = pending(f).await;
-        if !pending.is_empty() && pending.iter().all(|(_, n, _)| *n >= attempts) {
-            return;
-        }
-        assert!(Instant::now() < until, "not tried enough: {pending:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

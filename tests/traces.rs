@@ -962,6 +962,55 @@ async fn while_exports_fail_consume_warns_at_most_once_a_minute_with_the_spans_d
     );
 }
 
+/// Over a broker: the delivery of the message that carried the producer's
+/// `traceparent` (`traced`) is a `process <destination>` consumer span
+/// whose parent is the producer's span, its settle span in the same
+/// trace, and the delivery of the one without (`plain`) a trace of its
+/// own.
+#[cfg(any(feature = "nats", feature = "rabbitmq"))]
+async fn joined_the_producer_s_trace(
+    otlp: &OtlpReceiver,
+    (traced, plain): (&str, &str),
+    (destination, system): (&str, &str),
+    (producer_trace, producer_span): (&str, &str),
+) {
+    let spans = otlp
+        .wait_for(Duration::from_secs(10), |spans| {
+            spans
+                .iter()
+                .filter(|s| s.name.starts_with("process"))
+                .count()
+                == 2
+        })
+        .await;
+    let process = |event: &str| {
+        spans
+            .iter()
+            .find(|s| {
+                s.name.starts_with("process") && s.attribute("messaging.message.id") == Some(event)
+            })
+            .unwrap_or_else(|| panic!("no span of {event}: {spans:#?}"))
+    };
+    let child = process(traced);
+    assert_eq!(child.name, format!("process {destination}"));
+    assert_eq!(child.kind, KIND_CONSUMER);
+    assert_eq!(child.attribute("messaging.system"), Some(system));
+    assert_eq!(
+        child.attribute("messaging.destination.name"),
+        Some(destination)
+    );
+    assert_eq!(
+        (child.trace_id.as_str(), child.parent_span_id.as_str()),
+        (producer_trace, producer_span)
+    );
+    let root = process(plain);
+    assert_eq!(root.parent_span_id, "");
+    assert_ne!(root.trace_id, producer_trace);
+    assert!(spans
+        .iter()
+        .any(|s| s.trace_id == producer_trace && s.name == format!("settle {destination}")));
+}
+
 /// The same over NATS JetStream: the producer's context in the message
 /// headers.
 #[cfg(feature = "nats")]
@@ -972,7 +1021,7 @@ mod over_nats {
 
     use common::consume::Consume;
     use common::nats::{JetStreamQueue, NatsServer};
-    use common::otlp::{OtlpReceiver, KIND_CONSUMER};
+    use common::otlp::OtlpReceiver;
     use common::{dsn_for, random_hex, EventSpec, TestDb};
 
     #[tokio::test]
@@ -1018,45 +1067,13 @@ mod over_nats {
         let mut consume = Consume::with_env(&server.dir, &env);
         queue.wait_all_acked(Duration::from_secs(20)).await;
         assert!(consume.terminate().success(), "{}", consume.output());
-        let spans = otlp
-            .wait_for(Duration::from_secs(10), |spans| {
-                spans
-                    .iter()
-                    .filter(|s| s.name.starts_with("process"))
-                    .count()
-                    == 2
-            })
-            .await;
-        let process = |event: &str| {
-            spans
-                .iter()
-                .find(|s| {
-                    s.name.starts_with("process")
-                        && s.attribute("messaging.message.id") == Some(event)
-                })
-                .unwrap_or_else(|| panic!("no span of {event}: {spans:#?}"))
-        };
-        let child = process(&traced.id);
-        assert_eq!(child.name, format!("process {}", queue.subject));
-        assert_eq!(child.kind, KIND_CONSUMER);
-        assert_eq!(child.attribute("messaging.system"), Some("nats"));
-        assert_eq!(
-            child.attribute("messaging.destination.name"),
-            Some(queue.subject.as_str())
-        );
-        assert_eq!(
-            (child.trace_id.as_str(), child.parent_span_id.as_str()),
-            (producer_trace.as_str(), producer_span.as_str())
-        );
-        let root = process(&plain.id);
-        assert_eq!(root.parent_span_id, "");
-        assert_ne!(root.trace_id, producer_trace);
-        assert!(
-            spans
-                .iter()
-                .any(|s| s.trace_id == producer_trace
-                    && s.name == format!("settle {}", queue.subject))
-        );
+        super::joined_the_producer_s_trace(
+            &otlp,
+            (&traced.id, &plain.id),
+            (&queue.subject, "nats"),
+            (&producer_trace, &producer_span),
+        )
+        .await;
     }
 }
 
@@ -1069,7 +1086,7 @@ mod over_rabbitmq {
 
     use amqprs::{BasicProperties, FieldTable, FieldValue};
     use common::consume::Consume;
-    use common::otlp::{OtlpReceiver, KIND_CONSUMER};
+    use common::otlp::OtlpReceiver;
     use common::rabbitmq::{Publisher, RabbitNode, RabbitQueue};
     use common::{dsn_for, random_hex, EventSpec, TestDb};
 
@@ -1110,37 +1127,12 @@ mod over_rabbitmq {
             })
             .await;
         assert!(consume.terminate().success(), "{}", consume.output());
-        let spans = otlp
-            .wait_for(Duration::from_secs(10), |spans| {
-                spans
-                    .iter()
-                    .filter(|s| s.name.starts_with("process"))
-                    .count()
-                    == 2
-            })
-            .await;
-        let process = |event: &str| {
-            spans
-                .iter()
-                .find(|s| {
-                    s.name.starts_with("process")
-                        && s.attribute("messaging.message.id") == Some(event)
-                })
-                .unwrap_or_else(|| panic!("no span of {event}: {spans:#?}"))
-        };
-        let child = process(&traced.id);
-        assert_eq!(child.name, format!("process {}", queue.queue));
-        assert_eq!(child.kind, KIND_CONSUMER);
-        assert_eq!(child.attribute("messaging.system"), Some("rabbitmq"));
-        assert_eq!(
-            (child.trace_id.as_str(), child.parent_span_id.as_str()),
-            (producer_trace.as_str(), producer_span.as_str())
-        );
-        let root = process(&plain.id);
-        assert_eq!(root.parent_span_id, "");
-        assert_ne!(root.trace_id, producer_trace);
-        assert!(spans
-            .iter()
-            .any(|s| s.trace_id == producer_trace && s.name == format!("settle {}", queue.queue)));
+        super::joined_the_producer_s_trace(
+            &otlp,
+            (&traced.id, &plain.id),
+            (&queue.queue, "rabbitmq"),
+            (&producer_trace, &producer_span),
+        )
+        .await;
     }
 }
