@@ -102,7 +102,11 @@ case "$action" in
       [ -n "${3:-}" ] && echo "consumer_timeout = $3"
     } >"$dir/rabbitmq.conf"
     echo "[]." >"$dir/enabled_plugins"
-    : >"$dir/rabbitmq-env.conf"
+    # The Erlang schedulers spin while they wait for work, by default: on a
+    # small host shared with the database and the receiver that spinning
+    # takes the cores they need. RabbitMQ's runtime guide says to turn it
+    # off where a node shares its CPUs.
+    echo 'SERVER_ADDITIONAL_ERL_ARGS="+sbwt none +sbwtdcpu none +sbwtdio none"' >"$dir/rabbitmq-env.conf"
     launch
     ;;
   stop) stop KILL; stop_epmd ;;

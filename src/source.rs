@@ -192,3 +192,55 @@ pub trait LeaseStream: Send + 'static {
     /// at the source.
     fn close(self) -> impl Future<Output = ()> + Send;
 }
+
+/// A shared beat on which a source sends its acknowledgements, for a
+/// server that wakes once per acknowledgement it reads: those of
+/// deliveries committed within one beat reach the server in one write, so
+/// that it wakes once per beat. An acknowledgement waits at most one beat
+/// (2 ms) after its COMMIT.
+#[cfg(any(feature = "nats", feature = "rabbitmq"))]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AckBeat {
+    origin: tokio::time::Instant,
+}
+
+#[cfg(any(feature = "nats", feature = "rabbitmq"))]
+impl AckBeat {
+    const PERIOD: std::time::Duration = std::time::Duration::from_millis(2);
+
+    /// Beats counted from now.
+    pub(crate) fn new() -> Self {
+        Self {
+            origin: tokio::time::Instant::now(),
+        }
+    }
+
+    /// The first beat after `now`.
+    fn next(&self, now: tokio::time::Instant) -> tokio::time::Instant {
+        let beats =
+            now.saturating_duration_since(self.origin).as_nanos() / Self::PERIOD.as_nanos() + 1;
+        self.origin + Self::PERIOD * u32::try_from(beats).unwrap_or(u32::MAX)
+    }
+
+    /// Waits for the next beat.
+    pub(crate) async fn wait(&self) {
+        tokio::time::sleep_until(self.next(tokio::time::Instant::now())).await;
+    }
+}
+
+#[cfg(all(test, any(feature = "nats", feature = "rabbitmq")))]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn acknowledgements_within_one_beat_share_its_end_and_none_waits_longer() {
+        let beat = AckBeat::new();
+        let origin = beat.origin;
+        let at = |micros| origin + Duration::from_micros(micros);
+        assert_eq!(beat.next(at(4_100)), at(6_000));
+        assert_eq!(beat.next(at(5_999)), at(6_000));
+        assert_eq!(beat.next(at(6_000)), at(8_000), "strictly after now");
+        assert_eq!(beat.next(origin), at(2_000));
+    }
+}

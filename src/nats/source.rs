@@ -8,27 +8,13 @@ use async_nats::jetstream::{self, consumer, consumer::AckPolicy};
 use async_nats::Client;
 use bytes::Bytes;
 use tokio::sync::watch;
-use tokio::time::{sleep_until, Instant};
 
 use super::connect::connect_client;
 use super::{NatsError, NatsSettings, PullStream};
 use crate::delivery::DeliveryId;
 use crate::ids::QueueId;
-use crate::source::{AckOutcome, Source};
+use crate::source::{AckBeat, AckOutcome, Source};
 use crate::telemetry;
-
-/// Acknowledgements leave on a shared beat of this period: those of
-/// deliveries committed within one beat reach the server in one write and
-/// are confirmed together, so that the server wakes once per beat rather
-/// than once per acknowledgement. An acknowledgement waits at most this
-/// long after its COMMIT.
-const ACK_BEAT: Duration = Duration::from_millis(2);
-
-/// The first beat after `now`, counting beats from `origin`.
-fn next_beat(origin: Instant, now: Instant) -> Instant {
-    let beats = now.saturating_duration_since(origin).as_nanos() / ACK_BEAT.as_nanos() + 1;
-    origin + ACK_BEAT * u32::try_from(beats).unwrap_or(u32::MAX)
-}
 
 /// A durable JetStream pull consumer as the consumer's source.
 ///
@@ -45,8 +31,8 @@ pub struct JetStreamSource {
     queue: QueueId,
     ack_timeout: Duration,
     disconnects: watch::Receiver<u64>,
-    /// Where the acknowledgement beat counts from.
-    origin: Instant,
+    /// The beat its acknowledgements leave on.
+    beat: AckBeat,
 }
 
 /// What acknowledges one attempt of a JetStream message: its ack subject.
@@ -89,7 +75,7 @@ impl JetStreamSource {
             queue: settings.queue_id.clone(),
             ack_timeout: timeout,
             disconnects,
-            origin: Instant::now(),
+            beat: AckBeat::new(),
         })
     }
 
@@ -236,7 +222,7 @@ impl Source for JetStreamSource {
     }
 
     async fn ack(&self, _id: &DeliveryId, proof: &AckSubject) -> Result<AckOutcome, NatsError> {
-        sleep_until(next_beat(self.origin, Instant::now())).await;
+        self.beat.wait().await;
         let request = async_nats::Request::new()
             .payload(Bytes::from_static(b"+ACK"))
             .timeout(Some(self.ack_timeout));
@@ -268,24 +254,5 @@ impl Source for JetStreamSource {
             .await
             .map_err(|e| NatsError::Ack(e.to_string()))?;
         Ok(true)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn acknowledgements_within_one_beat_share_its_end_and_none_waits_longer() {
-        let origin = Instant::now();
-        let at = |micros| origin + Duration::from_micros(micros);
-        assert_eq!(next_beat(origin, at(4_100)), at(6_000));
-        assert_eq!(next_beat(origin, at(5_999)), at(6_000));
-        assert_eq!(
-            next_beat(origin, at(6_000)),
-            at(8_000),
-            "strictly after now"
-        );
-        assert_eq!(next_beat(origin, origin), at(2_000));
     }
 }

@@ -40,5 +40,15 @@ pub use self::failures::{
 pub use self::provision::{provision, queue_arguments, Provisioned, QueueArguments, QueueSpec};
 #[cfg(feature = "mysql")]
 pub(crate) use self::publish::{Publishing, Unsent};
+
+/// The deliveries a receiver of a RabbitMQ queue holds beyond its handler
+/// slots unless told otherwise (the consumer's `ConsumerOptions::prefetch`,
+/// the most it takes): the window is slots + prefetch. A quorum queue
+/// gives a delivery's place in the window back only once its
+/// acknowledgement is committed to the queue's log, so a window of the
+/// slots and a few more leaves the consumer waiting for that commit
+/// between deliveries; RabbitMQ's quorum queue guide asks for higher
+/// prefetch for that reason. Nothing runs out while a delivery is held.
+pub const DEFAULT_PREFETCH: u32 = 64;
 pub use self::settings::{dead_letter_queue, AmqpUrl, RabbitSettings};
 pub use self::source::{DeliveryTag, RabbitSource, RabbitStream};

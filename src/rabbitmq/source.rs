@@ -19,7 +19,7 @@ use super::headers::{integer, trace_context};
 use super::provision::{existing, suitable};
 use super::{RabbitError, RabbitSettings};
 use crate::delivery::{Delivery, DeliveryId};
-use crate::source::{AckOutcome, Incoming, LeaseStream, Source};
+use crate::source::{AckBeat, AckOutcome, Incoming, LeaseStream, Source};
 
 /// While no delivery comes, an open stream reports a keepalive this often,
 /// so that an idle queue is not taken for a dead stream (the connection's
@@ -51,6 +51,10 @@ struct Shared {
     /// The deliveries the queue allows a message: its delivery limit's
     /// returns, and the one after them.
     attempts_allowed: Option<u32>,
+    /// The beat its acknowledgements leave on: a quorum queue commits
+    /// each acknowledgement to its log, and those that arrive together
+    /// share one write.
+    beat: AckBeat,
 }
 
 /// A link and which one it is: the proofs of its deliveries carry the
@@ -101,6 +105,7 @@ impl RabbitSource {
                 live: Mutex::new(None),
                 generations: AtomicU64::new(0),
                 attempts_allowed: None,
+                beat: AckBeat::new(),
             }),
         };
         source.check().await?;
@@ -267,6 +272,7 @@ impl Source for RabbitSource {
     }
 
     async fn ack(&self, _id: &DeliveryId, proof: &DeliveryTag) -> Result<AckOutcome, RabbitError> {
+        self.shared.beat.wait().await;
         self.settle(proof, Settle::Ack).await?;
         // AMQP does not answer an acknowledgement: one that the channel
         // took is as confirmed as it gets. If the channel closes before

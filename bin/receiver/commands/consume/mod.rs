@@ -136,7 +136,11 @@ fn consume_config(args: ConsumeArgs) -> Result<ConsumeConfig, String> {
         shutdown_grace: CONSUME_GRACE,
         prefetch: args.prefetch.unwrap_or(match args.source {
             SourceKind::Orbit => defaults.prefetch,
-            SourceKind::Nats | SourceKind::Rabbitmq => result_inbox::nats::DEFAULT_PREFETCH,
+            SourceKind::Nats => result_inbox::nats::DEFAULT_PREFETCH,
+            #[cfg(feature = "rabbitmq")]
+            SourceKind::Rabbitmq => result_inbox::rabbitmq::DEFAULT_PREFETCH,
+            #[cfg(not(feature = "rabbitmq"))]
+            SourceKind::Rabbitmq => defaults.prefetch,
         }),
         ..defaults
     };
