@@ -1,6 +1,7 @@
 //! A quorum queue as the consumer's source: one connection, one channel,
 //! one consumer on it at a time.
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -62,6 +63,67 @@ struct Shared {
 struct Live {
     link: Link,
     generation: u64,
+    acks: std::sync::Mutex<Acks>,
+}
+
+impl Live {
+    fn acks(&self) -> std::sync::MutexGuard<'_, Acks> {
+        self.acks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A channel's deliveries not settled yet and its acknowledgements waiting
+/// for the beat. A channel delivers its tags in order, so an
+/// acknowledgement with `multiple` of the highest due tag below every
+/// unsettled one settles exactly the due tags below it: one frame, and one
+/// command in the quorum queue's log, for a beat's worth of them.
+#[derive(Debug, Default)]
+struct Acks {
+    /// Handed to the consumer, neither acknowledged nor rejected yet.
+    open: BTreeSet<u64>,
+    /// Acknowledged by the consumer, waiting for the beat.
+    due: BTreeSet<u64>,
+}
+
+/// What one beat sends: an acknowledgement of every tag up to `upto` (with
+/// `multiple` when it covers more than one), and one for each of `each`.
+#[derive(Debug, PartialEq, Eq)]
+struct Due {
+    upto: Option<(u64, bool)>,
+    each: Vec<u64>,
+}
+
+impl Acks {
+    fn delivered(&mut self, tag: u64) {
+        self.open.insert(tag);
+    }
+
+    /// `tag` was rejected or returned: the frame has been handed over.
+    fn settled(&mut self, tag: u64) {
+        self.open.remove(&tag);
+    }
+
+    fn acked(&mut self, tag: u64) {
+        self.open.remove(&tag);
+        self.due.insert(tag);
+    }
+
+    /// What to send now, if `tag` is still due (another caller of the
+    /// same beat may have taken it): the due tags below every open one
+    /// together, those above one by one.
+    fn take(&mut self, tag: u64) -> Option<Due> {
+        if !self.due.contains(&tag) {
+            return None;
+        }
+        let low = self.open.first().copied().unwrap_or(u64::MAX);
+        let due = std::mem::take(&mut self.due);
+        let below = due.range(..low).count();
+        let upto = due.range(..low).next_back().map(|t| (*t, below > 1));
+        Some(Due {
+            upto,
+            each: due.range(low..).copied().collect(),
+        })
+    }
 }
 
 /// What acknowledges one attempt of a RabbitMQ delivery: its delivery tag
@@ -164,7 +226,11 @@ impl RabbitSource {
         )
         .await?;
         let generation = self.shared.generations.fetch_add(1, Ordering::Relaxed) + 1;
-        let opened = Arc::new(Live { link, generation });
+        let opened = Arc::new(Live {
+            link,
+            generation,
+            acks: Default::default(),
+        });
         *live = Some(opened.clone());
         Ok(opened)
     }
@@ -203,12 +269,6 @@ impl RabbitSource {
         let live = self.live_for(proof).await?;
         let channel = &live.link.channel;
         let (sent, what) = match how {
-            Settle::Ack => (
-                channel
-                    .basic_ack(BasicAckArguments::new(proof.tag, false))
-                    .await,
-                "acknowledging",
-            ),
             Settle::Reject { requeue } => (
                 channel
                     .basic_reject(BasicRejectArguments::new(proof.tag, requeue))
@@ -222,7 +282,38 @@ impl RabbitSource {
                 "returning",
             ),
         };
+        // Only now, with its frame ahead of any later acknowledgement's on
+        // the channel, may a `multiple` acknowledgement pass over it.
+        live.acks().settled(proof.tag);
         sent.map_err(|e| live.link.error(what, &e))
+    }
+
+    /// Acknowledges the delivery `proof` names on the next beat, together
+    /// with those of the same channel acknowledged within it.
+    async fn acknowledge(&self, proof: &DeliveryTag) -> Result<(), RabbitError> {
+        let live = self.live_for(proof).await?;
+        live.acks().acked(proof.tag);
+        self.shared.beat.wait().await;
+        let Some(due) = live.acks().take(proof.tag) else {
+            // Sent on this beat by another acknowledgement's call.
+            return Ok(());
+        };
+        let channel = &live.link.channel;
+        let sent = async {
+            if let Some((upto, multiple)) = due.upto {
+                channel
+                    .basic_ack(BasicAckArguments::new(upto, multiple))
+                    .await?;
+            }
+            for tag in due.each {
+                channel
+                    .basic_ack(BasicAckArguments::new(tag, false))
+                    .await?;
+            }
+            Ok(())
+        };
+        sent.await
+            .map_err(|e: amqprs::error::Error| live.link.error("acknowledging", &e))
     }
 
     async fn call<T>(
@@ -272,8 +363,7 @@ impl Source for RabbitSource {
     }
 
     async fn ack(&self, _id: &DeliveryId, proof: &DeliveryTag) -> Result<AckOutcome, RabbitError> {
-        self.shared.beat.wait().await;
-        self.settle(proof, Settle::Ack).await?;
+        self.acknowledge(proof).await?;
         // AMQP does not answer an acknowledgement: one that the channel
         // took is as confirmed as it gets. If the channel closes before
         // the server reads it, the delivery comes again as a duplicate.
@@ -321,10 +411,8 @@ impl Source for RabbitSource {
     }
 }
 
-/// How a delivery is settled.
+/// How a delivery is given back.
 enum Settle {
-    /// `basic.ack`.
-    Ack,
     /// `basic.reject`: with requeue, a return that counts toward the
     /// delivery limit; without, to the dead-letter queue.
     Reject { requeue: bool },
@@ -373,6 +461,7 @@ impl RabbitStream {
             generation: self.live.generation,
             tag: deliver.delivery_tag(),
         };
+        self.live.acks().delivered(proof.tag);
         let properties = message.basic_properties;
         let headers = properties.as_ref().and_then(|p| p.headers());
         let queue = &self.source.shared.settings.queue;
