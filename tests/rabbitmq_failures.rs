@@ -1,12 +1,13 @@
 //! `receiver failures` and `receiver replay --source rabbitmq` over a real
-//! RabbitMQ node and a real `receiver consume`: a fault the operator can
-//! fix makes deliveries spend the queue's delivery limit; once it is
-//! fixed, the listing reads the dead-letter queue without taking anything
-//! from it, a replay brings back what would apply, once, and refuses what
-//! would only fail again.
+//! RabbitMQ node and a real `receiver consume`, on MySQL and on
+//! PostgreSQL: a fault the operator can fix (the inbox table locked) makes
+//! deliveries spend the queue's delivery limit; once it is fixed, the
+//! listing reads the dead-letter queue without taking anything from it, a
+//! replay brings back what would apply, once, and refuses what would only
+//! fail again.
 #![cfg(feature = "rabbitmq")]
 
-use crate::common;
+use crate::common::{self, on_both};
 
 use std::process::Output;
 use std::time::Duration;
@@ -14,26 +15,109 @@ use std::time::Duration;
 use amqprs::BasicProperties;
 use common::consume::Consume;
 use common::orbit::receiver;
+use common::postgres::PgTestDb;
 use common::rabbitmq::{Publisher, RabbitNode, RabbitQueue};
 use common::{dsn_for, random_hex, EventSpec, TestDb};
+use sqlx::{Connection, Executor, MySql, PgConnection, Postgres};
 
-struct Failing {
+/// An engine's receiver database, an account on it that may only read,
+/// and the fault: its inbox table locked by another session.
+trait Faulty {
+    type Db: Send + Sync;
+    type Lock: Send;
+    /// The database, its address and the reader's.
+    async fn database() -> (Self::Db, String, String);
+    async fn lock(db: &Self::Db) -> Self::Lock;
+    async fn release(lock: Self::Lock);
+    /// Each task view's (version, applied events), by task.
+    async fn views(dsn: &str) -> Vec<(i64, i64)>;
+}
+
+impl Faulty for MySql {
+    type Db = TestDb;
+    type Lock = common::TableLock;
+
+    async fn database() -> (TestDb, String, String) {
+        let db = TestDb::initialized().await;
+        let (dsn, reader) = (dsn_for(&db.name), db.reader_dsn().await);
+        (db, dsn, reader)
+    }
+
+    async fn lock(db: &TestDb) -> common::TableLock {
+        db.lock_inbox().await
+    }
+
+    async fn release(lock: common::TableLock) {
+        lock.release().await;
+    }
+
+    async fn views(dsn: &str) -> Vec<(i64, i64)> {
+        let mut conn = sqlx::MySqlConnection::connect(dsn).await.unwrap();
+        sqlx::query_as(
+            "SELECT CAST(task_version AS SIGNED), CAST(applied_events AS SIGNED) \
+             FROM receiver_task_views ORDER BY task_id",
+        )
+        .fetch_all(&mut conn)
+        .await
+        .unwrap()
+    }
+}
+
+impl Faulty for Postgres {
+    type Db = PgTestDb;
+    type Lock = PgConnection;
+
+    async fn database() -> (PgTestDb, String, String) {
+        let db = PgTestDb::initialized().await;
+        let reader = db
+            .role_with("GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role};")
+            .await;
+        let dsn = db.dsn.clone();
+        (db, dsn, reader)
+    }
+
+    async fn lock(db: &PgTestDb) -> PgConnection {
+        let mut conn = PgConnection::connect(&db.dsn).await.unwrap();
+        conn.execute("BEGIN; LOCK TABLE receiver_inbox IN EXCLUSIVE MODE")
+            .await
+            .unwrap();
+        conn
+    }
+
+    async fn release(mut lock: PgConnection) {
+        lock.execute("ROLLBACK").await.unwrap();
+    }
+
+    async fn views(dsn: &str) -> Vec<(i64, i64)> {
+        let mut conn = PgConnection::connect(dsn).await.unwrap();
+        sqlx::query_as(
+            "SELECT task_version::int8, applied_events::int8 \
+             FROM receiver_task_views ORDER BY task_id",
+        )
+        .fetch_all(&mut conn)
+        .await
+        .unwrap()
+    }
+}
+
+struct Failing<E: Faulty> {
     queue: RabbitQueue,
-    db: TestDb,
+    db: E::Db,
+    dsn: String,
     reader: String,
     dir: std::path::PathBuf,
 }
 
-impl Failing {
-    async fn new() -> Failing {
+impl<E: Faulty> Failing<E> {
+    async fn new() -> Self {
         let queue = RabbitQueue::create(&RabbitNode::shared(), 2).await;
-        let db = TestDb::initialized().await;
-        let reader = db.reader_dsn().await;
+        let (db, dsn, reader) = E::database().await;
         let dir = std::env::temp_dir().join(format!("result-inbox-dead-letters-{}", random_hex(6)));
         std::fs::create_dir_all(&dir).unwrap();
         Failing {
             queue,
             db,
+            dsn,
             reader,
             dir,
         }
@@ -46,7 +130,7 @@ impl Failing {
     }
 
     fn consume(&self) -> Consume {
-        Consume::with_env(&self.dir, &self.env(&dsn_for(&self.db.name)))
+        Consume::with_env(&self.dir, &self.env(&self.dsn))
     }
 
     /// `receiver <args>` as the operator runs it: the read-only account.
@@ -79,13 +163,8 @@ impl Failing {
         self.queue.ready(&self.queue.failed()).await
     }
 
-    async fn views(&self) -> Vec<(Vec<u8>, u64, u64)> {
-        sqlx::query_as(
-            "SELECT task_id, task_version, applied_events FROM receiver_task_views ORDER BY task_id",
-        )
-        .fetch_all(&self.db.pool().await)
-        .await
-        .unwrap()
+    async fn views(&self) -> Vec<(i64, i64)> {
+        E::views(&self.dsn).await
     }
 }
 
@@ -93,9 +172,10 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-#[tokio::test]
-async fn what_the_delivery_limit_gave_up_on_is_listed_without_being_taken_and_replayed_once() {
-    let f = Failing::new().await;
+async fn what_the_delivery_limit_gave_up_on_is_listed_without_being_taken_and_replayed_once<
+    E: Faulty,
+>() {
+    let f = Failing::<E>::new().await;
     let first = f.event(&random_hex(16));
     f.publish(Some("first"), &first).await;
     let mut consume = f.consume();
@@ -105,7 +185,7 @@ async fn what_the_delivery_limit_gave_up_on_is_listed_without_being_taken_and_re
         })
         .await;
 
-    let lock = f.db.lock_inbox().await;
+    let lock = E::lock(&f.db).await;
     let (a, b) = (random_hex(16), random_hex(16));
     f.publish(Some(&a), &f.event(&random_hex(16))).await;
     f.publish(Some(&b), &f.event(&random_hex(16))).await;
@@ -123,7 +203,7 @@ async fn what_the_delivery_limit_gave_up_on_is_listed_without_being_taken_and_re
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(consume.terminate().success(), "{}", consume.output());
-    lock.release().await;
+    E::release(lock).await;
 
     let listed = f.run(&["failures"]);
     let out = text(&listed.stdout);
@@ -212,12 +292,7 @@ async fn what_the_delivery_limit_gave_up_on_is_listed_without_being_taken_and_re
     assert!(consume.terminate().success(), "{}", consume.output());
     let views = f.views().await;
     assert_eq!(views.len(), 3, "{views:?}");
-    assert!(
-        views
-            .iter()
-            .all(|(_, version, applied)| *version == 1 && *applied == 1),
-        "{views:?}"
-    );
+    assert!(views.iter().all(|view| *view == (1, 1)), "{views:?}");
     assert_eq!(f.queue.ready(&f.queue.queue).await, 0);
 
     let all = f.run(&["replay", "--all"]);
@@ -237,3 +312,5 @@ async fn what_the_delivery_limit_gave_up_on_is_listed_without_being_taken_and_re
     assert_eq!(f.dead().await, 2);
     assert_eq!(f.views().await, views);
 }
+
+on_both!(what_the_delivery_limit_gave_up_on_is_listed_without_being_taken_and_replayed_once);

@@ -29,7 +29,7 @@ mod error;
 mod failures;
 mod headers;
 mod provision;
-mod publish;
+pub(crate) mod publish;
 mod settings;
 mod source;
 
@@ -38,8 +38,6 @@ pub use self::failures::{
     dead_letters, is_dead_letter_key, replay, DeadLetter, Replayed, REPLAY_OF_HEADER,
 };
 pub use self::provision::{provision, queue_arguments, Provisioned, QueueArguments, QueueSpec};
-#[cfg(feature = "mysql")]
-pub(crate) use self::publish::{Publishing, Unsent};
 
 /// The deliveries a receiver of a RabbitMQ queue holds beyond its handler
 /// slots unless told otherwise (the consumer's `ConsumerOptions::prefetch`,

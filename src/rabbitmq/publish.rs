@@ -11,12 +11,11 @@ use amqprs::{Ack, BasicProperties, Cancel, CloseChannel, Nack, Return};
 use tokio::sync::watch;
 
 use super::connect::{described, LastWords, Link};
-use super::RabbitError;
-#[cfg(feature = "mysql")]
-use super::{connect::open, AmqpUrl};
+use super::{AmqpUrl, RabbitError};
 
 /// Why a publish was not confirmed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
 pub(crate) enum Unsent {
     /// No queue took it (`basic.return`): the queue is not there.
     Unroutable,
@@ -58,7 +57,7 @@ struct Answer {
 /// waits for the server's answer to it: confirms cost a round trip each,
 /// which the callers (a replay, an outbox's effect) afford, and one
 /// message in flight needs no matching of answers to messages.
-pub(crate) struct Confirming {
+pub(super) struct Confirming {
     channel: Channel,
     words: LastWords,
     answers: watch::Receiver<Answer>,
@@ -68,7 +67,7 @@ pub(crate) struct Confirming {
 
 impl Confirming {
     /// A channel of its own on `link`'s connection, in confirm mode.
-    pub(crate) async fn open(link: &Link, timeout: Duration) -> Result<Self, RabbitError> {
+    pub(super) async fn open(link: &Link, timeout: Duration) -> Result<Self, RabbitError> {
         let words = LastWords::default();
         let (answer, answers) = watch::channel(Answer::default());
         let returned = Arc::new(Mutex::new(None));
@@ -106,7 +105,7 @@ impl Confirming {
     /// `timeout`. An error leaves it unknown whether the queue has the
     /// message only when it is [`RabbitError::Disconnected`]: sending
     /// again may then make a copy.
-    pub(crate) async fn publish(
+    pub(super) async fn publish(
         &mut self,
         queue: &str,
         properties: &BasicProperties,
@@ -174,7 +173,7 @@ impl Confirming {
     }
 
     /// Closes the channel.
-    pub(crate) async fn close(self) {
+    pub(super) async fn close(self) {
         if self.channel.is_open() {
             let _ = self.channel.close().await;
         }
@@ -185,14 +184,14 @@ impl Confirming {
 /// the first publish and again after any publish that failed, so that one
 /// broken connection costs one attempt. The relay's RabbitMQ target is
 /// what uses it.
-#[cfg(feature = "mysql")]
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
 pub(crate) struct Publishing {
     url: AmqpUrl,
     name: &'static str,
     open: Option<(Link, Confirming)>,
 }
 
-#[cfg(feature = "mysql")]
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
 impl Publishing {
     /// Publishes to the server at `url`, as the connection `name`.
     pub(crate) fn new(url: AmqpUrl, name: &'static str) -> Self {
@@ -218,7 +217,7 @@ impl Publishing {
                 if let Some((link, _)) = stale {
                     link.close().await;
                 }
-                let link = open(&self.url, self.name, timeout)
+                let link = super::connect::open(&self.url, self.name, timeout)
                     .await
                     .map_err(|e| not_sent(Unsent::Connection, e))?;
                 match Confirming::open(&link, timeout).await {

@@ -33,7 +33,8 @@ use tokio::sync::Mutex;
 use tower::Service;
 
 use super::target::{Attempt, Failed, Sent};
-use crate::rabbitmq::{AmqpUrl, Publishing, Unsent};
+use crate::rabbitmq::publish::{Publishing, Unsent};
+use crate::rabbitmq::AmqpUrl;
 
 /// The RabbitMQ target: publishes each effect to one queue, under its id.
 /// Cheap to clone: the clones share one connection, opened at the first
