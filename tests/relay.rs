@@ -110,6 +110,26 @@ pub(crate) async fn tried<E: Server>(f: &Fixture<E>, attempts: u32, within: Dura
     }
 }
 
+/// Records two effects, `shipped` and `paid`, for `target` through each of
+/// two events applied as deliveries, the first with the trace context
+/// [`TRACEPARENT`]; the two event ids.
+pub(crate) async fn two_events_with_two_effects_each<E: Server>(
+    f: &Fixture<E>,
+    target: &'static str,
+) -> (String, String) {
+    let recording = Recording::of(&[(target, "shipped", None), (target, "paid", None)]);
+    let (first, second) = (random_hex(16), random_hex(16));
+    f.apply_traced(
+        recording.clone(),
+        &f.event(&first, 1),
+        TraceContext::parse(TRACEPARENT, None),
+    )
+    .await
+    .unwrap();
+    f.apply(recording, &f.event(&second, 2)).await.unwrap();
+    (first, second)
+}
+
 fn ids(requests: &[Received]) -> Vec<&str> {
     requests.iter().map(|r| r.id.as_str()).collect()
 }
@@ -127,16 +147,7 @@ async fn effects_recorded_through_a_delivery_are_sent_once_each_signed_under_the
     let task = tokio::spawn(async move { relay.run(token).await.unwrap() });
     tokio::time::sleep(Duration::from_millis(200)).await;
 
-    let recording = Recording::of(&[("hook", "shipped", None), ("hook", "paid", None)]);
-    let (first, second) = (random_hex(16), random_hex(16));
-    f.apply_traced(
-        recording.clone(),
-        &f.event(&first, 1),
-        TraceContext::parse(TRACEPARENT, None),
-    )
-    .await
-    .unwrap();
-    f.apply(recording, &f.event(&second, 2)).await.unwrap();
+    let (first, second) = two_events_with_two_effects_each(&f, "hook").await;
     waker.wake();
     let requests = endpoint.wait_for(4, Duration::from_secs(5)).await;
     settled(&f, Duration::from_secs(5)).await;

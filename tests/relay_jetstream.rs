@@ -11,12 +11,14 @@
 use crate::common::nats::{header, notify_stream, stream_messages, NatsServer};
 use crate::common::random_hex;
 use crate::outbox::{body_of, Fixture, Recording, SentRows, Server, TRACEPARENT};
-use crate::relay::{dead, pending, quick, run, settled, stopped_after_the_first_answer, tried};
+use crate::relay::{
+    dead, pending, quick, run, settled, stopped_after_the_first_answer, tried,
+    two_events_with_two_effects_each,
+};
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use result_inbox::delivery::TraceContext;
 use result_inbox::nats::{self, NatsServers};
 use result_inbox::relay::{JetStream, JetStreamError, RelayOptions, Targets};
 
@@ -46,16 +48,7 @@ async fn effects_recorded_through_a_delivery_are_published_once_each_under_their
     let stream = notify_stream(&jetstream, &subject, |_| {}).await;
     let relay = run(&f, js(target(&server, &subject).await), quick(4));
 
-    let recording = Recording::of(&[("js", "shipped", None), ("js", "paid", None)]);
-    let (first, second) = (random_hex(16), random_hex(16));
-    f.apply_traced(
-        recording.clone(),
-        &f.event(&first, 1),
-        TraceContext::parse(TRACEPARENT, None),
-    )
-    .await
-    .unwrap();
-    f.apply(recording, &f.event(&second, 2)).await.unwrap();
+    let (first, second) = two_events_with_two_effects_each(&f, "js").await;
     settled(&f, Duration::from_secs(10)).await;
     // Nothing comes a second time.
     tokio::time::sleep(Duration::from_millis(300)).await;

@@ -11,12 +11,14 @@
 use crate::common::rabbitmq::{FreezingProxy, RabbitNode, RabbitQueue};
 use crate::common::random_hex;
 use crate::outbox::{body_of, Fixture, Recording, SentRows, Server, TRACEPARENT};
-use crate::relay::{dead, pending, quick, run, settled, stopped_after_the_first_answer, tried};
+use crate::relay::{
+    dead, pending, quick, run, settled, stopped_after_the_first_answer, tried,
+    two_events_with_two_effects_each,
+};
 
 use std::time::Duration;
 
 use amqprs::{BasicProperties, FieldName, FieldValue};
-use result_inbox::delivery::TraceContext;
 use result_inbox::rabbitmq::AmqpUrl;
 use result_inbox::relay::{RabbitMq, Targets};
 
@@ -53,16 +55,7 @@ async fn effects_recorded_through_a_delivery_are_published_once_each_under_their
     let queue = RabbitQueue::create(&RabbitNode::shared(), 20).await;
     let relay = run(&f, amqp(target(&queue.url, &queue.queue)), quick(4));
 
-    let recording = Recording::of(&[("amqp", "shipped", None), ("amqp", "paid", None)]);
-    let (first, second) = (random_hex(16), random_hex(16));
-    f.apply_traced(
-        recording.clone(),
-        &f.event(&first, 1),
-        TraceContext::parse(TRACEPARENT, None),
-    )
-    .await
-    .unwrap();
-    f.apply(recording, &f.event(&second, 2)).await.unwrap();
+    let (first, second) = two_events_with_two_effects_each(&f, "amqp").await;
     settled(&f, Duration::from_secs(10)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     relay.stop().await;
