@@ -12,12 +12,12 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use amqprs::channel::{BasicAckArguments, BasicGetArguments, Channel, GetMessage};
+use amqprs::channel::{BasicAckArguments, BasicGetArguments, GetMessage};
 use amqprs::{BasicProperties, FieldName, FieldTable, FieldValue};
 use bytes::Bytes;
 use sha2::{Digest as _, Sha256};
 
-use super::connect::{described, open, LastWords, Link};
+use super::connect::{open, Link};
 use super::headers::{integer, text, trace_context};
 use super::provision::{arguments, existing};
 use super::publish::Confirming;
@@ -182,11 +182,10 @@ fn death_of(headers: &FieldTable, queue: &str) -> Option<FieldTable> {
     tables.into_iter().nth(of_queue.unwrap_or(0))
 }
 
-/// The dead-letter queue's channel, where messages are taken to be read.
+/// A connection whose channel takes the dead-letter queue's messages to
+/// be read.
 struct Reading {
     link: Link,
-    channel: Channel,
-    words: LastWords,
     queue: String,
     /// The delivery limit of the queue whose dead letters these are, if it
     /// exists and has one.
@@ -211,29 +210,23 @@ impl Reading {
                 .and_then(|found| found.delivery_limit),
             _ => None,
         };
-        let found = existing(&link, &queue, timeout).await;
-        let opened = match found {
-            Ok(Some(_)) => link.another_channel(timeout).await,
-            Ok(None) => Err(RabbitError::UnknownQueue {
-                queue: queue.clone(),
-                vhost: settings.url.vhost.clone(),
-            }),
-            Err(e) => Err(e),
-        };
-        match opened {
-            Ok((channel, words)) => Ok(Self {
-                link,
-                channel,
-                words,
-                queue,
-                limit,
-                timeout,
-            }),
-            Err(e) => {
-                link.close().await;
-                Err(e)
+        let missing = match existing(&link, &queue, timeout).await {
+            Ok(Some(_)) => {
+                return Ok(Self {
+                    link,
+                    queue,
+                    limit,
+                    timeout,
+                })
             }
-        }
+            Ok(None) => RabbitError::UnknownQueue {
+                queue,
+                vhost: settings.url.vhost.clone(),
+            },
+            Err(e) => e,
+        };
+        link.close().await;
+        Err(missing)
     }
 
     /// The next message not taken yet, unacknowledged, or `None` when the
@@ -241,9 +234,9 @@ impl Reading {
     async fn next(&self) -> Result<Option<GetMessage>, RabbitError> {
         let what = format!("reading queue {}", self.queue);
         let args = BasicGetArguments::new(&self.queue).no_ack(false).finish();
-        match tokio::time::timeout(self.timeout, self.channel.basic_get(args)).await {
+        match tokio::time::timeout(self.timeout, self.link.channel.basic_get(args)).await {
             Ok(Ok(got)) => Ok(got),
-            Ok(Err(e)) => Err(described(&self.words, self.channel.is_open(), &what, &e)),
+            Ok(Err(e)) => Err(self.link.error(&what, &e)),
             Err(_) => Err(RabbitError::Disconnected(format!(
                 "{what}: no answer within {:?}",
                 self.timeout
@@ -346,10 +339,8 @@ async fn copy_back(
             )
             .await?;
         let ack = BasicAckArguments::new(got.delivery_tag(), false);
-        reading.channel.basic_ack(ack).await.map_err(|e| {
-            described(
-                &reading.words,
-                reading.channel.is_open(),
+        reading.link.channel.basic_ack(ack).await.map_err(|e| {
+            reading.link.error(
                 &format!(
                     "removing the replayed message {} from {}",
                     letter.key, reading.queue

@@ -143,13 +143,11 @@ impl Outlet {
 
     /// Publishes one event and waits for the server's confirm.
     pub(super) async fn publish(&mut self, out: &Outgoing<'_>) -> Result<(), String> {
-        let link = match self.link.take() {
+        let mut link = match self.link.take() {
             Some(link) if link.channel.is_open() => link,
             _ => open(&self.url).await?,
         };
-        let mut link = link;
-        let published = publish(&mut link, &self.queue, out).await;
-        match published {
+        match publish(&mut link, &self.queue, out).await {
             Ok(()) => {
                 tracing::info!(event = %out.id, delivery = %out.delivery, queue = %self.queue, "published");
                 self.link = Some(link);
