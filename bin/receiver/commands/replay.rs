@@ -57,6 +57,7 @@ pub(crate) struct ReplayArgs {
 }
 
 /// What became of one chosen delivery.
+#[derive(Clone)]
 enum Replay {
     Replayed(Option<String>),
     Skipped(String),
@@ -116,12 +117,14 @@ pub(crate) fn run_replay(args: ReplayArgs) -> Outcome {
                     .any(|d| d.eq_ignore_ascii_case(f.word()))
         })
         .collect();
-    let mut brought_back = if args.dry_run {
+    // What would only fail again is replayed only when forced.
+    let refused = |f: &FailedDelivery| f.fails_again() && !args.force;
+    let brought_back = if args.dry_run {
         Default::default()
     } else {
         let keys: Vec<String> = chosen
             .iter()
-            .filter(|f| args.force || !f.fails_again())
+            .filter(|f| !refused(f))
             .map(|f| f.id.clone())
             .collect();
         runtime.block_on(bring_back(&origin, &keys))
@@ -140,12 +143,14 @@ pub(crate) fn run_replay(args: ReplayArgs) -> Outcome {
         tally[1] += 1;
     }
     for f in chosen {
-        let result = if f.fails_again() && !args.force {
+        let result = if refused(f) {
             Replay::Refused
         } else if args.dry_run {
             Replay::DryRun
         } else {
-            match brought_back.remove(&f.id) {
+            // Two dead letters may share a key: each line says what their
+            // pass did.
+            match brought_back.get(&f.id).cloned() {
                 Some(result) => result,
                 None => runtime.block_on(replay_one(&origin, admin.as_ref(), f, args.add)),
             }
