@@ -9,18 +9,23 @@ WITH_RABBITMQ := scripts/with-rabbitmq.sh
 # features leave it (and its dependencies) out. `testing` is the library's
 # helpers for testing an inner service (an example and its test use them).
 CLI := --features result-inbox/cli,result-inbox/testing
-# The same for the whole workspace: orbit-dev's bridge to RabbitMQ as well
-# (`make demo` builds orbit-dev without it).
-ALL := $(CLI),orbit-dev/rabbitmq
+# The same for the whole workspace: orbit-dev's bridges to NATS and
+# RabbitMQ as well (`make demo` builds orbit-dev without them).
+ALL := $(CLI),orbit-dev/nats,orbit-dev/rabbitmq
+# What `make demo` runs: the receiver for MySQL and Orbit (`cli-core`),
+# with PostgreSQL where ORBIT_RECEIVER_DSN names a PostgreSQL server.
+comma := ,
+DEMO_FEATURES := result-inbox/cli-core$(if $(filter postgres://% postgresql://%,$(ORBIT_RECEIVER_DSN)),$(comma)result-inbox/postgres)
 
 .PHONY: demo test bench build check fmt-check clippy doc deps-check package-check unit integration cluster-test toolchain fuzz nats-server rabbitmq-server nextest doctest standardwebhooks promtool systemd-analyze
 
 ## demo: the whole local demo (orbit-dev, a throwaway database unless ORBIT_RECEIVER_DSN is set, init, demo)
-# It builds only what it runs: the two binaries, the receiver without its
-# traces' exporter (`cli-core`), and the crate's own code without the
-# incremental cache (a first build gains nothing from writing one).
+# It builds only what it runs: the two binaries, the receiver without the
+# sources, engine and traces' exporter the demo does not use, orbit-dev
+# without its bridges, and the crate's own code without the incremental
+# cache (a first build gains nothing from writing one).
 demo: toolchain
-	CARGO_INCREMENTAL=0 $(CARGO) build --locked -p result-inbox -p orbit-dev --bins --features result-inbox/cli-core
+	CARGO_INCREMENTAL=0 $(CARGO) build --locked -p result-inbox -p orbit-dev --bins --features $(DEMO_FEATURES)
 	scripts/demo.sh
 
 # Every test binary runs under cargo-nextest (.config/nextest.toml): each
@@ -63,14 +68,17 @@ clippy:
 	$(CARGO) clippy --workspace --all-targets --locked $(ALL) -- -D warnings
 	$(CARGO) clippy -p result-inbox --lib --locked -- -D warnings
 	$(CARGO) clippy -p result-inbox --lib --locked --no-default-features -- -D warnings
-	@# The receiver `make demo` builds: without its traces' exporter.
-	$(CARGO) clippy -p result-inbox --bins --locked --features cli-core -- -D warnings
+	@# The binaries as `make demo` builds them.
+	$(CARGO) clippy -p result-inbox -p orbit-dev --bins --locked --features result-inbox/cli-core -- -D warnings
 
 doc:
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --locked $(ALL)
 
-## deps-check: a library user's default features compile none of the command line's crates (no exporter, no OpenTelemetry SDK, no PostgreSQL driver)
+## deps-check: a library user's default features compile none of the command line's crates (no exporter, no OpenTelemetry SDK, no PostgreSQL driver), and `make demo` none of what it does not run
 CLI_ONLY_CRATES := clap tracing-subscriber metrics-exporter-prometheus indicatif flate2 opentelemetry opentelemetry_sdk opentelemetry-otlp tracing-opentelemetry sqlx-postgres
+# What the demo does not run (another engine, the brokers, traces) and the
+# regex engine NATS's client brings.
+DEMO_LEFT_OUT := sqlx-postgres async-nats amqprs opentelemetry_sdk regex-automata
 deps-check:
 	@tree=$$($(CARGO) tree -e normal -p result-inbox --locked --prefix none --format '{p}' | cut -d' ' -f1 | sort -u); \
 	for crate in $(CLI_ONLY_CRATES); do \
@@ -79,6 +87,13 @@ deps-check:
 		fi; \
 	done; \
 	echo "deps-check: default features compile none of: $(CLI_ONLY_CRATES)"
+	@tree=$$($(CARGO) tree -e normal,build -p result-inbox -p orbit-dev --features result-inbox/cli-core --locked --prefix none --format '{p}' | cut -d' ' -f1 | sort -u); \
+	for crate in $(DEMO_LEFT_OUT); do \
+		if echo "$$tree" | grep -qx "$$crate"; then \
+			echo "deps-check: make demo would build $$crate, which the demo does not run"; exit 1; \
+		fi; \
+	done; \
+	echo "deps-check: make demo builds none of: $(DEMO_LEFT_OUT)"
 
 ## package-check: the published package holds what a user needs and not the repository's test apparatus, and it compiles on its own, outside the workspace, with the binary (cargo check of the unpacked .crate; it shares the target directory, so only what differs is checked again)
 PACKAGE_NEEDS := Cargo.toml README.md LICENSE-APACHE LICENSE-MIT schema.sql retention.sql schema.postgres.sql retention.postgres.sql outbox.sql outbox.postgres.sql src/lib.rs bin/receiver/main.rs examples/own_table.rs examples/own_table_postgres.rs examples/testing_inner_service.rs examples/testing_inner_service_postgres.rs

@@ -725,6 +725,10 @@ fn a_filter_the_readme_calls_unreadable_exits_2_and_one_without_the_receiver_s_l
         ("debugg", "\"debugg\""),
         ("info,foo bar", "\"foo bar\""),
         ("info,receiver=loud", "\"receiver=loud\""),
+        (
+            "info,receiver[process{event=e}]=debug",
+            "\"receiver[process{event=e}]=debug\" filters by span",
+        ),
     ] {
         let out = run(unreadable);
         let err = text(&out.stderr);

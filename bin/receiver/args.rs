@@ -8,6 +8,7 @@ use clap::{Args, ValueEnum};
 
 use result_inbox::db::Dsn;
 use result_inbox::ids::SubscriptionId;
+#[cfg(feature = "nats")]
 use result_inbox::nats::NatsSettings;
 use result_inbox::scope::{InboxScope, ReceiverName};
 
@@ -24,10 +25,12 @@ pub(crate) enum SourceKind {
     Rabbitmq,
 }
 
-/// Why a receiver built without RabbitMQ refuses `--source rabbitmq`.
-#[cfg(not(feature = "rabbitmq"))]
-pub(crate) fn built_without_rabbitmq() -> String {
-    "--source rabbitmq: this receiver was built without RabbitMQ; build it with the feature `cli` (cargo install --path . --features cli)".to_owned()
+/// Why a receiver built without a broker (`make demo` builds one for
+/// Orbit alone) refuses it: `what` is the option or variable that asked
+/// for it, `broker` its name.
+#[cfg(not(all(feature = "nats", feature = "rabbitmq")))]
+pub(crate) fn built_without(what: &str, broker: &str) -> String {
+    format!("{what}: this receiver was built without {broker}; build it with the feature `cli` (make build, or cargo install --path . --features cli)")
 }
 
 /// The NATS servers and how to log in: what `--source nats` and a notify
@@ -238,6 +241,7 @@ impl Receiver {
 
     /// For `--source nats`: the database, the scope and NATS; of Orbit's
     /// settings only the queue.
+    #[cfg(feature = "nats")]
     pub(crate) fn resolve_for_nats(
         self,
         nats: NatsArgs,

@@ -15,11 +15,10 @@ use result_inbox::db::Dsn;
 use result_inbox::diagnosis::{Diagnosed, Diagnoser, Diagnosis};
 use result_inbox::ids::SubscriptionId;
 use result_inbox::inbox::Conflict;
+#[cfg(feature = "nats")]
 use result_inbox::nats::{self, FailedMessage, NatsSettings};
 use result_inbox::orbit::{EventBody, OrbitClient};
 use result_inbox::scope::InboxScope;
-
-use crate::commands::BROKER_CALL_TIMEOUT;
 
 /// Where the failed deliveries are kept.
 pub(crate) enum Origin {
@@ -29,6 +28,7 @@ pub(crate) enum Origin {
         subscription: SubscriptionId,
     },
     /// A JetStream durable consumer's failures stream.
+    #[cfg(feature = "nats")]
     Nats(NatsSettings),
     /// A RabbitMQ queue's dead-letter queue.
     #[cfg(feature = "rabbitmq")]
@@ -41,6 +41,7 @@ impl Origin {
     pub(crate) fn key(&self) -> &'static str {
         match self {
             Origin::Orbit { .. } => "delivery",
+            #[cfg(feature = "nats")]
             Origin::Nats(_) => "sequence",
             #[cfg(feature = "rabbitmq")]
             Origin::Rabbitmq(_) => "message",
@@ -54,6 +55,7 @@ impl Origin {
             Origin::Orbit { .. } => result_inbox::ids::is_hex_id(id),
             // As the listing spells it, so that it matches: no sign, no
             // leading zero.
+            #[cfg(feature = "nats")]
             Origin::Nats(_) => id
                 .parse::<u64>()
                 .is_ok_and(|n| n > 0 && n.to_string() == id),
@@ -66,6 +68,7 @@ impl Origin {
     pub(crate) fn id_form(&self) -> &'static str {
         match self {
             Origin::Orbit { .. } => "an Orbit delivery id is 32 lowercase hex characters",
+            #[cfg(feature = "nats")]
             Origin::Nats(_) => {
                 "a NATS delivery is named by its stream sequence, a number from 1 (as `receiver failures` prints it)"
             }
@@ -95,8 +98,16 @@ pub(crate) struct FailedDelivery {
     /// What it would become; `Err` says why it cannot be said.
     pub(crate) diagnosis: Result<Diagnosed, String>,
     /// The JetStream record, which a replay publishes again.
-    pub(crate) message: Option<FailedMessage>,
+    #[cfg_attr(not(feature = "nats"), allow(dead_code))]
+    pub(crate) message: Option<Stored>,
 }
+
+/// What JetStream's failures stream holds of a delivery; nothing in a
+/// receiver built without NATS.
+#[cfg(feature = "nats")]
+pub(crate) type Stored = FailedMessage;
+#[cfg(not(feature = "nats"))]
+pub(crate) type Stored = std::convert::Infallible;
 
 impl FailedDelivery {
     /// The diagnosis word, or `unknown`.
@@ -230,6 +241,7 @@ pub(crate) async fn list(
             client,
             subscription,
         } => from_orbit(client, subscription, &mut diagnoser).await,
+        #[cfg(feature = "nats")]
         Origin::Nats(settings) => from_nats(settings, &mut diagnoser).await,
         #[cfg(feature = "rabbitmq")]
         Origin::Rabbitmq(settings) => from_rabbitmq(settings, &mut diagnoser).await,
@@ -253,6 +265,7 @@ pub(crate) struct Listed {
 pub(crate) enum Listing {
     Database(result_inbox::db::DbError),
     Orbit(result_inbox::orbit::OrbitError),
+    #[cfg(feature = "nats")]
     Nats(result_inbox::nats::NatsError),
     #[cfg(feature = "rabbitmq")]
     Rabbitmq(result_inbox::rabbitmq::RabbitError),
@@ -296,11 +309,12 @@ async fn from_orbit(
     Ok(failed)
 }
 
+#[cfg(feature = "nats")]
 async fn from_nats(
     settings: &NatsSettings,
     diagnoser: &mut Diagnoser,
 ) -> Result<Vec<FailedDelivery>, Listing> {
-    let messages = nats::failed_messages(settings, BROKER_CALL_TIMEOUT)
+    let messages = nats::failed_messages(settings, crate::commands::BROKER_CALL_TIMEOUT)
         .await
         .map_err(Listing::Nats)?;
     let mut failed = Vec::with_capacity(messages.len());
@@ -330,9 +344,10 @@ async fn from_rabbitmq(
     settings: &result_inbox::rabbitmq::RabbitSettings,
     diagnoser: &mut Diagnoser,
 ) -> Result<Vec<FailedDelivery>, Listing> {
-    let letters = result_inbox::rabbitmq::dead_letters(settings, BROKER_CALL_TIMEOUT)
-        .await
-        .map_err(Listing::Rabbitmq)?;
+    let letters =
+        result_inbox::rabbitmq::dead_letters(settings, crate::commands::BROKER_CALL_TIMEOUT)
+            .await
+            .map_err(Listing::Rabbitmq)?;
     let mut failed = Vec::with_capacity(letters.len());
     for letter in letters {
         let diagnosis = diagnoser

@@ -13,10 +13,11 @@ pub(crate) const DEFAULT_LOG_FILTER: &str = "warn,result_inbox=info,receiver=inf
 /// start-up line (`announces`), a filter that leaves the receiver's own
 /// info lines out says so once.
 pub(crate) fn init_logging(announces: bool) -> Result<(), String> {
+    use tracing_subscriber::filter::Targets;
     use tracing_subscriber::filter::{filter_fn, FilterExt};
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
-    use tracing_subscriber::{EnvFilter, Layer};
+    use tracing_subscriber::Layer;
     // An empty variable is taken as unset, as env_logger does.
     let set = |name| std::env::var(name).ok().filter(|f| !f.trim().is_empty());
     let (variable, filter) = match (set("RECEIVER_LOG"), set("RUST_LOG")) {
@@ -26,11 +27,11 @@ pub(crate) fn init_logging(announces: bool) -> Result<(), String> {
     };
     let own_level =
         readable(&filter).map_err(|e| format!("{variable}: invalid log filter: {e}"))?;
-    // `info, receiver=debug` as people write lists: EnvFilter would take
+    // `info, receiver=debug` as people write lists: the parser would take
     // the space for part of the target.
     let filter = directives(&filter).collect::<Vec<_>>().join(",");
-    let env_filter = EnvFilter::builder()
-        .parse(&filter)
+    let targets = filter
+        .parse::<Targets>()
         .map_err(|e| format!("{variable}: invalid log filter: {e}"))?;
     if announces && own_level < tracing::level_filters::LevelFilter::INFO {
         report_warning(&format!(
@@ -47,7 +48,7 @@ pub(crate) fn init_logging(announces: bool) -> Result<(), String> {
     // processing, its transaction, each statement) are for a trace
     // exporter, not a prefix on every line. Asked first, so that a span
     // costs the log no look-up in the filter's directives.
-    let filter = filter_fn(|meta| !meta.is_span()).and(env_filter).and(cap);
+    let filter = filter_fn(|meta| !meta.is_span()).and(targets).and(cap);
     let layer = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(false);
@@ -136,9 +137,11 @@ fn unfiltered_json(emit: impl FnOnce()) {
 }
 
 /// Reads each directive of a filter as the README describes them (`level`
-/// or `target=level`, comma-separated), refusing what `EnvFilter` would
+/// or `target=level`, comma-separated), refusing what the parser would
 /// take for something else: a bare word that is no level (`debugg` would
-/// be a target, logging nothing else) or a directive with a space in it.
+/// be a target, logging nothing else), a directive with a space in it, or
+/// a span's name or fields in brackets (`env_logger`'s and `EnvFilter`'s
+/// `target[span{field=value}]`, which this filter has no means to read).
 /// Returns the level the filter gives the receiver's own lines.
 fn readable(filter: &str) -> Result<tracing::level_filters::LevelFilter, String> {
     use tracing::level_filters::LevelFilter;
@@ -149,8 +152,12 @@ fn readable(filter: &str) -> Result<tracing::level_filters::LevelFilter, String>
         if directive.chars().any(char::is_whitespace) {
             return Err(format!("{directive:?} holds a space"));
         }
-        match directive.rsplit_once('=') {
-            None if directive.contains('[') => {}
+        if directive.contains(['[', ']', '{', '}']) {
+            return Err(format!(
+                "{directive:?} filters by span; only level and target=level are read"
+            ));
+        }
+        match directive.split_once('=') {
             None => {
                 everything = level(directive).ok_or_else(|| {
                     format!("{directive:?} is neither a level (trace, debug, info, warn, error, off) nor target=level")
@@ -158,17 +165,12 @@ fn readable(filter: &str) -> Result<tracing::level_filters::LevelFilter, String>
             }
             Some((target, value)) => {
                 let Some(value) = level(value) else {
-                    // A span field's value (`target[span{field=value}]`):
-                    // EnvFilter reads it.
-                    if directive.contains('[') {
-                        continue;
-                    }
                     return Err(format!(
                         "{directive:?}: {value:?} is not a level (trace, debug, info, warn, error, off)"
                     ));
                 };
                 let longer = own.is_none_or(|(len, _)| target.len() >= len);
-                if !target.contains('[') && OWN_TARGET.starts_with(target) && longer {
+                if OWN_TARGET.starts_with(target) && longer {
                     own = Some((target.len(), value));
                 }
             }

@@ -19,6 +19,8 @@ mod exit;
 mod failed;
 mod health;
 mod logging;
+#[cfg(feature = "nats")]
+mod nats;
 mod notify;
 #[cfg(feature = "otel")]
 mod otel;

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use result_inbox::db::{Dsn, Engine};
 use result_inbox::ids::QueueId;
 use result_inbox::inbox::{InboxStore, Outcome, Receipt, StoreOptions};
+#[cfg(feature = "nats")]
 use result_inbox::nats::NatsServers;
 use result_inbox::relay::{Relay, RelayError, RelayOptions, RelayWaker, Targets, Webhook};
 use result_inbox::scope::{InboxScope, ReceiverName};
@@ -19,10 +20,11 @@ use result_inbox::task_view::Notify;
 
 use crate::args::{positive_duration, NatsServerArgs};
 use crate::check::{database_problem, unready_problem, Problem};
-use crate::config::is_concrete_subject;
 use crate::exit::{failed, Failed};
 use crate::relay_options::RelayOptionArgs;
 
+#[cfg(feature = "nats")]
+mod jetstream;
 mod targets;
 
 /// The outbox target the webhook's notifications are recorded for.
@@ -86,10 +88,12 @@ pub(crate) struct NotifyConfig {
     /// reach its host (never printed: its path may hold a token).
     webhook: Option<(Webhook, String)>,
     /// The NATS servers and the subject.
+    #[cfg(feature = "nats")]
     nats: Option<(NatsServers, String)>,
     /// Whether each notification carries the result.
     include_result: bool,
     /// Each attempt's limit, on either target.
+    #[cfg_attr(not(feature = "nats"), allow(dead_code))]
     timeout: Duration,
     /// How its relay claims, sends and gives up.
     relay: RelayOptions,
@@ -114,6 +118,7 @@ impl NotifyArgs {
     /// secret file that its group or others may read is refused, like a
     /// credentials file. A subject takes the NATS servers and login from
     /// `nats`.
+    #[cfg_attr(not(feature = "nats"), allow(unused_variables))]
     pub(crate) fn resolve(self, nats: NatsServerArgs) -> Result<Option<NotifyConfig>, String> {
         if self.notify_url.is_none() && self.notify_secret_file.is_some() {
             return Err("RECEIVER_NOTIFY_SECRET_FILE needs RECEIVER_NOTIFY_URL (or --notify-url): the webhook to notify".to_owned());
@@ -132,9 +137,17 @@ impl NotifyArgs {
             )?),
             None => None,
         };
+        #[cfg(not(feature = "nats"))]
+        if self.notify_nats_subject.is_some() {
+            return Err(crate::args::built_without(
+                "RECEIVER_NOTIFY_NATS_SUBJECT",
+                "NATS",
+            ));
+        }
+        #[cfg(feature = "nats")]
         let nats = match self.notify_nats_subject {
             Some(subject) => {
-                if !is_concrete_subject(&subject) {
+                if !crate::nats::is_concrete_subject(&subject) {
                     return Err(format!("RECEIVER_NOTIFY_NATS_SUBJECT: {subject:?} is not one subject to publish to (no wildcards, no empty tokens, no white space)"));
                 }
                 let servers = nats
@@ -151,6 +164,7 @@ impl NotifyArgs {
         relay.shutdown_grace = RELAY_GRACE;
         Ok(Some(NotifyConfig {
             webhook,
+            #[cfg(feature = "nats")]
             nats,
             include_result: self.notify_include_result,
             timeout: self.notify_timeout,
@@ -162,14 +176,17 @@ impl NotifyArgs {
 impl NotifyConfig {
     /// The subject notified, if one is.
     pub(crate) fn nats_subject(&self) -> Option<&str> {
-        self.nats.as_ref().map(|(_, subject)| subject.as_str())
+        #[cfg(feature = "nats")]
+        return self.nats.as_ref().map(|(_, subject)| subject.as_str());
+        #[cfg(not(feature = "nats"))]
+        None
     }
 
     /// The outbox targets notified, in the order their effects are
     /// recorded.
     pub(crate) fn target_names(&self) -> Vec<&'static str> {
         let webhook = self.webhook.is_some().then_some(TARGET);
-        let nats = self.nats.is_some().then_some(NATS_TARGET);
+        let nats = self.nats_subject().is_some().then_some(NATS_TARGET);
         webhook.into_iter().chain(nats).collect()
     }
 
@@ -197,6 +214,7 @@ impl NotifyConfig {
 
     /// `consume`'s settings, unless they notify the subject it consumes
     /// (`consumed`), where its notifications would come back as deliveries.
+    #[cfg(feature = "nats")]
     pub(crate) fn refuse_consumed(&self, consumed: &str) -> Result<(), String> {
         match self.nats_subject() {
             Some(subject) if subject == consumed => Err(format!("RECEIVER_NOTIFY_NATS_SUBJECT is {subject:?}, the subject this receiver consumes: its notifications would come back to it as deliveries; publish them to another subject")),

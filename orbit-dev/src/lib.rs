@@ -21,6 +21,7 @@ use tokio::net::TcpListener;
 
 mod admin;
 pub mod auth;
+#[cfg(any(feature = "nats", feature = "rabbitmq"))]
 pub mod bridge;
 pub mod client;
 pub mod credentials;

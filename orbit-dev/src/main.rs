@@ -331,16 +331,14 @@ fn urlencoding(segment: &str) -> String {
         .collect()
 }
 
+#[cfg(any(feature = "nats", feature = "rabbitmq"))]
 async fn bridge(args: BridgeArgs) -> Result<(), String> {
     use orbit_dev::bridge::{Bridge, Destination};
     init_logging();
     let (credentials, orbit) = args.queue.load()?;
     let default = format!("orbit.results.{}", credentials.queue_id);
     let to = match (args.nats_url, args.amqp_url) {
-        (Some(url), _) => Destination::Nats {
-            url,
-            subject: args.subject.unwrap_or(default),
-        },
+        (Some(url), _) => nats_destination(url, args.subject.unwrap_or(default))?,
         (None, Some(url)) => rabbitmq_destination(&url, args.amqp_queue.unwrap_or(default))?,
         (None, None) => {
             return Err("give --nats-url (NATS_URL) or --amqp-url (AMQP_URL)".to_owned())
@@ -348,6 +346,7 @@ async fn bridge(args: BridgeArgs) -> Result<(), String> {
     };
     let shutdown = stop_signal()?;
     let (name, server) = match &to {
+        #[cfg(feature = "nats")]
         Destination::Nats { url, subject } => (subject.clone(), orbit_dev::bridge::shown_url(url)),
         #[cfg(feature = "rabbitmq")]
         Destination::Rabbitmq { url, queue } => (format!("queue {queue}"), url.to_string()),
@@ -368,6 +367,28 @@ async fn bridge(args: BridgeArgs) -> Result<(), String> {
     .await
 }
 
+/// `make demo`'s orbit-dev, which has no broker to publish to.
+#[cfg(not(any(feature = "nats", feature = "rabbitmq")))]
+async fn bridge(_: BridgeArgs) -> Result<(), String> {
+    Err(built_without(
+        "NATS and RabbitMQ",
+        "orbit-dev/nats, orbit-dev/rabbitmq",
+    ))
+}
+
+#[cfg(feature = "nats")]
+fn nats_destination(
+    url: String,
+    subject: String,
+) -> Result<orbit_dev::bridge::Destination, String> {
+    Ok(orbit_dev::bridge::Destination::Nats { url, subject })
+}
+
+#[cfg(all(not(feature = "nats"), feature = "rabbitmq"))]
+fn nats_destination(_: String, _: String) -> Result<orbit_dev::bridge::Destination, String> {
+    Err(built_without("NATS", "orbit-dev/nats"))
+}
+
 #[cfg(feature = "rabbitmq")]
 fn rabbitmq_destination(
     url: &str,
@@ -379,20 +400,33 @@ fn rabbitmq_destination(
     })
 }
 
-#[cfg(not(feature = "rabbitmq"))]
+#[cfg(all(not(feature = "rabbitmq"), feature = "nats"))]
 fn rabbitmq_destination(_: &str, _: String) -> Result<orbit_dev::bridge::Destination, String> {
-    Err("this orbit-dev was built without RabbitMQ: build it with `make build` (feature orbit-dev/rabbitmq)".to_owned())
+    Err(built_without("RabbitMQ", "orbit-dev/rabbitmq"))
 }
 
-/// stderr logging, `orbit_dev=info` unless `RUST_LOG` says otherwise.
+/// Why a bridge to a broker this build left out is refused.
+#[cfg(not(all(feature = "nats", feature = "rabbitmq")))]
+fn built_without(broker: &str, features: &str) -> String {
+    format!("this orbit-dev was built without {broker}: build it with `make build` ({features})")
+}
+
+/// stderr logging, `orbit_dev=info` unless `RUST_LOG` says otherwise
+/// (`level` or `target=level`, comma-separated).
 fn init_logging() {
-    tracing_subscriber::fmt()
+    use tracing_subscriber::filter::Targets;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+    let filter = std::env::var("RUST_LOG")
+        .ok()
+        .and_then(|f| f.parse::<Targets>().ok())
+        .unwrap_or_else(|| Targets::new().with_target("orbit_dev", tracing::Level::INFO));
+    let log = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("orbit_dev=info")),
-        )
+        .with_ansi(std::io::stderr().is_terminal());
+    tracing_subscriber::registry()
+        .with(log.with_filter(filter))
         .init();
 }
 

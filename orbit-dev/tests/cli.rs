@@ -192,6 +192,7 @@ async fn the_bootstrap_command_refuses_to_overwrite_a_credentials_file_unless_fo
     std::fs::remove_dir_all(dir).unwrap();
 }
 
+#[cfg(feature = "nats")]
 #[test]
 fn the_bridge_never_prints_the_nats_password_in_its_help_its_start_line_or_its_error() {
     let dir = scratch_dir();

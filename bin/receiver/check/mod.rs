@@ -65,6 +65,7 @@ pub async fn tally_warning(dsn: &result_inbox::db::Dsn) -> Option<String> {
 /// The NATS checks of `receiver check --source nats`, in order: `nats`
 /// (reachable, login, TLS), `consumer` (the stream and its durable pull
 /// consumer exist, explicit acks, filter subject = the queue's subject).
+#[cfg(feature = "nats")]
 pub const NATS_CHECKS: [&str; 2] = ["nats", "consumer"];
 
 /// What `check --source rabbitmq` checks beyond the database.

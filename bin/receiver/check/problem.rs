@@ -1,8 +1,10 @@
 //! Why a check failed, and whether waiting can mend it.
 
 use result_inbox::db::DbError;
+#[cfg(feature = "nats")]
 use result_inbox::nats::NatsError;
 use result_inbox::orbit::{OrbitError, Scope};
+#[cfg(feature = "nats")]
 use result_inbox::relay::JetStreamError;
 
 /// Why a check failed.
@@ -67,6 +69,7 @@ pub enum Problem {
     Orbit(OrbitError),
     /// NATS cannot be reached or refused the login, or the stream or its
     /// durable consumer cannot be consumed for the queue.
+    #[cfg(feature = "nats")]
     #[error("{0}")]
     Nats(NatsError),
     /// RabbitMQ cannot be reached or refused the login, or the queue
@@ -81,6 +84,7 @@ pub enum Problem {
     SkipLocked(String),
     /// No stream takes what the notify subject is sent, or JetStream did
     /// not say which one does.
+    #[cfg(feature = "nats")]
     #[error("{0}")]
     NotifyStream(JetStreamError),
 }
@@ -104,9 +108,11 @@ impl Problem {
     pub fn is_transient(&self) -> bool {
         match self {
             Problem::DatabaseUnreachable(_) | Problem::OrbitUnreachable(_) => true,
+            #[cfg(feature = "nats")]
             Problem::Nats(e) => !e.is_configuration(),
             #[cfg(feature = "rabbitmq")]
             Problem::Rabbit(e) => !e.is_configuration(),
+            #[cfg(feature = "nats")]
             Problem::NotifyStream(e) => matches!(e, JetStreamError::Unanswered { .. }),
             _ => false,
         }
@@ -124,11 +130,13 @@ impl Problem {
             Problem::Token(_) => "token",
             Problem::MissingScopes(_) => "scopes",
             Problem::Subscription(_) => "subscription",
+            #[cfg(feature = "nats")]
             Problem::Nats(
                 NatsError::Unreachable { .. }
                 | NatsError::Refused { .. }
                 | NatsError::CredsFile { .. },
             ) => "nats",
+            #[cfg(feature = "nats")]
             Problem::Nats(_) => "consumer",
             #[cfg(feature = "rabbitmq")]
             Problem::Rabbit(
@@ -139,6 +147,7 @@ impl Problem {
             #[cfg(feature = "rabbitmq")]
             Problem::Rabbit(_) => "queue",
             Problem::SkipLocked(_) => "outbox",
+            #[cfg(feature = "nats")]
             Problem::NotifyStream(_) => "notify",
         }
     }
@@ -153,9 +162,11 @@ impl Problem {
             | Problem::Database(_)
             | Problem::OrbitUnreachable(_)
             | Problem::Orbit(_) => false,
+            #[cfg(feature = "nats")]
             Problem::Nats(e) => e.is_configuration(),
             #[cfg(feature = "rabbitmq")]
             Problem::Rabbit(e) => e.is_configuration(),
+            #[cfg(feature = "nats")]
             Problem::NotifyStream(e) => !matches!(e, JetStreamError::Unanswered { .. }),
             _ => true,
         }

@@ -16,17 +16,20 @@ use std::future::Future;
 
 use clap::Args;
 
-use result_inbox::db::{Dsn, Engine, EngineKind};
+use result_inbox::db::{Dsn, Engine};
 use result_inbox::inbox::{InboxStore, StoreOptions};
+#[cfg(feature = "nats")]
 use result_inbox::nats::JetStreamSource;
 use result_inbox::orbit::Scope;
 use result_inbox::prune::{self, PruneError};
 use result_inbox::scope::InboxScope;
-use result_inbox::sqlx::{MySql, Postgres};
+use result_inbox::sqlx::MySql;
+#[cfg(feature = "postgres")]
+use result_inbox::sqlx::Postgres;
 
-use super::{orbit_client, BROKER_CALL_TIMEOUT};
+use super::orbit_client;
 use crate::args::{required_subscription, NatsArgs, RabbitArgs, Receiver, SourceKind};
-use crate::check::{self, findings, Finding, Problem, DATABASE_CHECKS, NATS_CHECKS, ORBIT_CHECKS};
+use crate::check::{self, findings, Finding, Problem, DATABASE_CHECKS, ORBIT_CHECKS};
 use crate::exit::{config, passed, Failed, Outcome};
 use crate::notify::{outbox_ready, NotifyArgs, NotifyConfig};
 use crate::runtime::runtime;
@@ -81,11 +84,21 @@ pub(crate) fn run_check(args: CheckArgs) -> Outcome {
             SourceKind::Orbit => {
                 check_orbit(args.receiver, args.subscription_id, args.demo, notify)?
             }
+            #[cfg(feature = "nats")]
             SourceKind::Nats => check_nats(args.receiver, args.nats, notify)?,
+            #[cfg(not(feature = "nats"))]
+            SourceKind::Nats => {
+                return Err(config(crate::args::built_without("--source nats", "NATS")))
+            }
             #[cfg(feature = "rabbitmq")]
             SourceKind::Rabbitmq => check_rabbitmq(args.receiver, args.rabbitmq, notify)?,
             #[cfg(not(feature = "rabbitmq"))]
-            SourceKind::Rabbitmq => return Err(config(crate::args::built_without_rabbitmq())),
+            SourceKind::Rabbitmq => {
+                return Err(config(crate::args::built_without(
+                    "--source rabbitmq",
+                    "RabbitMQ",
+                )))
+            }
         }
     };
     // Whether consume's traces would reach their collector, and where it
@@ -148,6 +161,7 @@ fn check_orbit(
     ))
 }
 
+#[cfg(feature = "nats")]
 fn check_nats(
     receiver: Receiver,
     nats: NatsArgs,
@@ -155,12 +169,12 @@ fn check_nats(
 ) -> Result<Vec<Finding>, Failed> {
     let (dsn, scope, settings) = receiver.resolve_for_nats(nats).map_err(config)?;
     let nats = async {
-        JetStreamSource::connect(&settings, BROKER_CALL_TIMEOUT)
+        JetStreamSource::connect(&settings, crate::commands::BROKER_CALL_TIMEOUT)
             .await
             .map(drop)
             .map_err(Problem::Nats)
     };
-    Ok(database_and(&dsn, scope, &NATS_CHECKS, nats, notify))
+    Ok(database_and(&dsn, scope, &check::NATS_CHECKS, nats, notify))
 }
 
 #[cfg(feature = "rabbitmq")]
@@ -172,7 +186,7 @@ fn check_rabbitmq(
     use result_inbox::rabbitmq::RabbitSource;
     let (dsn, scope, settings) = receiver.resolve_for_rabbitmq(rabbit).map_err(config)?;
     let queue = async {
-        RabbitSource::connect(&settings, BROKER_CALL_TIMEOUT)
+        RabbitSource::connect(&settings, crate::commands::BROKER_CALL_TIMEOUT)
             .await
             .map(drop)
             .map_err(Problem::Rabbit)
@@ -226,7 +240,10 @@ fn database_and(
     runtime().block_on(async {
         let notified = notify.is_some();
         let (database, replication, outbox) = match dsn.engine() {
-            EngineKind::Postgres => database_on::<Postgres>(dsn, &scope, notified).await,
+            #[cfg(feature = "postgres")]
+            result_inbox::db::EngineKind::Postgres => {
+                database_on::<Postgres>(dsn, &scope, notified).await
+            }
             _ => database_on::<MySql>(dsn, &scope, notified).await,
         };
         if database.is_ok() {

@@ -1,8 +1,10 @@
 //! `receiver demo`: the whole path once (see [`crate::demo`]).
 
-use result_inbox::db::{Engine, EngineKind};
+use result_inbox::db::Engine;
 use result_inbox::inbox::{InboxStore, StoreOptions};
-use result_inbox::sqlx::{MySql, Postgres};
+use result_inbox::sqlx::MySql;
+#[cfg(feature = "postgres")]
+use result_inbox::sqlx::Postgres;
 
 use super::orbit_client;
 use crate::args::Receiver;
@@ -13,7 +15,8 @@ use crate::runtime::until_shutdown;
 pub(crate) fn run_demo(receiver: Receiver) -> Outcome {
     let resolved = receiver.resolve().map_err(config)?;
     match resolved.dsn.engine() {
-        EngineKind::Postgres => demo_on::<Postgres>(resolved),
+        #[cfg(feature = "postgres")]
+        result_inbox::db::EngineKind::Postgres => demo_on::<Postgres>(resolved),
         _ => demo_on::<MySql>(resolved),
     }
 }

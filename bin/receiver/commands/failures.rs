@@ -46,11 +46,14 @@ impl FailedArgs {
                 };
                 Ok((origin, resolved.dsn, resolved.scope))
             }
+            #[cfg(feature = "nats")]
             SourceKind::Nats => {
                 let (dsn, scope, settings) =
                     self.receiver.resolve_for_nats(self.nats).map_err(config)?;
                 Ok((Origin::Nats(settings), dsn, scope))
             }
+            #[cfg(not(feature = "nats"))]
+            SourceKind::Nats => Err(config(crate::args::built_without("--source nats", "NATS"))),
             #[cfg(feature = "rabbitmq")]
             SourceKind::Rabbitmq => {
                 let (dsn, scope, settings) = self
@@ -60,7 +63,10 @@ impl FailedArgs {
                 Ok((Origin::Rabbitmq(settings), dsn, scope))
             }
             #[cfg(not(feature = "rabbitmq"))]
-            SourceKind::Rabbitmq => Err(config(crate::args::built_without_rabbitmq())),
+            SourceKind::Rabbitmq => Err(config(crate::args::built_without(
+                "--source rabbitmq",
+                "RabbitMQ",
+            ))),
         }
     }
 }
@@ -120,6 +126,7 @@ pub(crate) fn listing_failure(command: &str, e: Listing) -> Failed {
         Listing::Database(e) => database_failure(command, e, read_only),
         // Orbit's errors name Orbit themselves.
         Listing::Orbit(e) => failed(e.is_refusal(), format!("{command}: {e}")),
+        #[cfg(feature = "nats")]
         Listing::Nats(e) => failed(e.is_configuration(), format!("{command}: NATS: {e}")),
         #[cfg(feature = "rabbitmq")]
         Listing::Rabbitmq(e) => failed(e.is_configuration(), format!("{command}: {e}")),

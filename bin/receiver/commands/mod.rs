@@ -26,6 +26,7 @@ use crate::config::OrbitSettings;
 /// Timeout of every single call to Orbit.
 pub(crate) const ORBIT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Timeout of every request to NATS or RabbitMQ, acknowledgements included.
+#[cfg(any(feature = "nats", feature = "rabbitmq"))]
 pub(crate) const BROKER_CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long `consume` lets pending ACKs finish after the signal; the rest of
 /// [`SHUTDOWN_LIMIT`](crate::runtime::SHUTDOWN_LIMIT) is for closing

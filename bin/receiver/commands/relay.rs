@@ -11,9 +11,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use result_inbox::consumer::Health;
-use result_inbox::db::{Dsn, Engine, EngineKind};
+use result_inbox::db::{Dsn, Engine};
 use result_inbox::retry::{until_answered, Backoff};
-use result_inbox::sqlx::{MySql, Postgres};
+use result_inbox::sqlx::MySql;
+#[cfg(feature = "postgres")]
+use result_inbox::sqlx::Postgres;
 
 use crate::args::{required_dsn, NatsServerArgs};
 use crate::check::Problem;
@@ -51,7 +53,10 @@ pub(crate) fn run_relay(args: RelayArgs) -> Outcome {
         let health = Health::new();
         let endpoint = metrics_endpoint(args.metrics_addr, &health).await?;
         let ran = match dsn.engine() {
-            EngineKind::Postgres => relay::<Postgres>(&dsn, &notify, shutdown).await,
+            #[cfg(feature = "postgres")]
+            result_inbox::db::EngineKind::Postgres => {
+                relay::<Postgres>(&dsn, &notify, shutdown).await
+            }
             _ => relay::<MySql>(&dsn, &notify, shutdown).await,
         };
         if let Some(endpoint) = endpoint {

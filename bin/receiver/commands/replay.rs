@@ -12,11 +12,12 @@ use std::process::ExitCode;
 use clap::Args;
 
 use result_inbox::diagnosis::Diagnosis;
+#[cfg(feature = "nats")]
 use result_inbox::nats;
 use result_inbox::orbit::{readable_by_others, OrbitClient, OrbitError, Token};
 
 use super::failures::{listing_failure, FailedArgs};
-use super::{BROKER_CALL_TIMEOUT, ORBIT_CALL_TIMEOUT};
+use super::ORBIT_CALL_TIMEOUT;
 use crate::exit::{config, Failed, Outcome, EXIT_CONFIG, EXIT_FAILED};
 use crate::failed::{list, FailedDelivery, Origin};
 use crate::runtime::runtime;
@@ -244,7 +245,12 @@ async fn bring_back(origin: &Origin, keys: &[String]) -> HashMap<String, Replay>
     match origin {
         #[cfg(feature = "rabbitmq")]
         Origin::Rabbitmq(settings) if !keys.is_empty() => {
-            let outcome = result_inbox::rabbitmq::replay(settings, BROKER_CALL_TIMEOUT, keys).await;
+            let outcome = result_inbox::rabbitmq::replay(
+                settings,
+                crate::commands::BROKER_CALL_TIMEOUT,
+                keys,
+            )
+            .await;
             keys.iter()
                 .map(|key| {
                     let result = match &outcome {
@@ -301,11 +307,12 @@ async fn replay_one(
                 Err(e) => Replay::Failed(e.to_string()),
             }
         }
+        #[cfg(feature = "nats")]
         Origin::Nats(settings) => {
             let Some(message) = &f.message else {
                 return Replay::Failed("no stored message".to_owned());
             };
-            match nats::replay(settings, BROKER_CALL_TIMEOUT, message).await {
+            match nats::replay(settings, crate::commands::BROKER_CALL_TIMEOUT, message).await {
                 Ok(sequence) => Replay::Replayed(Some(format!("new_sequence={sequence}"))),
                 Err(e) => Replay::Failed(format!("NATS: {e}")),
             }

@@ -5,19 +5,22 @@
 //! that consumer gives up on; with `--source rabbitmq`, the quorum queue
 //! and its dead-letter queue.
 
+#[cfg(feature = "nats")]
 use std::time::Duration;
 
 use clap::Args;
 
 use result_inbox::event::EventType;
 use result_inbox::ids::{QueueId, SubscriptionId};
+#[cfg(feature = "nats")]
 use result_inbox::inbox::StoreOptions;
+#[cfg(feature = "nats")]
 use result_inbox::nats::{
     failures_stream_name, ConsumerSpec, NatsError, NatsSettings, Provisioned, MAX_REPLICAS,
 };
 use result_inbox::orbit::{OrbitClient, OrbitError};
 
-use super::{orbit_client, BROKER_CALL_TIMEOUT};
+use super::orbit_client;
 use crate::args::{NatsArgs, OrbitArgs, RabbitArgs, SourceKind};
 use crate::check::Problem;
 use crate::exit::{config, failed, printed, Outcome};
@@ -66,6 +69,11 @@ pub(crate) struct SubscribeArgs {
     delivery_limit: Option<u32>,
 }
 
+/// JetStream's most copies of a stream, for a receiver built without NATS
+/// (which refuses `--source nats` after reading its arguments).
+#[cfg(not(feature = "nats"))]
+const MAX_REPLICAS: usize = 5;
+
 fn replicas(value: &str) -> Result<usize, String> {
     match value.parse::<usize>() {
         Ok(n) if (1..=MAX_REPLICAS).contains(&n) => Ok(n),
@@ -101,11 +109,17 @@ pub(crate) fn run_subscribe(args: SubscribeArgs) -> Outcome {
             }
             subscribe_orbit(args.orbit, args.events)
         }
+        #[cfg(feature = "nats")]
         SourceKind::Nats => subscribe_nats(args),
+        #[cfg(not(feature = "nats"))]
+        SourceKind::Nats => Err(config(crate::args::built_without("--source nats", "NATS"))),
         #[cfg(feature = "rabbitmq")]
         SourceKind::Rabbitmq => subscribe_rabbitmq(args),
         #[cfg(not(feature = "rabbitmq"))]
-        SourceKind::Rabbitmq => Err(config(crate::args::built_without_rabbitmq())),
+        SourceKind::Rabbitmq => Err(config(crate::args::built_without(
+            "--source rabbitmq",
+            "RabbitMQ",
+        ))),
     }
 }
 
@@ -132,7 +146,11 @@ fn subscribe_rabbitmq(args: SubscribeArgs) -> Outcome {
             .unwrap_or(QueueSpec::default().delivery_limit),
     };
     let done = runtime()
-        .block_on(provision(&settings, spec, BROKER_CALL_TIMEOUT))
+        .block_on(provision(
+            &settings,
+            spec,
+            crate::commands::BROKER_CALL_TIMEOUT,
+        ))
         .map_err(|e| failed(e.is_configuration(), e))?;
     if !done.created
         && args
@@ -168,6 +186,7 @@ fn subscribe_orbit(orbit: OrbitArgs, events: Option<String>) -> Outcome {
     printed(format!("subscription={id}"))
 }
 
+#[cfg(feature = "nats")]
 fn subscribe_nats(args: SubscribeArgs) -> Outcome {
     if args.events.is_some() {
         return Err(config(
@@ -184,7 +203,11 @@ fn subscribe_nats(args: SubscribeArgs) -> Outcome {
         replicas: args.replicas.unwrap_or(defaults.replicas),
     };
     let done = runtime()
-        .block_on(provision_consumer(&settings, BROKER_CALL_TIMEOUT, &spec))
+        .block_on(provision_consumer(
+            &settings,
+            crate::commands::BROKER_CALL_TIMEOUT,
+            &spec,
+        ))
         .map_err(|e| failed(e.is_configuration(), e))?;
     // Only what was asked for can be at odds with an existing consumer.
     let asked_otherwise = args
@@ -253,6 +276,7 @@ enum SubscribeError {
     #[error(
         "--ack-wait {ack_wait:?} must be longer than the inbox's transaction budget of {budget:?}"
     )]
+    #[cfg(feature = "nats")]
     AckWaitTooShort {
         /// The AckWait asked for.
         ack_wait: std::time::Duration,
@@ -261,6 +285,7 @@ enum SubscribeError {
     },
     /// The stream does not exist and was not to be created.
     #[error("stream {stream} does not exist; check NATS_STREAM, or pass --create-stream to create it for subject {subject:?}")]
+    #[cfg(feature = "nats")]
     NoStream {
         /// The configured stream.
         stream: String,
@@ -270,6 +295,7 @@ enum SubscribeError {
     /// NATS refused, or the existing stream or consumer cannot serve the
     /// queue; nothing was created.
     #[error("{0}")]
+    #[cfg(feature = "nats")]
     Nats(#[from] NatsError),
 }
 
@@ -279,8 +305,10 @@ impl SubscribeError {
     fn is_configuration(&self) -> bool {
         match self {
             SubscribeError::Orbit(e) => e.is_refusal(),
-            SubscribeError::OtherQueue { .. } | SubscribeError::AckWaitTooShort { .. } => true,
-            SubscribeError::NoStream { .. } => true,
+            SubscribeError::OtherQueue { .. } => true,
+            #[cfg(feature = "nats")]
+            SubscribeError::AckWaitTooShort { .. } | SubscribeError::NoStream { .. } => true,
+            #[cfg(feature = "nats")]
             SubscribeError::Nats(e) => e.is_configuration(),
         }
     }
@@ -326,6 +354,7 @@ async fn create_subscription(
 /// Makes sure the durable pull consumer `consume --source nats` needs
 /// exists: creates it from `spec` (and the stream, when `spec` says so) or
 /// accepts an existing one that passes consume's checks, changing nothing.
+#[cfg(feature = "nats")]
 async fn provision_consumer(
     settings: &NatsSettings,
     timeout: std::time::Duration,

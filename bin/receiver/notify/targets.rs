@@ -1,20 +1,15 @@
 //! Where the notifications go: the webhook, signed, and the JetStream
-//! subject, once NATS answers and a stream captures it; and what `check`
-//! finds of each.
+//! subject (`jetstream.rs`); and what `check` finds of each.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use result_inbox::nats::{self, NatsServers};
 use result_inbox::orbit::readable_by_others;
-use result_inbox::relay::{
-    CapturingStream, JetStream, RelayOptions, Targets, Webhook, WebhookSecret,
-};
-use result_inbox::retry::{until_answered, Backoff};
+use result_inbox::relay::{Targets, Webhook, WebhookSecret};
+use result_inbox::retry::Backoff;
 
-use super::{NotifyConfig, NATS_TARGET, TARGET};
+use super::{NotifyConfig, TARGET};
 use crate::check::{Finding, Problem};
-use crate::commands::BROKER_CALL_TIMEOUT;
 
 /// The webhook to `url`, signed with the secret in `secret_file`, each
 /// attempt given `timeout`.
@@ -59,20 +54,17 @@ impl NotifyConfig {
                 .with(TARGET, webhook.clone())
                 .expect("a valid target name");
         }
+        #[cfg(feature = "nats")]
         if let Some((servers, subject)) = &self.nats {
-            let (jetstream, stream) =
-                until_answered(backoff, "NATS", Problem::is_transient, || {
-                    jetstream(servers, subject, self.timeout)
-                })
-                .await?;
-            tracing::info!(url = %servers.shown_url(), subject = %subject, stream = %stream.name, "notifying a JetStream subject");
-            if let Some(warning) = window_warning(&jetstream, &stream, &self.relay) {
-                tracing::warn!("{warning}");
-            }
+            let jetstream =
+                super::jetstream::target(servers, subject, self.timeout, &self.relay, backoff)
+                    .await?;
             targets = targets
-                .with(NATS_TARGET, jetstream)
+                .with(super::NATS_TARGET, jetstream)
                 .expect("a valid target name");
         }
+        #[cfg(not(feature = "nats"))]
+        let _ = backoff;
         Ok(targets)
     }
 
@@ -86,24 +78,12 @@ impl NotifyConfig {
         if let Some((_, url)) = &self.webhook {
             problems.extend(host_answers(url).await.err());
         }
+        #[allow(unused_mut)]
         let mut window = None;
+        #[cfg(feature = "nats")]
         if let Some((servers, subject)) = &self.nats {
-            match jetstream(servers, subject, self.timeout).await {
-                Ok((jetstream, stream)) => {
-                    let warning = window_warning(&jetstream, &stream, &self.relay);
-                    let detail = warning.clone().unwrap_or_else(|| {
-                        format!(
-                            "stream {} captures subject {subject:?}, duplicate window {} s",
-                            stream.name,
-                            stream.duplicate_window.as_secs()
-                        )
-                    });
-                    window = Some(Finding::advisory(
-                        "notify_stream",
-                        warning.is_none(),
-                        detail,
-                    ));
-                }
+            match super::jetstream::finding(servers, subject, self.timeout, &self.relay).await {
+                Ok(finding) => window = Some(finding),
                 Err(problem) => problems.push(problem.reason()),
             }
         }
@@ -115,45 +95,6 @@ impl NotifyConfig {
             .chain(window)
             .collect()
     }
-}
-
-/// A connection to `servers`, the JetStream target of `subject` on it
-/// (each attempt given `timeout` for its `PubAck`), and the stream that
-/// captures it. One attempt.
-async fn jetstream(
-    servers: &NatsServers,
-    subject: &str,
-    timeout: Duration,
-) -> Result<(JetStream, CapturingStream), Problem> {
-    let client = nats::connect(servers, BROKER_CALL_TIMEOUT)
-        .await
-        .map_err(Problem::Nats)?;
-    let jetstream = JetStream::new(client, subject)
-        .map_err(Problem::NotifyStream)?
-        .with_timeout(timeout);
-    let stream = jetstream.stream().await.map_err(Problem::NotifyStream)?;
-    Ok((jetstream, stream))
-}
-
-/// What to say of a stream whose duplicate window is shorter than an
-/// effect's attempts can be apart: a publish whose `PubAck` was lost may
-/// then be stored twice, by a relay with `options`.
-fn window_warning(
-    jetstream: &JetStream,
-    stream: &CapturingStream,
-    options: &RelayOptions,
-) -> Option<String> {
-    let needed = jetstream.window_needed(options);
-    (stream.duplicate_window < needed).then(|| {
-        format!(
-            "stream {} deduplicates within {} s, but the relay may try a notification again up to {} s after an attempt whose PubAck was lost: it may then be stored twice; raise the window, e.g. `nats stream edit {} --dupe-window {}m`",
-            stream.name,
-            stream.duplicate_window.as_secs(),
-            needed.as_secs(),
-            stream.name,
-            needed.as_secs().div_ceil(60) + 1,
-        )
-    })
 }
 
 /// Whether the host of the webhook's `url` answers a TCP connect.

@@ -20,10 +20,12 @@ use tokio_tungstenite::tungstenite::Message;
 use crate::client::{self, BaseUrl};
 use crate::trace::TraceContext;
 
+#[cfg(feature = "nats")]
 mod nats;
 #[cfg(feature = "rabbitmq")]
 mod rabbitmq;
 
+#[cfg(feature = "nats")]
 pub use self::nats::shown_url;
 #[cfg(feature = "rabbitmq")]
 pub use self::rabbitmq::AmqpAddress;
@@ -53,6 +55,7 @@ pub struct Bridge {
 pub enum Destination {
     /// NATS JetStream: the server(s), comma-separated (a login in them is
     /// secret), and the subject, `orbit.results.<queue_id>` by default.
+    #[cfg(feature = "nats")]
     Nats { url: String, subject: String },
     /// RabbitMQ: the server, and the queue published to through the
     /// default exchange, `orbit.results.<queue_id>` by default.
@@ -72,6 +75,7 @@ struct Outgoing<'a> {
 
 /// A connected [`Destination`].
 enum Outlet {
+    #[cfg(feature = "nats")]
     Nats(nats::Outlet),
     #[cfg(feature = "rabbitmq")]
     Rabbitmq(rabbitmq::Outlet),
@@ -80,6 +84,7 @@ enum Outlet {
 impl Outlet {
     async fn connect(to: &Destination) -> Result<Self, String> {
         match to {
+            #[cfg(feature = "nats")]
             Destination::Nats { url, subject } => {
                 Ok(Outlet::Nats(nats::Outlet::connect(url, subject).await?))
             }
@@ -92,6 +97,7 @@ impl Outlet {
 
     async fn publish(&mut self, out: &Outgoing<'_>) -> Result<(), String> {
         match self {
+            #[cfg(feature = "nats")]
             Outlet::Nats(nats) => nats.publish(out).await,
             #[cfg(feature = "rabbitmq")]
             Outlet::Rabbitmq(rabbitmq) => rabbitmq.publish(out).await,

@@ -30,17 +30,21 @@ use tower::ServiceBuilder;
 use tracing::info;
 
 use result_inbox::consumer::{Consumer, ConsumerError, ConsumerOptions, ConsumerReport, Health};
-use result_inbox::db::{Dsn, Engine, EngineKind};
+use result_inbox::db::{Dsn, Engine};
 use result_inbox::inbox::{Batching, InboxLayer, InboxStore, StoreOptions};
 use result_inbox::relay::{RelayError, Targets};
 use result_inbox::retry::until_answered;
 use result_inbox::scope::InboxScope;
 use result_inbox::source::Source;
-use result_inbox::sqlx::{MySql, Postgres};
+use result_inbox::sqlx::MySql;
+#[cfg(feature = "postgres")]
+use result_inbox::sqlx::Postgres;
 use result_inbox::task_view::TaskView;
 use result_inbox::BoxError;
 
-use self::source::{nats, orbit, SourceConfig};
+#[cfg(feature = "nats")]
+use self::source::nats;
+use self::source::{orbit, SourceConfig};
 use super::{orbit_client, CONSUME_GRACE};
 use crate::args::{required_subscription, NatsArgs, RabbitArgs, Receiver, SourceKind};
 use crate::check::{self, Problem};
@@ -134,14 +138,9 @@ fn consume_config(args: ConsumeArgs) -> Result<ConsumeConfig, String> {
             .batch_max
             .map_or(defaults.concurrency, |n| defaults.concurrency * n),
         shutdown_grace: CONSUME_GRACE,
-        prefetch: args.prefetch.unwrap_or(match args.source {
-            SourceKind::Orbit => defaults.prefetch,
-            SourceKind::Nats => result_inbox::nats::DEFAULT_PREFETCH,
-            #[cfg(feature = "rabbitmq")]
-            SourceKind::Rabbitmq => result_inbox::rabbitmq::DEFAULT_PREFETCH,
-            #[cfg(not(feature = "rabbitmq"))]
-            SourceKind::Rabbitmq => defaults.prefetch,
-        }),
+        prefetch: args
+            .prefetch
+            .unwrap_or_else(|| source::default_prefetch(args.source)),
         ..defaults
     };
     let notify = args.notify.resolve(args.nats.server.clone())?;
@@ -155,10 +154,13 @@ fn consume_config(args: ConsumeArgs) -> Result<ConsumeConfig, String> {
             };
             (source, resolved.dsn, resolved.scope)
         }
+        #[cfg(feature = "nats")]
         SourceKind::Nats => {
             let (dsn, scope, settings) = args.receiver.resolve_for_nats(args.nats)?;
             (SourceConfig::Nats { settings }, dsn, scope)
         }
+        #[cfg(not(feature = "nats"))]
+        SourceKind::Nats => return Err(crate::args::built_without("--source nats", "NATS")),
         #[cfg(feature = "rabbitmq")]
         SourceKind::Rabbitmq => {
             let (dsn, scope, settings) = args.receiver.resolve_for_rabbitmq(args.rabbitmq)?;
@@ -166,8 +168,11 @@ fn consume_config(args: ConsumeArgs) -> Result<ConsumeConfig, String> {
             (SourceConfig::Rabbitmq { settings }, dsn, scope)
         }
         #[cfg(not(feature = "rabbitmq"))]
-        SourceKind::Rabbitmq => return Err(crate::args::built_without_rabbitmq()),
+        SourceKind::Rabbitmq => {
+            return Err(crate::args::built_without("--source rabbitmq", "RabbitMQ"))
+        }
     };
+    #[cfg(feature = "nats")]
     if let (SourceConfig::Nats { settings }, Some(notify)) = (&source, &notify) {
         notify.refuse_consumed(&settings.subject)?;
     }
@@ -233,7 +238,10 @@ async fn run(
     shutdown: CancellationToken,
 ) -> Result<Option<ConsumerReport>, ConsumeError> {
     match config.dsn.engine() {
-        EngineKind::Postgres => run_on::<Postgres>(config, health, shutdown).await,
+        #[cfg(feature = "postgres")]
+        result_inbox::db::EngineKind::Postgres => {
+            run_on::<Postgres>(config, health, shutdown).await
+        }
         _ => run_on::<MySql>(config, health, shutdown).await,
     }
 }
@@ -287,6 +295,7 @@ async fn run_on<E: Engine>(
             };
             serve(started, store, targets, health, &config, shutdown).await
         }
+        #[cfg(feature = "nats")]
         SourceConfig::Nats { settings } => {
             let source = tokio::select! {
                 biased;

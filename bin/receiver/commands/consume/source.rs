@@ -3,15 +3,16 @@
 
 use result_inbox::consumer::ConsumerOptions;
 use result_inbox::ids::{QueueId, SubscriptionId};
+#[cfg(feature = "nats")]
 use result_inbox::nats::{JetStreamSource, NatsError, NatsSettings};
 use result_inbox::orbit::{OrbitClient, OrbitSource, Scope};
 use result_inbox::retry::until_answered;
+#[cfg(feature = "nats")]
 use result_inbox::source::SourceError;
-use tracing::info;
 
 use super::ConsumeError;
+use crate::args::SourceKind;
 use crate::check::{self, Problem};
-use crate::commands::BROKER_CALL_TIMEOUT;
 
 /// Where `receiver consume` takes its deliveries from.
 #[derive(Debug, Clone)]
@@ -24,6 +25,7 @@ pub(super) enum SourceConfig {
         subscription: SubscriptionId,
     },
     /// A NATS JetStream durable pull consumer.
+    #[cfg(feature = "nats")]
     Nats {
         /// The server, stream, consumer, subject and queue.
         settings: NatsSettings,
@@ -36,8 +38,23 @@ pub(super) enum SourceConfig {
     },
 }
 
+/// How many deliveries `source` holds beyond the busy slots unless
+/// RECEIVER_PREFETCH says: each broker's own default, the consumer's for
+/// Orbit (and for a broker this receiver was built without, which it then
+/// refuses).
+pub(super) fn default_prefetch(source: SourceKind) -> u32 {
+    match source {
+        #[cfg(feature = "nats")]
+        SourceKind::Nats => result_inbox::nats::DEFAULT_PREFETCH,
+        #[cfg(feature = "rabbitmq")]
+        SourceKind::Rabbitmq => result_inbox::rabbitmq::DEFAULT_PREFETCH,
+        _ => ConsumerOptions::default().prefetch,
+    }
+}
+
 /// A JetStream durable consumer, once NATS answers and the stream and the
 /// consumer check out; waiting for a server that is not up yet.
+#[cfg(feature = "nats")]
 pub(super) async fn nats(
     settings: &NatsSettings,
     options: &ConsumerOptions,
@@ -46,11 +63,11 @@ pub(super) async fn nats(
         options.backoff(),
         "NATS",
         |e: &NatsError| e.is_retryable(),
-        || JetStreamSource::connect(settings, BROKER_CALL_TIMEOUT),
+        || JetStreamSource::connect(settings, crate::commands::BROKER_CALL_TIMEOUT),
     )
     .await
     .map_err(|e| ConsumeError::Consumer(e.into()))?;
-    info!(url = %settings.shown_url(), stream = source.stream(), consumer = source.consumer(), subject = %settings.subject, "stream and durable consumer checked");
+    tracing::info!(url = %settings.shown_url(), stream = source.stream(), consumer = source.consumer(), subject = %settings.subject, "stream and durable consumer checked");
     Ok(source)
 }
 
