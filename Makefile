@@ -79,21 +79,20 @@ CLI_ONLY_CRATES := clap tracing-subscriber metrics-exporter-prometheus indicatif
 # What the demo does not run (another engine, the brokers, traces) and the
 # regex engine NATS's client brings.
 DEMO_LEFT_OUT := sqlx-postgres async-nats amqprs opentelemetry_sdk regex-automata
+# Fails when the tree of `cargo tree $(1)` holds one of the crates $(2),
+# naming it and why ($(3)); otherwise says which tree ($(4)) holds none.
+define none_in_tree
+	@tree=$$($(CARGO) tree $(1) --locked --prefix none --format '{p}' | cut -d' ' -f1 | sort -u); \
+	for crate in $(2); do \
+		if echo "$$tree" | grep -qx "$$crate"; then \
+			echo "deps-check: $$crate $(3)"; exit 1; \
+		fi; \
+	done; \
+	echo "deps-check: $(4) none of: $(2)"
+endef
 deps-check:
-	@tree=$$($(CARGO) tree -e normal -p result-inbox --locked --prefix none --format '{p}' | cut -d' ' -f1 | sort -u); \
-	for crate in $(CLI_ONLY_CRATES); do \
-		if echo "$$tree" | grep -qx "$$crate"; then \
-			echo "deps-check: $$crate is in the default dependency tree of result-inbox; it belongs to the cli feature"; exit 1; \
-		fi; \
-	done; \
-	echo "deps-check: default features compile none of: $(CLI_ONLY_CRATES)"
-	@tree=$$($(CARGO) tree -e normal,build -p result-inbox -p orbit-dev --features result-inbox/cli-core --locked --prefix none --format '{p}' | cut -d' ' -f1 | sort -u); \
-	for crate in $(DEMO_LEFT_OUT); do \
-		if echo "$$tree" | grep -qx "$$crate"; then \
-			echo "deps-check: make demo would build $$crate, which the demo does not run"; exit 1; \
-		fi; \
-	done; \
-	echo "deps-check: make demo builds none of: $(DEMO_LEFT_OUT)"
+	$(call none_in_tree,-e normal -p result-inbox,$(CLI_ONLY_CRATES),is in the default dependency tree of result-inbox; it belongs to the cli feature,default features compile)
+	$(call none_in_tree,-e normal$(comma)build -p result-inbox -p orbit-dev --features result-inbox/cli-core,$(DEMO_LEFT_OUT),is in what make demo builds; the demo does not run it,make demo builds)
 
 ## package-check: the published package holds what a user needs and not the repository's test apparatus, and it compiles on its own, outside the workspace, with the binary (cargo check of the unpacked .crate; it shares the target directory, so only what differs is checked again)
 PACKAGE_NEEDS := Cargo.toml README.md LICENSE-APACHE LICENSE-MIT schema.sql retention.sql schema.postgres.sql retention.postgres.sql outbox.sql outbox.postgres.sql src/lib.rs bin/receiver/main.rs examples/own_table.rs examples/own_table_postgres.rs examples/testing_inner_service.rs examples/testing_inner_service_postgres.rs

@@ -4,7 +4,7 @@
 //! deliveries spend the queue's delivery limit; once it is fixed, the
 //! listing reads the dead-letter queue without taking anything from it, a
 //! replay brings back what would apply, once, and refuses what would only
-//! fail again.
+//! fail again. A message of no bytes is listed like any other.
 #![cfg(feature = "rabbitmq")]
 
 use crate::common::{self, on_both};
@@ -314,3 +314,40 @@ async fn what_the_delivery_limit_gave_up_on_is_listed_without_being_taken_and_re
 }
 
 on_both!(what_the_delivery_limit_gave_up_on_is_listed_without_being_taken_and_replayed_once);
+
+/// A message of no bytes is no event: refused at once, dead-lettered, and
+/// listed with the rest, keyed by its body's digest (it has no id).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_empty_message_given_up_on_is_listed_as_rejected() {
+    use sha2::Digest;
+    let f = Failing::<MySql>::new().await;
+    f.publish(None, "").await;
+    let mut consume = f.consume();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while f.dead().await < 1 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{}",
+            consume.output()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(consume.terminate().success(), "{}", consume.output());
+
+    let listed = f.run(&["failures"]);
+    let out = text(&listed.stdout);
+    assert_eq!(
+        listed.status.code(),
+        Some(1),
+        "{out}{}",
+        text(&listed.stderr)
+    );
+    let empty = format!("sha256-{}", &hex::encode(sha2::Sha256::digest(b""))[..16]);
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with(&format!("failure message={empty} "))
+                && l.contains(" diagnosis=rejected")),
+        "{out}"
+    );
+    assert_eq!(f.dead().await, 1, "listing takes nothing away");
+}
