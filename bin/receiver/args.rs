@@ -74,13 +74,21 @@ pub(crate) struct NatsArgs {
     pub(crate) nats_subject: Option<String>,
 }
 
-/// Where the queue's events are on RabbitMQ (only for `--source rabbitmq`).
-#[derive(Args, Default)]
-pub(crate) struct RabbitArgs {
+/// The RabbitMQ server: what `--source rabbitmq` and a notify queue both
+/// read.
+#[derive(Args, Clone, Default)]
+pub(crate) struct AmqpServerArgs {
     /// The RabbitMQ server, amqp://user:password@host:5672/vhost, or
     /// amqps:// for TLS. Never printed with its password.
     #[arg(long, env = "AMQP_URL", hide_env_values = true)]
     pub(crate) amqp_url: Option<String>,
+}
+
+/// Where the queue's events are on RabbitMQ (only for `--source rabbitmq`).
+#[derive(Args, Default)]
+pub(crate) struct RabbitArgs {
+    #[command(flatten)]
+    pub(crate) server: AmqpServerArgs,
     /// The quorum queue of the queue's events [default:
     /// orbit.results.<ORBIT_QUEUE_ID>].
     #[arg(long, env = "AMQP_QUEUE")]

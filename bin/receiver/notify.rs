@@ -1,6 +1,6 @@
-//! The notify settings `consume`, `check` and `relay` share: a webhook
-//! and/or a JetStream subject told of every delivery that advanced the
-//! task view, through the outbox and a relay.
+//! The notify settings `consume`, `check` and `relay` share: a webhook, a
+//! JetStream subject and/or a RabbitMQ queue told of every delivery that
+//! advanced the task view, through the outbox and a relay.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -18,13 +18,15 @@ use result_inbox::relay::{Relay, RelayError, RelayOptions, RelayWaker, Targets, 
 use result_inbox::scope::{InboxScope, ReceiverName};
 use result_inbox::task_view::Notify;
 
-use crate::args::{positive_duration, NatsServerArgs};
+use crate::args::{positive_duration, AmqpServerArgs, NatsServerArgs};
 use crate::check::{database_problem, unready_problem, Problem};
 use crate::exit::{failed, Failed};
 use crate::relay_options::RelayOptionArgs;
 
 #[cfg(feature = "nats")]
 mod jetstream;
+#[cfg(feature = "rabbitmq")]
+mod rabbitmq;
 mod targets;
 
 /// The outbox target the webhook's notifications are recorded for.
@@ -32,6 +34,11 @@ pub(crate) const TARGET: &str = "notify";
 /// The outbox target the subject's notifications are recorded for: a
 /// target of its own, so each notification has an effect id per target.
 pub(crate) const NATS_TARGET: &str = "notify-nats";
+/// The outbox target the RabbitMQ queue's notifications are recorded for.
+pub(crate) const RABBITMQ_TARGET: &str = "notify-rabbitmq";
+
+/// What names a target to notify, for the errors that need one.
+pub(crate) const WHERE_TO_NOTIFY: &str = "RECEIVER_NOTIFY_URL, RECEIVER_NOTIFY_NATS_SUBJECT or RECEIVER_NOTIFY_AMQP_QUEUE (or --notify-url, --notify-nats-subject, --notify-amqp-queue)";
 
 /// How long a relay beside `consume`, or alone, waits for its sends in
 /// flight once stopping: inside the 10 s from the signal to the exit. An
@@ -60,6 +67,13 @@ pub(crate) struct NotifyArgs {
     /// set; with --notify-url, both are notified.
     #[arg(long, env = "RECEIVER_NOTIFY_NATS_SUBJECT")]
     pub(crate) notify_nats_subject: Option<String>,
+    /// Publish a notification of every delivery that advanced the task
+    /// view to this RabbitMQ queue (through the default exchange), after
+    /// COMMIT, persistent, `message_id` the effect's id, confirmed by the
+    /// server, with AMQP_URL; the queue must exist (needs `receiver init
+    /// --outbox`). Off unless set; beside the others, all are notified.
+    #[arg(long, env = "RECEIVER_NOTIFY_AMQP_QUEUE")]
+    pub(crate) notify_amqp_queue: Option<String>,
     /// Each notification carries the task's result too (`result`); by
     /// default only its SHA-256 (`result_sha256`).
     #[arg(
@@ -90,6 +104,9 @@ pub(crate) struct NotifyConfig {
     /// The NATS servers and the subject.
     #[cfg(feature = "nats")]
     nats: Option<(NatsServers, String)>,
+    /// The RabbitMQ server and the queue.
+    #[cfg(feature = "rabbitmq")]
+    rabbitmq: Option<(result_inbox::rabbitmq::AmqpUrl, String)>,
     /// Whether each notification carries the result.
     include_result: bool,
     /// Each attempt's limit, on either target.
@@ -107,6 +124,7 @@ impl std::fmt::Debug for NotifyConfig {
                 &self.webhook.as_ref().map(|(webhook, _)| webhook),
             )
             .field("subject", &self.nats_subject())
+            .field("queue", &self.amqp_queue())
             .field("include_result", &self.include_result)
             .field("relay", &self.relay)
             .finish_non_exhaustive()
@@ -114,18 +132,30 @@ impl std::fmt::Debug for NotifyConfig {
 }
 
 impl NotifyArgs {
-    /// The settings, `None` when neither a webhook nor a subject is set; a
-    /// secret file that its group or others may read is refused, like a
-    /// credentials file. A subject takes the NATS servers and login from
-    /// `nats`.
-    #[cfg_attr(not(feature = "nats"), allow(unused_variables))]
-    pub(crate) fn resolve(self, nats: NatsServerArgs) -> Result<Option<NotifyConfig>, String> {
+    /// The settings, `None` when nothing is to be notified; a secret file
+    /// that its group or others may read is refused, like a credentials
+    /// file. A subject takes the NATS servers and login from `nats`, a
+    /// queue the RabbitMQ server from `amqp`.
+    #[cfg_attr(
+        not(all(feature = "nats", feature = "rabbitmq")),
+        allow(unused_variables)
+    )]
+    pub(crate) fn resolve(
+        self,
+        nats: NatsServerArgs,
+        amqp: AmqpServerArgs,
+    ) -> Result<Option<NotifyConfig>, String> {
         if self.notify_url.is_none() && self.notify_secret_file.is_some() {
             return Err("RECEIVER_NOTIFY_SECRET_FILE needs RECEIVER_NOTIFY_URL (or --notify-url): the webhook to notify".to_owned());
         }
-        if self.notify_url.is_none() && self.notify_nats_subject.is_none() {
+        if self.notify_url.is_none()
+            && self.notify_nats_subject.is_none()
+            && self.notify_amqp_queue.is_none()
+        {
             if self.notify_include_result {
-                return Err("RECEIVER_NOTIFY_INCLUDE_RESULT needs RECEIVER_NOTIFY_URL or RECEIVER_NOTIFY_NATS_SUBJECT (or --notify-url, --notify-nats-subject): what to notify".to_owned());
+                return Err(format!(
+                    "RECEIVER_NOTIFY_INCLUDE_RESULT needs {WHERE_TO_NOTIFY}: what to notify"
+                ));
             }
             return Ok(None);
         }
@@ -157,6 +187,28 @@ impl NotifyArgs {
             }
             None => None,
         };
+        #[cfg(not(feature = "rabbitmq"))]
+        if self.notify_amqp_queue.is_some() {
+            return Err(crate::args::built_without(
+                "RECEIVER_NOTIFY_AMQP_QUEUE",
+                "RabbitMQ",
+            ));
+        }
+        #[cfg(feature = "rabbitmq")]
+        let rabbitmq = match self.notify_amqp_queue {
+            Some(queue) if queue.is_empty() || queue.len() > 255 => {
+                return Err(format!(
+                    "RECEIVER_NOTIFY_AMQP_QUEUE: {queue:?} is not a queue name (1 to 255 bytes)"
+                ))
+            }
+            Some(queue) => {
+                let url = amqp
+                    .url()
+                    .map_err(|e| format!("RECEIVER_NOTIFY_AMQP_QUEUE: {e}"))?;
+                Some((url, queue))
+            }
+            None => None,
+        };
         let mut relay = self
             .relay
             .options(self.notify_timeout)
@@ -166,6 +218,8 @@ impl NotifyArgs {
             webhook,
             #[cfg(feature = "nats")]
             nats,
+            #[cfg(feature = "rabbitmq")]
+            rabbitmq,
             include_result: self.notify_include_result,
             timeout: self.notify_timeout,
             relay,
@@ -182,12 +236,21 @@ impl NotifyConfig {
         None
     }
 
+    /// The RabbitMQ queue notified, if one is.
+    pub(crate) fn amqp_queue(&self) -> Option<&str> {
+        #[cfg(feature = "rabbitmq")]
+        return self.rabbitmq.as_ref().map(|(_, queue)| queue.as_str());
+        #[cfg(not(feature = "rabbitmq"))]
+        None
+    }
+
     /// The outbox targets notified, in the order their effects are
     /// recorded.
     pub(crate) fn target_names(&self) -> Vec<&'static str> {
         let webhook = self.webhook.is_some().then_some(TARGET);
         let nats = self.nats_subject().is_some().then_some(NATS_TARGET);
-        webhook.into_iter().chain(nats).collect()
+        let rabbitmq = self.amqp_queue().is_some().then_some(RABBITMQ_TARGET);
+        webhook.into_iter().chain(nats).chain(rabbitmq).collect()
     }
 
     /// The inner service: the task view, recording a notification per
@@ -218,6 +281,18 @@ impl NotifyConfig {
     pub(crate) fn refuse_consumed(&self, consumed: &str) -> Result<(), String> {
         match self.nats_subject() {
             Some(subject) if subject == consumed => Err(format!("RECEIVER_NOTIFY_NATS_SUBJECT is {subject:?}, the subject this receiver consumes: its notifications would come back to it as deliveries; publish them to another subject")),
+            _ => Ok(()),
+        }
+    }
+
+    /// `consume`'s settings, unless they notify the queue it consumes
+    /// (`consumed`) or that queue's dead-letter queue: its notifications
+    /// would come back as deliveries, or be listed as failures.
+    #[cfg(feature = "rabbitmq")]
+    pub(crate) fn refuse_consumed_queue(&self, consumed: &str) -> Result<(), String> {
+        let dead = result_inbox::rabbitmq::dead_letter_queue(consumed);
+        match self.amqp_queue() {
+            Some(queue) if queue == consumed || queue == dead => Err(format!("RECEIVER_NOTIFY_AMQP_QUEUE is {queue:?}, the queue this receiver consumes or its dead-letter queue: its notifications would come back to it as deliveries or failures; publish them to another queue")),
             _ => Ok(()),
         }
     }

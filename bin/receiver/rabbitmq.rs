@@ -10,19 +10,25 @@ use result_inbox::rabbitmq::{AmqpUrl, RabbitError, RabbitSettings, RabbitSource}
 use result_inbox::retry::{until_answered, Backoff};
 use result_inbox::source::SourceError;
 
-use crate::args::RabbitArgs;
+use crate::args::{AmqpServerArgs, RabbitArgs};
 use crate::config::{required_queue_id, ConfigError};
+
+impl AmqpServerArgs {
+    /// The server, read: set, and an address the client can use.
+    pub(crate) fn url(self) -> Result<AmqpUrl, ConfigError> {
+        let url = self.amqp_url.ok_or(ConfigError::Unset {
+            variable: "AMQP_URL",
+            what: "the RabbitMQ server, amqp://user:password@host:5672/vhost",
+        })?;
+        AmqpUrl::parse(&url).map_err(|e| ConfigError::invalid("AMQP_URL", e.to_string()))
+    }
+}
 
 impl RabbitArgs {
     /// Resolves the settings for the queue `queue_id` (`ORBIT_QUEUE_ID`);
     /// every error names the variable to fix.
     pub(crate) fn settings(self, queue_id: Option<String>) -> Result<RabbitSettings, ConfigError> {
-        let url = self.amqp_url.ok_or(ConfigError::Unset {
-            variable: "AMQP_URL",
-            what: "the RabbitMQ server, amqp://user:password@host:5672/vhost",
-        })?;
-        let url =
-            AmqpUrl::parse(&url).map_err(|e| ConfigError::invalid("AMQP_URL", e.to_string()))?;
+        let url = self.server.url()?;
         let queue_id = required_queue_id(
             queue_id,
             "the queue whose events the RabbitMQ queue carries (32 hex)",

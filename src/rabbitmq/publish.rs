@@ -241,6 +241,19 @@ impl Publishing {
         }
     }
 
+    /// The messages ready in `queue`, asked on a connection of its own
+    /// (a passive declare), closed after; `UnknownQueue` when there is no
+    /// such queue.
+    pub(crate) async fn check(&self, queue: &str, timeout: Duration) -> Result<u32, RabbitError> {
+        let link = super::connect::open(&self.url, self.name, timeout).await?;
+        let existing = super::provision::existing(&link, queue, timeout).await;
+        link.close().await;
+        existing?.ok_or_else(|| RabbitError::UnknownQueue {
+            queue: queue.to_owned(),
+            vhost: self.url.vhost().to_owned(),
+        })
+    }
+
     /// Closes the connection, if one is open.
     pub(crate) async fn close(&mut self) {
         if let Some((link, _)) = self.open.take() {

@@ -34,7 +34,7 @@ use tower::Service;
 
 use super::target::{Attempt, Failed, Sent};
 use crate::rabbitmq::publish::{Publishing, Unsent};
-use crate::rabbitmq::AmqpUrl;
+use crate::rabbitmq::{AmqpUrl, RabbitError};
 
 /// The RabbitMQ target: publishes each effect to one queue, under its id.
 /// Cheap to clone: the clones share one connection, opened at the first
@@ -77,6 +77,16 @@ impl RabbitMq {
     /// The queue it publishes to.
     pub fn queue(&self) -> &str {
         &self.queue
+    }
+
+    /// Whether the queue is there to publish to: the messages ready in it,
+    /// asked on a connection of its own (closed after), or why it cannot
+    /// be said, [`RabbitError::UnknownQueue`] when there is no such queue.
+    /// An effect sent to a queue that is not there is tried again until
+    /// one is declared: this says so before the first.
+    pub async fn check(&self) -> Result<u32, RabbitError> {
+        let publishing = self.publishing.lock().await;
+        publishing.check(&self.queue, self.timeout).await
     }
 
     /// Closes the shared connection; the next attempt opens another.

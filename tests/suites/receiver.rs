@@ -30,6 +30,8 @@ mod failures;
 mod notify;
 #[path = "../notify_jetstream.rs"]
 mod notify_jetstream;
+#[path = "../notify_rabbitmq.rs"]
+mod notify_rabbitmq;
 #[path = "../observability.rs"]
 mod observability;
 #[path = "../orbit_failures.rs"]

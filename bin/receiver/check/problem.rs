@@ -87,6 +87,11 @@ pub enum Problem {
     #[cfg(feature = "nats")]
     #[error("{0}")]
     NotifyStream(JetStreamError),
+    /// RabbitMQ cannot be reached or refused the login, or the notify
+    /// queue is not there.
+    #[cfg(feature = "rabbitmq")]
+    #[error("{}", notify_queue_problem(.0))]
+    NotifyQueue(result_inbox::rabbitmq::RabbitError),
 }
 
 impl Problem {
@@ -114,6 +119,8 @@ impl Problem {
             Problem::Rabbit(e) => !e.is_configuration(),
             #[cfg(feature = "nats")]
             Problem::NotifyStream(e) => matches!(e, JetStreamError::Unanswered { .. }),
+            #[cfg(feature = "rabbitmq")]
+            Problem::NotifyQueue(e) => !e.is_configuration(),
             _ => false,
         }
     }
@@ -149,6 +156,8 @@ impl Problem {
             Problem::SkipLocked(_) => "outbox",
             #[cfg(feature = "nats")]
             Problem::NotifyStream(_) => "notify",
+            #[cfg(feature = "rabbitmq")]
+            Problem::NotifyQueue(_) => "notify",
         }
     }
 
@@ -168,8 +177,22 @@ impl Problem {
             Problem::Rabbit(e) => e.is_configuration(),
             #[cfg(feature = "nats")]
             Problem::NotifyStream(e) => !matches!(e, JetStreamError::Unanswered { .. }),
+            #[cfg(feature = "rabbitmq")]
+            Problem::NotifyQueue(e) => e.is_configuration(),
             _ => true,
         }
+    }
+}
+
+/// What is wrong with the notify queue, and what mends it: the operator
+/// declares that queue (the receiver declares only its own).
+#[cfg(feature = "rabbitmq")]
+fn notify_queue_problem(e: &result_inbox::rabbitmq::RabbitError) -> String {
+    match e {
+        result_inbox::rabbitmq::RabbitError::UnknownQueue { queue, vhost } => format!(
+            "queue {queue} does not exist in vhost {vhost}; declare it (durable, e.g. `rabbitmqadmin declare queue name={queue} durable=true`), or check RECEIVER_NOTIFY_AMQP_QUEUE"
+        ),
+        other => other.to_string(),
     }
 }
 

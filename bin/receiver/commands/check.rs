@@ -73,7 +73,7 @@ pub(crate) fn run_check(args: CheckArgs) -> Outcome {
         true => None,
         false => args
             .notify
-            .resolve(args.nats.server.clone())
+            .resolve(args.nats.server.clone(), args.rabbitmq.server.clone())
             .map_err(config)?,
     };
     let notify = notify.as_ref();

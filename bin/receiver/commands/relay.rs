@@ -17,11 +17,11 @@ use result_inbox::sqlx::MySql;
 #[cfg(feature = "postgres")]
 use result_inbox::sqlx::Postgres;
 
-use crate::args::{required_dsn, NatsServerArgs};
+use crate::args::{required_dsn, AmqpServerArgs, NatsServerArgs};
 use crate::check::Problem;
 use crate::exit::{config, failed, Failed, Outcome};
 use crate::health::metrics_endpoint;
-use crate::notify::{outbox_ready, store_for_check, NotifyArgs, NotifyConfig};
+use crate::notify::{outbox_ready, store_for_check, NotifyArgs, NotifyConfig, WHERE_TO_NOTIFY};
 use crate::runtime::until_shutdown;
 
 /// What `relay` is given.
@@ -36,6 +36,8 @@ pub(crate) struct RelayArgs {
     notify: NotifyArgs,
     #[command(flatten)]
     nats: NatsServerArgs,
+    #[command(flatten)]
+    amqp: AmqpServerArgs,
     /// Serve /metrics (Prometheus text), /healthz and /readyz on this
     /// address, e.g. 127.0.0.1:9464. Off unless set.
     #[arg(long, env = "RECEIVER_METRICS_ADDR")]
@@ -44,11 +46,11 @@ pub(crate) struct RelayArgs {
 
 pub(crate) fn run_relay(args: RelayArgs) -> Outcome {
     let dsn = required_dsn(args.dsn).map_err(config)?;
-    let notify = args.notify.resolve(args.nats).map_err(config)?.ok_or_else(|| {
-        config(
-            "neither RECEIVER_NOTIFY_URL nor RECEIVER_NOTIFY_NATS_SUBJECT is set (or pass --notify-url, --notify-nats-subject): where the relay sends",
-        )
-    })?;
+    let notify = args
+        .notify
+        .resolve(args.nats, args.amqp)
+        .map_err(config)?
+        .ok_or_else(|| config(format!("set {WHERE_TO_NOTIFY}: where the relay sends")))?;
     until_shutdown(|shutdown| async move {
         let health = Health::new();
         let endpoint = metrics_endpoint(args.metrics_addr, &health).await?;

@@ -1,5 +1,6 @@
-//! Where the notifications go: the webhook, signed, and the JetStream
-//! subject (`jetstream.rs`); and what `check` finds of each.
+//! Where the notifications go: the webhook, signed, the JetStream subject
+//! (`jetstream.rs`) and the RabbitMQ queue (`rabbitmq.rs`); and what
+//! `check` finds of each.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -56,21 +57,33 @@ impl NotifyConfig {
         }
         #[cfg(feature = "nats")]
         if let Some((servers, subject)) = &self.nats {
-            let jetstream =
-                super::jetstream::target(servers, subject, self.timeout, &self.relay, backoff)
-                    .await?;
+            let jetstream = super::jetstream::target(
+                servers,
+                subject,
+                self.timeout,
+                &self.relay,
+                backoff.clone(),
+            )
+            .await?;
             targets = targets
                 .with(super::NATS_TARGET, jetstream)
                 .expect("a valid target name");
         }
-        #[cfg(not(feature = "nats"))]
+        #[cfg(feature = "rabbitmq")]
+        if let Some((url, queue)) = &self.rabbitmq {
+            let rabbitmq = super::rabbitmq::target(url, queue, self.timeout, backoff).await?;
+            targets = targets
+                .with(super::RABBITMQ_TARGET, rabbitmq)
+                .expect("a valid target name");
+        }
+        #[cfg(not(any(feature = "nats", feature = "rabbitmq")))]
         let _ = backoff;
         Ok(targets)
     }
 
     /// `check=notify`: the webhook's host answers a TCP connect (the URL
     /// itself was checked when read); NATS answers and a stream captures
-    /// the subject. Then, with a subject, `check=notify_stream`: that
+    /// the subject; RabbitMQ answers and the queue is there. Then, with a subject, `check=notify_stream`: that
     /// stream's duplicate window, a warning when it is shorter than the
     /// relay's retries need.
     pub(crate) async fn findings(&self) -> Vec<Finding> {
@@ -85,6 +98,12 @@ impl NotifyConfig {
             match super::jetstream::finding(servers, subject, self.timeout, &self.relay).await {
                 Ok(finding) => window = Some(finding),
                 Err(problem) => problems.push(problem.reason()),
+            }
+        }
+        #[cfg(feature = "rabbitmq")]
+        if let Some((url, queue)) = &self.rabbitmq {
+            if let Err(problem) = super::rabbitmq::reachable(url, queue, self.timeout).await {
+                problems.push(problem.reason());
             }
         }
         let notify = match problems.is_empty() {

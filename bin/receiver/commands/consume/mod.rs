@@ -143,7 +143,9 @@ fn consume_config(args: ConsumeArgs) -> Result<ConsumeConfig, String> {
             .unwrap_or_else(|| source::default_prefetch(args.source)),
         ..defaults
     };
-    let notify = args.notify.resolve(args.nats.server.clone())?;
+    let notify = args
+        .notify
+        .resolve(args.nats.server.clone(), args.rabbitmq.server.clone())?;
     let (source, dsn, scope) = match args.source {
         SourceKind::Orbit => {
             let subscription = required_subscription(args.subscription_id)?;
@@ -172,9 +174,8 @@ fn consume_config(args: ConsumeArgs) -> Result<ConsumeConfig, String> {
             return Err(crate::args::built_without("--source rabbitmq", "RabbitMQ"))
         }
     };
-    #[cfg(feature = "nats")]
-    if let (SourceConfig::Nats { settings }, Some(notify)) = (&source, &notify) {
-        notify.refuse_consumed(&settings.subject)?;
+    if let Some(notify) = &notify {
+        source.refuse_notifying_itself(notify)?;
     }
     Ok(ConsumeConfig {
         notify,

@@ -13,6 +13,7 @@ use result_inbox::source::SourceError;
 use super::ConsumeError;
 use crate::args::SourceKind;
 use crate::check::{self, Problem};
+use crate::notify::NotifyConfig;
 
 /// Where `receiver consume` takes its deliveries from.
 #[derive(Debug, Clone)]
@@ -36,6 +37,24 @@ pub(super) enum SourceConfig {
         /// The server, the queue and the queue id.
         settings: result_inbox::rabbitmq::RabbitSettings,
     },
+}
+
+impl SourceConfig {
+    /// Unless `notify` publishes to where this source takes its deliveries
+    /// from (or, on RabbitMQ, to its dead-letter queue).
+    #[cfg_attr(
+        not(any(feature = "nats", feature = "rabbitmq")),
+        allow(unused_variables)
+    )]
+    pub(super) fn refuse_notifying_itself(&self, notify: &NotifyConfig) -> Result<(), String> {
+        match self {
+            SourceConfig::Orbit { .. } => Ok(()),
+            #[cfg(feature = "nats")]
+            SourceConfig::Nats { settings } => notify.refuse_consumed(&settings.subject),
+            #[cfg(feature = "rabbitmq")]
+            SourceConfig::Rabbitmq { settings } => notify.refuse_consumed_queue(&settings.queue),
+        }
+    }
 }
 
 /// How many deliveries `source` holds beyond the busy slots unless
