@@ -16,7 +16,7 @@ use common::orbit::{http, receiver, OrbitDev, QueueCredentials};
 use common::postgres::PgTestDb;
 use common::webhook::{Endpoint, Received};
 use common::{dsn_for, random_hex, write_private, EventSpec, TestDb};
-use result_inbox::ids::EventId;
+use result_inbox::ids::{EventId, SubscriptionId};
 use result_inbox::outbox::{EffectId, EffectKey, Target};
 use result_inbox::scope::{InboxScope, ReceiverName};
 use serde_json::Value;
@@ -172,6 +172,53 @@ fn versions_of(seen: &[Received], task: &str) -> Vec<u64> {
         .iter()
         .map(|r| body(r)["version"].as_u64().unwrap())
         .collect()
+}
+
+/// `receiver check` of Orbit's subscription `sub` and the database `dsn`,
+/// with the notify settings `env`.
+pub(crate) fn check_notify(
+    creds: &QueueCredentials,
+    sub: &SubscriptionId,
+    dsn: &str,
+    env: &[(&str, &str)],
+) -> std::process::Output {
+    receiver()
+        .arg("check")
+        .env("ORBIT_CREDENTIALS_FILE", &creds.file)
+        .env("ORBIT_SUBSCRIPTION_ID", sub.as_str())
+        .env("ORBIT_RECEIVER_DSN", dsn)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap()
+}
+
+/// `check`'s output fails `check=notify` with `check_says`, and `consume`,
+/// started with the same settings, stops at once with exit 2 naming
+/// `consume_says`: settings that cannot work stop it before anything is
+/// leased.
+pub(crate) fn assert_refused_at_start(
+    check: &std::process::Output,
+    check_says: &str,
+    consume: &mut Consume,
+    consume_says: &str,
+) {
+    let stdout = String::from_utf8_lossy(&check.stdout);
+    assert_eq!(check.status.code(), Some(1), "{}", text(check));
+    assert!(
+        stdout.contains(&format!("check=notify FAIL {check_says}")),
+        "{stdout}"
+    );
+    assert_eq!(
+        consume.wait_exit(std::time::Duration::from_secs(20)).code(),
+        Some(2),
+        "{}",
+        consume.output()
+    );
+    assert!(
+        consume.output().contains(consume_says),
+        "{}",
+        consume.output()
+    );
 }
 
 pub(crate) async fn mysql_states(db: &TestDb) -> Vec<String> {

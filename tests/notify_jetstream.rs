@@ -8,8 +8,9 @@
 
 use crate::common;
 use crate::notify::{
-    assert_notification_fields, assert_notified, effect_id_for, expected, init_with_outbox,
-    mysql_states, notify_env, secret_file, succeeded, text, NAME,
+    assert_notification_fields, assert_notified, assert_refused_at_start, check_notify,
+    effect_id_for, expected, init_with_outbox, mysql_states, notify_env, secret_file, succeeded,
+    text, NAME,
 };
 
 use std::collections::BTreeSet;
@@ -259,36 +260,12 @@ async fn a_subject_no_stream_captures_fails_check_and_stops_consume_naming_what_
         ("RECEIVER_NOTIFY_NATS_SUBJECT", subject.as_str()),
         ("NATS_URL", url.as_str()),
     ];
-    let check = || {
-        receiver()
-            .arg("check")
-            .env("ORBIT_CREDENTIALS_FILE", &creds.file)
-            .env("ORBIT_SUBSCRIPTION_ID", sub.as_str())
-            .env("ORBIT_RECEIVER_DSN", &dsn)
-            .envs(env)
-            .output()
-            .unwrap()
-    };
-    let out = check();
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        stdout.contains(&format!(
-            "check=notify FAIL no stream captures subject \"{subject}\": create one, e.g. `nats stream add"
-        )),
-        "{stdout}"
-    );
-    let mut consume = Consume::on_test_db(&orbit, &creds, &db, &sub, &env);
-    assert_eq!(
-        consume.wait_exit(Duration::from_secs(20)).code(),
-        Some(2),
-        "{}",
-        consume.output()
-    );
-    assert!(
-        consume.output().contains("no stream captures subject"),
-        "{}",
-        consume.output()
+    let check = || check_notify(&creds, &sub, &dsn, &env);
+    assert_refused_at_start(
+        &check(),
+        &format!("no stream captures subject \"{subject}\": create one, e.g. `nats stream add"),
+        &mut Consume::on_test_db(&orbit, &creds, &db, &sub, &env),
+        "no stream captures subject",
     );
 
     // With the stream JetStream's default window, shorter than the

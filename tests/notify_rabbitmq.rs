@@ -8,7 +8,10 @@
 #![cfg(feature = "rabbitmq")]
 
 use crate::common;
-use crate::notify::{assert_notification_fields, effect_id_for, expected, init_with_outbox, text};
+use crate::notify::{
+    assert_notification_fields, assert_refused_at_start, check_notify, effect_id_for, expected,
+    init_with_outbox, text,
+};
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -116,36 +119,12 @@ async fn a_queue_that_is_not_there_is_named_by_check_and_refused_by_consume_and_
         ("RECEIVER_NOTIFY_AMQP_QUEUE", queue.as_str()),
         ("AMQP_URL", node.url.as_str()),
     ];
-    let check = || {
-        receiver()
-            .arg("check")
-            .env("ORBIT_CREDENTIALS_FILE", &creds.file)
-            .env("ORBIT_SUBSCRIPTION_ID", sub.as_str())
-            .env("ORBIT_RECEIVER_DSN", &dsn)
-            .envs(env)
-            .output()
-            .unwrap()
-    };
-    let out = check();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(
-        stdout.contains(&format!(
-            "check=notify FAIL queue {queue} does not exist in vhost /; declare it"
-        )),
-        "{stdout}"
-    );
-    let mut consume = Consume::on_test_db(&orbit, &creds, &db, &sub, &env);
-    assert_eq!(
-        consume.wait_exit(Duration::from_secs(20)).code(),
-        Some(2),
-        "{}",
-        consume.output()
-    );
-    assert!(
-        consume.output().contains(&format!("queue {queue} ")),
-        "{}",
-        consume.output()
+    let check = || check_notify(&creds, &sub, &dsn, &env);
+    assert_refused_at_start(
+        &check(),
+        &format!("queue {queue} does not exist in vhost /; declare it"),
+        &mut Consume::on_test_db(&orbit, &creds, &db, &sub, &env),
+        &format!("queue {queue} does not exist"),
     );
 
     declare_classic(&node.url, &queue).await;

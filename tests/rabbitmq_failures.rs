@@ -133,6 +133,19 @@ impl<E: Faulty> Failing<E> {
         Consume::with_env(&self.dir, &self.env(&self.dsn))
     }
 
+    /// `receiver failures`' lines, which exit 1: there is a failure.
+    fn listed(&self) -> String {
+        let listed = self.run(&["failures"]);
+        let out = text(&listed.stdout);
+        assert_eq!(
+            listed.status.code(),
+            Some(1),
+            "{out}{}",
+            text(&listed.stderr)
+        );
+        out
+    }
+
     /// `receiver <args>` as the operator runs it: the read-only account.
     fn run(&self, args: &[&str]) -> Output {
         receiver()
@@ -161,6 +174,20 @@ impl<E: Faulty> Failing<E> {
 
     async fn dead(&self) -> u32 {
         self.queue.ready(&self.queue.failed()).await
+    }
+
+    /// Once the dead-letter queue holds `n`, or a panic with what
+    /// `consume` logged after `within`.
+    async fn wait_dead(&self, n: u32, within: Duration, consume: &Consume) {
+        let deadline = tokio::time::Instant::now() + within;
+        while self.dead().await < n {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "RabbitMQ gave up on fewer than {n}: {}",
+                consume.output()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     async fn views(&self) -> Vec<(i64, i64)> {
@@ -193,26 +220,11 @@ async fn what_the_delivery_limit_gave_up_on_is_listed_without_being_taken_and_re
     assert_ne!(copy, first);
     f.publish(Some("conflicting"), &copy).await;
     f.publish(None, "garbage{").await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
-    while f.dead().await < 4 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "RabbitMQ did not give up on all four: {}",
-            consume.output()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    f.wait_dead(4, Duration::from_secs(90), &consume).await;
     assert!(consume.terminate().success(), "{}", consume.output());
     E::release(lock).await;
 
-    let listed = f.run(&["failures"]);
-    let out = text(&listed.stdout);
-    assert_eq!(
-        listed.status.code(),
-        Some(1),
-        "{out}{}",
-        text(&listed.stderr)
-    );
+    let out = f.listed();
     let line = |key: &str| {
         out.lines()
             .find(|l| l.starts_with(&format!("failure message={key} ")))
@@ -323,25 +335,10 @@ async fn an_empty_message_given_up_on_is_listed_as_rejected() {
     let f = Failing::<MySql>::new().await;
     f.publish(None, "").await;
     let mut consume = f.consume();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while f.dead().await < 1 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{}",
-            consume.output()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    f.wait_dead(1, Duration::from_secs(30), &consume).await;
     assert!(consume.terminate().success(), "{}", consume.output());
 
-    let listed = f.run(&["failures"]);
-    let out = text(&listed.stdout);
-    assert_eq!(
-        listed.status.code(),
-        Some(1),
-        "{out}{}",
-        text(&listed.stderr)
-    );
+    let out = f.listed();
     let empty = format!("sha256-{}", &hex::encode(sha2::Sha256::digest(b""))[..16]);
     assert!(
         out.lines()
