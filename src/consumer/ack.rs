@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::ConsumerReport;
 use crate::delivery::DeliveryId;
@@ -28,6 +28,7 @@ pub(super) async fn ack_until_answered<Src: Source>(
     proof: Src::Proof,
     mut backoff: Backoff,
 ) -> AckResult {
+    let mut rereports = 0u32;
     loop {
         match source.ack(&id, &proof).await {
             Ok(outcome) => {
@@ -37,7 +38,12 @@ pub(super) async fn ack_until_answered<Src: Source>(
             }
             Err(e) if e.is_retryable() => {
                 telemetry::ack("rereported");
-                warn!(delivery = %id, error = %e, "ACK answer lost; re-reporting with the same proof");
+                rereports = rereports.saturating_add(1);
+                if worth_a_warning(rereports) {
+                    warn!(delivery = %id, error = %e, rereports, "ACK answer lost; re-reporting with the same proof");
+                } else {
+                    debug!(delivery = %id, error = %e, rereports, "ACK answer lost; re-reporting with the same proof");
+                }
                 tokio::time::sleep(backoff.next()).await;
             }
             Err(e) => {
@@ -49,6 +55,14 @@ pub(super) async fn ack_until_answered<Src: Source>(
             }
         }
     }
+}
+
+/// Whether the `n`th re-report of one ACK is logged as a warning: the
+/// first, then the 2nd, 4th, 8th…, so that a broker that answers no one
+/// for a while (an election) writes a few lines per delivery, not one per
+/// attempt; `receiver_acks_total{result="rereported"}` counts them all.
+fn worth_a_warning(n: u32) -> bool {
+    n.is_power_of_two()
 }
 
 /// One try: a lost `+TERM` costs nothing, the delivery comes again and is
@@ -103,5 +117,16 @@ pub(super) fn record_ack(report: &mut ConsumerReport, acked: AckResult) {
             report.ack_refused += 1;
             warn!(delivery = %id, error = %e, "ACK refused; the event will come again and be deduplicated");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::worth_a_warning;
+
+    #[test]
+    fn an_ack_re_reported_again_and_again_warns_at_the_first_and_then_at_each_doubling() {
+        let warned: Vec<u32> = (1..=40).filter(|n| worth_a_warning(*n)).collect();
+        assert_eq!(warned, [1, 2, 4, 8, 16, 32]);
     }
 }
