@@ -86,9 +86,9 @@ pub(crate) struct NotifyArgs {
         require_equals = true
     )]
     pub(crate) notify_include_result: bool,
-    /// Each attempt's limit: a webhook that has not answered by then, or a
-    /// stream whose PubAck has not come, is an outcome unknown, tried again
-    /// under the same id (50ms, 10s, 1m).
+    /// Each attempt's limit: a webhook that has not answered by then, a
+    /// stream whose PubAck or a queue whose confirm has not come, is an
+    /// outcome unknown, tried again under the same id (50ms, 10s, 1m).
     #[arg(long, env = "RECEIVER_NOTIFY_TIMEOUT", default_value = "10s", value_parser = positive_duration)]
     pub(crate) notify_timeout: Duration,
     #[command(flatten)]
@@ -109,8 +109,8 @@ pub(crate) struct NotifyConfig {
     rabbitmq: Option<(result_inbox::rabbitmq::AmqpUrl, String)>,
     /// Whether each notification carries the result.
     include_result: bool,
-    /// Each attempt's limit, on either target.
-    #[cfg_attr(not(feature = "nats"), allow(dead_code))]
+    /// Each attempt's limit, on every target.
+    #[cfg_attr(not(any(feature = "nats", feature = "rabbitmq")), allow(dead_code))]
     timeout: Duration,
     /// How its relay claims, sends and gives up.
     relay: RelayOptions,
