@@ -19,7 +19,7 @@ use sha2::{Digest as _, Sha256};
 
 use super::connect::{open, Link};
 use super::headers::{integer, text, trace_context};
-use super::provision::{arguments, existing};
+use super::provision::{arguments, existing, required};
 use super::publish::Confirming;
 use super::{RabbitError, RabbitSettings};
 use crate::delivery::TraceContext;
@@ -210,23 +210,18 @@ impl Reading {
                 .and_then(|found| found.delivery_limit),
             _ => None,
         };
-        let missing = match existing(&link, &queue, timeout).await {
-            Ok(Some(_)) => {
-                return Ok(Self {
-                    link,
-                    queue,
-                    limit,
-                    timeout,
-                })
-            }
-            Ok(None) => RabbitError::UnknownQueue {
+        match required(&link, &queue, settings.url.vhost(), timeout).await {
+            Ok(_) => Ok(Self {
+                link,
                 queue,
-                vhost: settings.url.vhost.clone(),
-            },
-            Err(e) => e,
-        };
-        link.close().await;
-        Err(missing)
+                limit,
+                timeout,
+            }),
+            Err(missing) => {
+                link.close().await;
+                Err(missing)
+            }
+        }
     }
 
     /// The next message not taken yet, unacknowledged, or `None` when the

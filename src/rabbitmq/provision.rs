@@ -108,6 +108,22 @@ pub(super) async fn existing(
     }
 }
 
+/// The messages ready in `queue`, which must be there:
+/// [`RabbitError::UnknownQueue`] (in `vhost`) when it is not.
+pub(super) async fn required(
+    link: &Link,
+    queue: &str,
+    vhost: &str,
+    timeout: Duration,
+) -> Result<u32, RabbitError> {
+    existing(link, queue, timeout)
+        .await?
+        .ok_or_else(|| RabbitError::UnknownQueue {
+            queue: queue.to_owned(),
+            vhost: vhost.to_owned(),
+        })
+}
+
 /// Declares `args` of `queue` on a channel of its own, since a refusal
 /// closes the channel it came on: the messages ready, or the server's
 /// refusal in its own words.

@@ -13,6 +13,22 @@ use tokio::sync::watch;
 use super::connect::{described, LastWords, Link};
 use super::{AmqpUrl, RabbitError};
 
+/// The messages ready in `queue` on the server at `url`, asked on a
+/// connection of its own (a passive declare) as `name`, closed after;
+/// [`RabbitError::UnknownQueue`] when there is no such queue.
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+pub(crate) async fn queue_ready(
+    url: &AmqpUrl,
+    name: &str,
+    queue: &str,
+    timeout: Duration,
+) -> Result<u32, RabbitError> {
+    let link = super::connect::open(url, name, timeout).await?;
+    let ready = super::provision::required(&link, queue, url.vhost(), timeout).await;
+    link.close().await;
+    ready
+}
+
 /// Why a publish was not confirmed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
@@ -241,17 +257,9 @@ impl Publishing {
         }
     }
 
-    /// The messages ready in `queue`, asked on a connection of its own
-    /// (a passive declare), closed after; `UnknownQueue` when there is no
-    /// such queue.
-    pub(crate) async fn check(&self, queue: &str, timeout: Duration) -> Result<u32, RabbitError> {
-        let link = super::connect::open(&self.url, self.name, timeout).await?;
-        let existing = super::provision::existing(&link, queue, timeout).await;
-        link.close().await;
-        existing?.ok_or_else(|| RabbitError::UnknownQueue {
-            queue: queue.to_owned(),
-            vhost: self.url.vhost().to_owned(),
-        })
+    /// The server it publishes to, and the name its connections go by.
+    pub(crate) fn server(&self) -> (&AmqpUrl, &'static str) {
+        (&self.url, self.name)
     }
 
     /// Closes the connection, if one is open.

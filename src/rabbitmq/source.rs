@@ -17,7 +17,7 @@ use tokio::task::JoinHandle;
 
 use super::connect::{open, Link};
 use super::headers::{integer, trace_context};
-use super::provision::{existing, suitable};
+use super::provision::{required, suitable};
 use super::{RabbitError, RabbitSettings};
 use crate::delivery::{Delivery, DeliveryId};
 use crate::source::{AckBeat, AckOutcome, Incoming, LeaseStream, Source};
@@ -197,17 +197,21 @@ impl RabbitSource {
     pub async fn check(&self) -> Result<u32, RabbitError> {
         let live = self.live().await?;
         let settings = &self.shared.settings;
-        match existing(&live.link, &settings.queue, self.shared.timeout).await {
-            Ok(Some(ready)) => Ok(ready),
-            Ok(None) => Err(RabbitError::UnknownQueue {
-                queue: settings.queue.clone(),
-                vhost: settings.url.vhost().to_owned(),
-            }),
-            Err(e) => {
+        let ready = required(
+            &live.link,
+            &settings.queue,
+            settings.url.vhost(),
+            self.shared.timeout,
+        )
+        .await;
+        // A queue that is not there is the server's answer; anything else
+        // may have left the link unusable.
+        if let Err(e) = &ready {
+            if !matches!(e, RabbitError::UnknownQueue { .. }) {
                 self.discard(&live);
-                Err(e)
             }
         }
+        ready
     }
 
     /// The open link, or a new one when there is none or it closed.

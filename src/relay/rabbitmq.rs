@@ -33,7 +33,7 @@ use tokio::sync::Mutex;
 use tower::Service;
 
 use super::target::{Attempt, Failed, Sent};
-use crate::rabbitmq::publish::{Publishing, Unsent};
+use crate::rabbitmq::publish::{queue_ready, Publishing, Unsent};
 use crate::rabbitmq::{AmqpUrl, RabbitError};
 
 /// The RabbitMQ target: publishes each effect to one queue, under its id.
@@ -85,8 +85,14 @@ impl RabbitMq {
     /// An effect sent to a queue that is not there is tried again until
     /// one is declared: this says so before the first.
     pub async fn check(&self) -> Result<u32, RabbitError> {
-        let publishing = self.publishing.lock().await;
-        publishing.check(&self.queue, self.timeout).await
+        // The lock only long enough to read where: a check never holds up
+        // a publish.
+        let (url, name) = {
+            let publishing = self.publishing.lock().await;
+            let (url, name) = publishing.server();
+            (url.clone(), name)
+        };
+        queue_ready(&url, name, &self.queue, self.timeout).await
     }
 
     /// Closes the shared connection; the next attempt opens another.

@@ -83,9 +83,9 @@ impl NotifyConfig {
 
     /// `check=notify`: the webhook's host answers a TCP connect (the URL
     /// itself was checked when read); NATS answers and a stream captures
-    /// the subject; RabbitMQ answers and the queue is there. Then, with a subject, `check=notify_stream`: that
-    /// stream's duplicate window, a warning when it is shorter than the
-    /// relay's retries need.
+    /// the subject; RabbitMQ answers and the queue is there. Then, with a
+    /// subject, `check=notify_stream`: that stream's duplicate window, a
+    /// warning when it is shorter than the relay's retries need.
     pub(crate) async fn findings(&self) -> Vec<Finding> {
         let mut problems = Vec::new();
         if let Some((_, url)) = &self.webhook {
