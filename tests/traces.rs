@@ -206,15 +206,7 @@ async fn in_batching_mode_the_shared_transaction_and_each_delivery_are_linked_bo
         .wait_for_counts(&creds, &sub, Duration::from_secs(20), |c| c["acked"] == 6)
         .await;
     assert!(consume.terminate().success(), "{}", consume.output());
-    let spans = otlp
-        .wait_for(Duration::from_secs(10), |spans| {
-            spans
-                .iter()
-                .filter(|s| s.name.starts_with("process"))
-                .count()
-                == 6
-        })
-        .await;
+    let spans = otlp.wait_for_processes(6).await;
     let by_id = |trace: &str, span: &str| {
         spans
             .iter()
@@ -974,15 +966,7 @@ async fn joined_the_producer_s_trace(
     (destination, system): (&str, &str),
     (producer_trace, producer_span): (&str, &str),
 ) {
-    let spans = otlp
-        .wait_for(Duration::from_secs(10), |spans| {
-            spans
-                .iter()
-                .filter(|s| s.name.starts_with("process"))
-                .count()
-                == 2
-        })
-        .await;
+    let spans = otlp.wait_for_processes(2).await;
     let process = |event: &str| {
         spans
             .iter()

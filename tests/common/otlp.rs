@@ -154,6 +154,19 @@ impl OtlpReceiver {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+
+    /// The spans received once `n` of them are delivery attempts
+    /// (`process …`), or a panic after 10 s.
+    pub async fn wait_for_processes(&self, n: usize) -> Vec<ReceivedSpan> {
+        self.wait_for(Duration::from_secs(10), |spans| {
+            spans
+                .iter()
+                .filter(|s| s.name.starts_with("process"))
+                .count()
+                == n
+        })
+        .await
+    }
 }
 
 impl Drop for OtlpReceiver {
