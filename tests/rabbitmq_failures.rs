@@ -260,6 +260,13 @@ async fn what_the_delivery_limit_gave_up_on_is_listed_without_being_taken_and_re
         "{out}"
     );
     assert_eq!(f.dead().await, 4, "listing takes nothing away");
+    for _ in 0..3 {
+        assert_eq!(
+            f.listed(),
+            out,
+            "a listing right after another finds them all"
+        );
+    }
 
     let not_a_key = f.run(&["replay", "--delivery", "two words"]);
     assert_eq!(not_a_key.status.code(), Some(2));

@@ -44,10 +44,11 @@ pub struct DeadLetter {
     /// without an `x-death` header (a message published to the dead-letter
     /// queue by hand).
     pub reason: String,
-    /// The deliveries it had: for `delivery_limit`, one more than the
-    /// queue's limit (the server does not keep its count on a dead
-    /// letter); otherwise its earlier deliveries, if the server kept their
-    /// count, plus the one that gave it up.
+    /// The deliveries it had, as far as the server tells: for
+    /// `delivery_limit`, one more than the queue's limit; otherwise the
+    /// times it was dead-lettered from the queue (`x-death`'s `count`,
+    /// usually 1), 0 without an `x-death` header. The server carries no count of the
+    /// deliveries before the one that gave it up to a dead letter.
     pub attempts: u64,
     /// When it was dead-lettered, RFC 3339 in UTC to the second.
     pub failed_at: Option<String>,
@@ -110,12 +111,11 @@ impl DeadLetter {
             ),
             None => ("unknown".to_owned(), None, 0),
         };
+        // Not `x-delivery-count`: on a dead letter it is the dead-letter
+        // queue's own count, which every listing (a return) raises.
         let attempts = match (reason.as_str(), limit) {
             ("delivery_limit", Some(limit)) => limit.saturating_add(1),
-            // A quorum queue counts the deliveries before the last one.
-            _ => headers
-                .and_then(|h| integer(h, "x-delivery-count"))
-                .map_or(count, |earlier| earlier.saturating_add(1)),
+            _ => count,
         };
         Self {
             key,
@@ -191,6 +191,8 @@ struct Reading {
     /// exists and has one.
     limit: Option<i64>,
     timeout: Duration,
+    /// The messages ready in it when it was opened.
+    ready: u32,
 }
 
 impl Reading {
@@ -211,11 +213,12 @@ impl Reading {
             _ => None,
         };
         match required(&link, &queue, settings.url.vhost(), timeout).await {
-            Ok(_) => Ok(Self {
+            Ok(ready) => Ok(Self {
                 link,
                 queue,
                 limit,
                 timeout,
+                ready,
             }),
             Err(missing) => {
                 link.close().await;
@@ -239,9 +242,27 @@ impl Reading {
         }
     }
 
-    /// Closes the connection: every message taken and not acknowledged
-    /// goes back to the queue.
-    async fn close(self) {
+    /// Closes the channel, which gives every message taken and not
+    /// acknowledged back to the queue, and the connection once the queue
+    /// counts them again (`removed` were acknowledged for good): a quorum
+    /// queue takes them back through its log, after the server answered
+    /// the close, and a reader that came right after this one would
+    /// otherwise find the queue short of them. Waits at most the timeout;
+    /// messages that another consumer took or that expired meanwhile make
+    /// it wait that long, and lose nothing.
+    async fn close(self, removed: usize) {
+        let back = self
+            .ready
+            .saturating_sub(u32::try_from(removed).unwrap_or(u32::MAX));
+        if self.link.channel.clone().close().await.is_ok() {
+            let deadline = tokio::time::Instant::now() + self.timeout;
+            while let Ok(Some(ready)) = existing(&self.link, &self.queue, self.timeout).await {
+                if ready >= back || tokio::time::Instant::now() >= deadline {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
         self.link.close().await;
     }
 }
@@ -266,7 +287,7 @@ pub async fn dead_letters(
             Err(e) => break Err(e),
         }
     };
-    reading.close().await;
+    reading.close(0).await;
     read
 }
 
@@ -308,7 +329,7 @@ pub async fn replay(
         }
         Err(e) => replayed.stopped = Some(e),
     }
-    reading.close().await;
+    reading.close(replayed.copies.values().sum()).await;
     Ok(replayed)
 }
 
