@@ -13,7 +13,9 @@
 //!    of `receiver consume --notify-url`: about 300 bytes of JSON, a
 //!    content-type header). The two take turns in [`ROUNDS`] rounds
 //!    (`APPLY_BENCH_SECS` per case in all, default 12), the order flipping
-//!    every round, at 1, 4 and 16 callers. Per case: deliveries per second,
+//!    every round, at 1, 4 and 16 callers (`OUTBOX_BENCH_TARGETS=N` gives
+//!    `Notify` N targets, so N effects per delivery, recorded in one
+//!    statement; the goal is for 1). Per case: deliveries per second,
 //!    the ratio, the statements the server counted per delivery (MySQL's
 //!    `Questions`), the bytes of redo (InnoDB's LSN) or WAL per delivery,
 //!    and the CPU the server and this process spent per delivery.
@@ -91,6 +93,24 @@ const DRAINS: [(usize, usize, usize); 8] = [
     (64, 16, 10_000),
     (64, 64, 10_000),
 ];
+
+/// The effects each delivery records in the apply part: one per target
+/// of `Notify` (`OUTBOX_BENCH_TARGETS`, default 1, as `receiver consume`
+/// with a webhook, a subject and a RabbitMQ queue records 3).
+fn apply_targets() -> usize {
+    std::env::var("OUTBOX_BENCH_TARGETS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|n| *n >= 1)
+        .unwrap_or(1)
+}
+
+/// `Notify` over `targets` targets: `hook`, `hook-2`, `hook-3`, …
+fn notify(targets: usize) -> Notify {
+    (2..=targets).fold(Notify::new(TARGET).unwrap(), |notify, n| {
+        notify.with_target(&format!("{TARGET}-{n}")).unwrap()
+    })
+}
 
 fn apply_time() -> Duration {
     let secs = std::env::var("APPLY_BENCH_SECS")
@@ -592,7 +612,7 @@ async fn apply<E: Side>() -> Ratios {
             .service(TaskView::new());
         let with: Inbox<Notify, E> = ServiceBuilder::new()
             .layer(InboxLayer::new(store))
-            .service(Notify::new(TARGET).unwrap());
+            .service(notify(apply_targets()));
         let (next_without, next_with) = (
             Arc::new(AtomicU64::new(offset)),
             Arc::new(AtomicU64::new(offset + 10_000_000)),
@@ -625,10 +645,11 @@ async fn apply<E: Side>() -> Ratios {
             })
         };
         println!(
-            "outbox apply engine={} concurrency={concurrency} without_per_s={:.0} with_effect_per_s={:.0} ratio={ratio:.2} \
+            "outbox apply engine={} concurrency={concurrency} effects_per_delivery={} without_per_s={:.0} with_effect_per_s={:.0} ratio={ratio:.2} \
              statements_per_delivery without={} with={} log_bytes_per_delivery without={:.0} with={:.0} \
              cpu_us_per_delivery_server/client without={:.0}/{:.0} with={:.0}/{:.0}",
             E::ENGINE,
+            apply_targets(),
             m_without.per_s(),
             m_with.per_s(),
             statements(&m_without),
@@ -896,7 +917,13 @@ async fn main() {
     if only("apply") {
         let mysql = apply::<MySql>().await;
         let postgres = apply::<Postgres>().await;
-        for (engine, ratios) in [("mysql", mysql), ("postgres", postgres)] {
+        // The goal is for one effect per delivery.
+        let measured = if apply_targets() == 1 {
+            vec![("mysql", mysql), ("postgres", postgres)]
+        } else {
+            Vec::new()
+        };
+        for (engine, ratios) in measured {
             for (concurrency, ratio) in ratios {
                 goals.push(format!(
                     "outbox goal apply_with_effect/without>=0.85 engine={engine} concurrency={concurrency}: {} ({ratio:.2})",
