@@ -58,6 +58,11 @@ pub(crate) trait Server: Engine {
     /// can serve, so that a small table does not make that the cheaper
     /// plan).
     fn rows_read(conn: &mut Self::Connection) -> impl Future<Output = u64> + Send;
+    /// Runs `sql`, which must succeed.
+    fn run(conn: &mut Self::Connection, sql: &str) -> impl Future<Output = ()> + Send;
+    /// The outbox's rows this connection read by scanning the table whole
+    /// so far: in its transaction on PostgreSQL, in its session on MySQL.
+    fn rows_scanned(conn: &mut Self::Connection) -> impl Future<Output = u64> + Send;
     /// The outbox's statistics brought up to date, as the server's own
     /// upkeep keeps them (a table never analyzed looks nearly empty to
     /// PostgreSQL's planner, whatever it holds).
@@ -158,6 +163,18 @@ impl Server for MySql {
                 .unwrap();
         reads.iter().map(|(_, n)| n.parse::<u64>().unwrap()).sum()
     }
+    async fn run(conn: &mut MySqlConnection, sql: &str) {
+        use sqlx::Executor;
+        conn.execute(sql).await.unwrap();
+    }
+    async fn rows_scanned(conn: &mut MySqlConnection) -> u64 {
+        let (_, n): (String, String) =
+            sqlx::query_as("SHOW SESSION STATUS LIKE 'Handler\\_read\\_rnd\\_next'")
+                .fetch_one(conn)
+                .await
+                .unwrap();
+        n.parse().unwrap()
+    }
     async fn analyze(conn: &mut MySqlConnection) {
         use sqlx::Executor;
         conn.execute("ANALYZE TABLE receiver_outbox").await.unwrap();
@@ -232,6 +249,19 @@ impl Server for Postgres {
         .unwrap();
         rows as u64
     }
+    async fn run(conn: &mut PgConnection, sql: &str) {
+        use sqlx::Executor;
+        conn.execute(sql).await.unwrap();
+    }
+    async fn rows_scanned(conn: &mut PgConnection) -> u64 {
+        let rows: Option<i64> = sqlx::query_scalar(
+            "SELECT seq_tup_read FROM pg_stat_xact_user_tables WHERE relname = 'receiver_outbox'",
+        )
+        .fetch_optional(conn)
+        .await
+        .unwrap();
+        rows.unwrap_or(0) as u64
+    }
     async fn analyze(conn: &mut PgConnection) {
         use sqlx::Executor;
         conn.execute("ANALYZE receiver_outbox").await.unwrap();
@@ -239,29 +269,36 @@ impl Server for Postgres {
 }
 
 /// An inner service that records `effects` (target, key, ordering key)
-/// for each event, then refuses the events of `refused`, or applies the
-/// task view. The key `{delivery}` stands for the delivery's id; a plug
-/// event waits for the gate after it recorded.
+/// for each event, one at a time or all at once, then refuses the events
+/// of `refused`, or applies the task view. The key `{delivery}` stands
+/// for the delivery's id; a plug event waits for the gate after it
+/// recorded.
 #[derive(Clone)]
 pub(crate) struct Recording {
     effects: Arc<Vec<(&'static str, &'static str, Option<&'static str>)>>,
+    at_once: bool,
     refused: Arc<HashSet<String>>,
     plug: Option<String>,
     entered: Arc<Semaphore>,
     gate: Arc<Semaphore>,
     /// The errors `record` returned.
     errors: Arc<Mutex<Vec<String>>>,
+    /// The outbox's rows each delivery's recording read by scanning the
+    /// table, when measured.
+    scanned: Option<Arc<Mutex<Vec<u64>>>>,
 }
 
 impl Recording {
     pub(crate) fn of(effects: &[(&'static str, &'static str, Option<&'static str>)]) -> Self {
         Self {
             effects: Arc::new(effects.to_vec()),
+            at_once: false,
             refused: Arc::default(),
             plug: None,
             entered: Arc::new(Semaphore::new(0)),
             gate: Arc::new(Semaphore::new(0)),
             errors: Arc::default(),
+            scanned: None,
         }
     }
 }
@@ -287,7 +324,7 @@ impl<E: Server> Service<Delivery<Applying<E>>> for Recording {
             let id = delivery.body().event().id().as_str().to_owned();
             let delivery_id = delivery.id().to_string();
             {
-                let mut recorder = delivery.body_mut().outbox();
+                let mut effects = Vec::new();
                 for (target, key, ordering) in this.effects.iter() {
                     let key = key.replace("{delivery}", &delivery_id);
                     let mut effect = Effect::new(target, &key, body_of(&id, &key))?
@@ -295,10 +332,33 @@ impl<E: Server> Service<Delivery<Applying<E>>> for Recording {
                     if let Some(ordering) = ordering {
                         effect = effect.with_ordering_key(ordering)?;
                     }
-                    if let Err(e) = recorder.record_effect(effect).await {
-                        this.errors.lock().unwrap().push(format!("{e:?}"));
-                        return Err(e.into());
+                    effects.push(effect);
+                }
+                let scanned_before = match &this.scanned {
+                    Some(_) => E::rows_scanned(delivery.body_mut().connection()).await,
+                    None => 0,
+                };
+                let mut recorder = delivery.body_mut().outbox();
+                let recorded = match this.at_once {
+                    true => recorder.record_all(effects).await.map(drop),
+                    false => {
+                        let mut each = Ok(());
+                        for effect in effects {
+                            each = recorder.record_effect(effect).await.map(drop);
+                            if each.is_err() {
+                                break;
+                            }
+                        }
+                        each
                     }
+                };
+                if let Err(e) = recorded {
+                    this.errors.lock().unwrap().push(format!("{e:?}"));
+                    return Err(e.into());
+                }
+                if let Some(scanned) = &this.scanned {
+                    let after = E::rows_scanned(delivery.body_mut().connection()).await;
+                    scanned.lock().unwrap().push(after - scanned_before);
                 }
             }
             if this.plug.as_deref() == Some(id.as_str()) {
@@ -327,12 +387,25 @@ impl<E: Server> Fixture<E> {
     }
 
     async fn on_queue(queue: &str) -> Self {
+        Self::open(queue, StoreOptions::default()).await
+    }
+
+    /// A fixture whose inbox holds at most `n` connections.
+    async fn with_connections(n: u32) -> Self {
+        let options = StoreOptions {
+            max_connections: n,
+            ..StoreOptions::default()
+        };
+        Self::open(&random_hex(16), options).await
+    }
+
+    async fn open(queue: &str, options: StoreOptions) -> Self {
         let (db, dsn) = E::database().await;
         let scope = InboxScope::new(
             ReceiverName::parse("outbox-test").unwrap(),
             QueueId::parse(queue).unwrap(),
         );
-        let store = InboxStore::open(&dsn, scope.clone(), StoreOptions::default())
+        let store = InboxStore::open(&dsn, scope.clone(), options)
             .await
             .unwrap();
         Fixture {
@@ -506,6 +579,115 @@ async fn an_effect_committed_before_is_refused_by_its_key_not_written_twice<E: S
     let errors = recording.errors.lock().unwrap().clone();
     assert!(errors[0].starts_with("DuplicateEffect"), "{errors:?}");
     assert_eq!(f.pending().await, [f.id(&event, "hook", "k").as_str()]);
+}
+
+async fn effects_recorded_at_once_are_one_statement_and_keep_their_order<E: Server>() {
+    let f = Fixture::<E>::new().await;
+    let event = random_hex(16);
+    let mut recording = Recording::of(&[
+        ("hook", "c", None),
+        ("other", "a", None),
+        ("hook", "b", None),
+    ]);
+    recording.at_once = true;
+    f.apply(recording, &f.event(&event, 1)).await.unwrap();
+    let mut conn = f.conn().await;
+    let rows = outbox::list::<E>(&mut conn, EffectState::Pending, 0, 1000)
+        .await
+        .unwrap();
+    let listed: Vec<(&str, &str)> = rows
+        .iter()
+        .map(|r| (r.target.as_str(), r.key.as_str()))
+        .collect();
+    assert_eq!(listed, [("hook", "c"), ("other", "a"), ("hook", "b")]);
+    // A statement's rows share its start time, to the microsecond; one
+    // statement per effect would give each its own.
+    let times: BTreeSet<&str> = rows.iter().map(|r| r.created_at.as_str()).collect();
+    assert_eq!(times.len(), 1, "{times:?}");
+}
+
+async fn effects_recorded_at_once_are_none_written_when_one_was_committed_before<E: Server>() {
+    let f = Fixture::<E>::new().await;
+    let event = random_hex(16);
+    let json = f.event(&event, 1);
+    f.apply(Recording::of(&[("hook", "b", None)]), &json)
+        .await
+        .unwrap();
+    E::forget_inbox_rows(&f.dsn).await;
+    let mut recording = Recording::of(&[
+        ("hook", "a", None),
+        ("hook", "b", None),
+        ("hook", "c", None),
+    ]);
+    recording.at_once = true;
+    let answer = f.apply(recording.clone(), &json).await;
+    assert!(matches!(answer, Err(InboxError::Refused(_))), "{answer:?}");
+    let errors = recording.errors.lock().unwrap().clone();
+    let named = f.id(&event, "hook", "b");
+    assert!(
+        errors[0].starts_with("DuplicateEffect") && errors[0].contains(named.as_str()),
+        "{errors:?}"
+    );
+    assert_eq!(f.pending().await, [named.as_str()]);
+}
+
+/// PostgreSQL keeps a plan for a statement a connection prepared, made
+/// once for all values after a few executions: the plan of a delivery's
+/// effects, made while the outbox was nearly empty, must still look each
+/// id up by the key once the table holds many rows.
+async fn effects_recorded_at_once_are_looked_up_by_key_when_the_outbox_has_grown<E: Server>() {
+    let f = Fixture::<E>::with_connections(1).await;
+    let mut recording = Recording::of(&[
+        ("hook", "a", None),
+        ("hook", "b", None),
+        ("hook", "c", None),
+    ]);
+    recording.at_once = true;
+    let mut version = 0;
+    for _ in 0..12 {
+        version += 1;
+        let event = random_hex(16);
+        f.apply(recording.clone(), &f.event(&event, version))
+            .await
+            .unwrap();
+    }
+    let mut conn = f.conn().await;
+    for n in 0..20 {
+        let rows = (0..1000)
+            .map(|i| {
+                let id = format!("{:032x}", n * 1000 + i);
+                format!(
+                    "('{id}', 'elsewhere', '{id}', '{id}', 'hook', 'k', 'k', '', '{{}}', 'sent', 1, \
+                     '2026-01-01 00:00:00', '2026-01-01 00:00:00')"
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        E::run(
+            &mut conn,
+            &format!(
+            "INSERT INTO receiver_outbox (effect_id, consumer_name, queue_id, event_id, target, \
+             effect_key, ordering_key, body, headers, state, attempts, next_attempt_at, \
+             created_at) VALUES {rows}"
+        ),
+        )
+        .await;
+    }
+    let scanned = Arc::new(Mutex::new(Vec::new()));
+    recording.scanned = Some(scanned.clone());
+    for _ in 0..3 {
+        version += 1;
+        let event = random_hex(16);
+        f.apply(recording.clone(), &f.event(&event, version))
+            .await
+            .unwrap();
+    }
+    let scanned = scanned.lock().unwrap().clone();
+    assert_eq!(scanned.len(), 3);
+    assert!(
+        scanned.iter().all(|n| *n < 100),
+        "rows read by scanning the outbox: {scanned:?}"
+    );
 }
 
 async fn in_a_batch_a_refused_sibling_leaves_no_effect_and_the_others_keep_theirs<E: Server>() {
@@ -1019,6 +1201,9 @@ on_both!(
     a_duplicate_delivery_records_nothing_new,
     two_effects_with_one_key_are_an_error_and_leave_no_row,
     an_effect_committed_before_is_refused_by_its_key_not_written_twice,
+    effects_recorded_at_once_are_one_statement_and_keep_their_order,
+    effects_recorded_at_once_are_none_written_when_one_was_committed_before,
+    effects_recorded_at_once_are_looked_up_by_key_when_the_outbox_has_grown,
     in_a_batch_a_refused_sibling_leaves_no_effect_and_the_others_keep_theirs,
     the_effect_id_is_the_same_when_the_event_is_applied_on_a_fresh_database,
     two_claimers_at_once_get_disjoint_effects,

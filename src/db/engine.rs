@@ -560,13 +560,15 @@ mod sealed {
     /// inbox's transaction, and the relay's, each in a short transaction
     /// of its own.
     pub trait Outbox: sqlx::Database {
-        /// Writes one effect's row on the inbox's lent connection, inside
-        /// its transaction: `false` when the effect id is there already
-        /// (and, on PostgreSQL, without aborting the transaction).
-        fn record_effect<'c>(
+        /// Writes the rows of one or more effects in one statement on the
+        /// inbox's lent connection, inside its transaction, all of them or
+        /// none: `Some(i)` when the effect id of `rows[i]` is there
+        /// already, and nothing was written (on PostgreSQL without
+        /// aborting the transaction). `rows` is never empty.
+        fn record_effects<'c>(
             conn: &'c mut Self::Connection,
-            row: NewEffectRow<'c>,
-        ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c;
+            rows: &'c [NewEffectRow<'c>],
+        ) -> impl Future<Output = Result<Option<usize>, sqlx::Error>> + Send + 'c;
 
         /// The engine and the server's version string (`SELECT VERSION()`,
         /// `SHOW server_version`).

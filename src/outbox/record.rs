@@ -24,7 +24,8 @@ pub(crate) struct Recorded(HashSet<EffectId>);
 ///
 /// Each [`record`](Self::record) writes the effect's row at once, on the
 /// transaction's connection, as `pending`: it commits with the delivery
-/// or not at all. The row carries the inbox identity (receiver name,
+/// or not at all. [`record_all`](Self::record_all) writes several in one
+/// statement. The row carries the inbox identity (receiver name,
 /// queue, event), the derived [`EffectId`], and the `traceparent` the
 /// delivery came with, if any.
 pub struct Recorder<'a, E: Engine> {
@@ -77,37 +78,64 @@ impl<'a, E: Engine> Recorder<'a, E> {
 
     /// Records `effect` (with its headers and ordering key): its id.
     pub async fn record_effect(&mut self, effect: Effect) -> Result<EffectId, OutboxError> {
-        let id = self.effect_id(&effect);
-        let duplicate = || OutboxError::DuplicateEffect {
-            effect_id: id.clone(),
-            target: effect.target().as_str().to_owned(),
+        let mut ids = self.record_all([effect]).await?;
+        Ok(ids.remove(0))
+    }
+
+    /// Records every effect of `effects`, in their order, in one statement
+    /// (one round trip however many there are): their ids, or why not,
+    /// and then none of them is written. Two with one key and target, or
+    /// one recorded before (in this transaction, or committed by an
+    /// earlier application of this event) is
+    /// [`OutboxError::DuplicateEffect`] naming the first such. No effects
+    /// write nothing.
+    pub async fn record_all(
+        &mut self,
+        effects: impl IntoIterator<Item = Effect>,
+    ) -> Result<Vec<EffectId>, OutboxError> {
+        let effects: Vec<Effect> = effects.into_iter().collect();
+        let ids: Vec<EffectId> = effects.iter().map(|e| self.effect_id(e)).collect();
+        let duplicate = |i: usize| OutboxError::DuplicateEffect {
+            effect_id: ids[i].clone(),
+            target: effects[i].target().as_str().to_owned(),
         };
-        if self.recorded.0.contains(&id) {
-            return Err(duplicate());
+        for (i, id) in ids.iter().enumerate() {
+            if self.recorded.0.contains(id) || ids[..i].contains(id) {
+                return Err(duplicate(i));
+            }
         }
-        let headers = effect.headers().to_json();
-        let row = NewEffectRow {
-            effect_id: id.as_str(),
-            consumer: self.scope.receiver.as_str(),
-            queue: self.scope.queue_id.as_str(),
-            event: self.event.as_str(),
-            target: effect.target().as_str(),
-            key: effect.key().as_str(),
-            ordering_key: effect.ordering_key().as_str(),
-            body: effect.body(),
-            headers: &headers,
-            traceparent: self
-                .trace
-                .map(TraceContext::traceparent)
-                .filter(|t| t.len() <= 255),
-        };
-        // `false`: the key is there already, committed by an earlier
+        if effects.is_empty() {
+            return Ok(ids);
+        }
+        let headers: Vec<String> = effects.iter().map(|e| e.headers().to_json()).collect();
+        let traceparent = self
+            .trace
+            .map(TraceContext::traceparent)
+            .filter(|t| t.len() <= 255);
+        let rows: Vec<NewEffectRow<'_>> = effects
+            .iter()
+            .zip(&ids)
+            .zip(&headers)
+            .map(|((effect, id), headers)| NewEffectRow {
+                effect_id: id.as_str(),
+                consumer: self.scope.receiver.as_str(),
+                queue: self.scope.queue_id.as_str(),
+                event: self.event.as_str(),
+                target: effect.target().as_str(),
+                key: effect.key().as_str(),
+                ordering_key: effect.ordering_key().as_str(),
+                body: effect.body(),
+                headers,
+                traceparent,
+            })
+            .collect();
+        // `Some`: that key is there already, committed by an earlier
         // application of this event.
-        if !E::record_effect(&mut *self.conn, row).await? {
-            return Err(duplicate());
+        if let Some(i) = E::record_effects(&mut *self.conn, &rows).await? {
+            return Err(duplicate(i));
         }
-        self.recorded.0.insert(id.clone());
-        Ok(id)
+        self.recorded.0.extend(ids.iter().cloned());
+        Ok(ids)
     }
 
     /// The id `effect` has (or would have) when recorded here.

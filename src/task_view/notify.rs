@@ -1,6 +1,6 @@
 //! The task view, telling downstream of each event that advanced it: one
-//! effect per target recorded in the same transaction, sent after COMMIT
-//! by a relay.
+//! effect per target, all recorded in one statement of the same
+//! transaction, sent after COMMIT by a relay.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -160,10 +160,7 @@ impl<E: Engine> Service<Delivery<Applying<E>>> for Notify {
                         .with_header("content-type", "application/json")
                 })
                 .collect::<Result<Vec<_>, OutboxError>>()?;
-            let mut outbox = applying.outbox();
-            for effect in effects {
-                outbox.record_effect(effect).await?;
-            }
+            applying.outbox().record_all(effects).await?;
             Ok(applying.applied())
         })
     }

@@ -22,7 +22,42 @@ const RECORD_SQL: &str = "\
 INSERT INTO receiver_outbox
   (effect_id, consumer_name, queue_id, event_id, target, effect_key, ordering_key,
    body, headers, traceparent, state, attempts, next_attempt_at, created_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))";
+VALUES ";
+
+const RECORD_ROW: &str =
+    "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))";
+
+/// The `INSERT` of `rows` effects: one statement, whose rows take their
+/// `seq` in the order they are listed.
+fn record_sql(rows: usize) -> String {
+    format!("{RECORD_SQL}{}", vec![RECORD_ROW; rows].join(", "))
+}
+
+/// Which of `rows` is there already, after the `INSERT` of all of them
+/// met a duplicate key: MySQL names the entry in its message (the table's
+/// one unique key besides `seq` is the effect id), and a read says
+/// otherwise. `None` when none is there any more.
+async fn recorded_before(
+    conn: &mut MySqlConnection,
+    rows: &[NewEffectRow<'_>],
+    message: &str,
+) -> Result<Option<usize>, sqlx::Error> {
+    if let Some(i) = rows.iter().position(|r| message.contains(r.effect_id)) {
+        return Ok(Some(i));
+    }
+    let sql = format!(
+        "SELECT CAST(effect_id AS CHAR) FROM receiver_outbox WHERE effect_id IN ({})",
+        vec!["?"; rows.len()].join(", ")
+    );
+    let found: Vec<String> = rows
+        .iter()
+        .fold(sqlx::query_scalar(&sql), |q, r| q.bind(r.effect_id))
+        .fetch_all(conn)
+        .await?;
+    Ok(rows
+        .iter()
+        .position(|r| found.iter().any(|f| f == r.effect_id)))
+}
 
 /// Due, free and the head of its target's ordering key: no pending effect
 /// of the key was recorded before it. The subquery is a plain read: only
@@ -99,27 +134,38 @@ async fn update_one(
 }
 
 impl Outbox for MySql {
-    async fn record_effect(
+    async fn record_effects(
         conn: &mut MySqlConnection,
-        row: NewEffectRow<'_>,
-    ) -> Result<bool, sqlx::Error> {
-        let insert = sqlx::query(RECORD_SQL)
-            .bind(row.effect_id)
-            .bind(row.consumer)
-            .bind(row.queue)
-            .bind(row.event)
-            .bind(row.target)
-            .bind(row.key)
-            .bind(row.ordering_key)
-            .bind(row.body)
-            .bind(row.headers)
-            .bind(row.traceparent)
-            .execute(conn);
+        rows: &[NewEffectRow<'_>],
+    ) -> Result<Option<usize>, sqlx::Error> {
+        let sql = record_sql(rows.len());
+        let insert = rows
+            .iter()
+            .fold(sqlx::query(&sql), |q, row| {
+                q.bind(row.effect_id)
+                    .bind(row.consumer)
+                    .bind(row.queue)
+                    .bind(row.event)
+                    .bind(row.target)
+                    .bind(row.key)
+                    .bind(row.ordering_key)
+                    .bind(row.body)
+                    .bind(row.headers)
+                    .bind(row.traceparent)
+            })
+            .execute(&mut *conn);
         match traced(statement("INSERT", Some(OUTBOX)), insert).await {
-            Ok(_) => Ok(true),
-            // 1062: the effect id is there; the statement alone is undone,
+            Ok(_) => Ok(None),
+            // 1062: an effect id is there; the statement alone is undone,
             // the transaction goes on.
-            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => Ok(false),
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                let message = e.message().to_owned();
+                match recorded_before(conn, rows, &message).await? {
+                    Some(i) => Ok(Some(i)),
+                    // Gone since (a prune): the next attempt writes it.
+                    None => Err(sqlx::Error::Database(e)),
+                }
+            }
             Err(e) => Err(e),
         }
     }

@@ -71,6 +71,87 @@ fn listed(row: &PgRow) -> Result<EffectRecord, DbError> {
 // `char(32)` key would cast the column instead, and read every row of the
 // table (sent effects included, until they are pruned) for each answer.
 
+const RECORD_COLUMNS: &str = "effect_id, consumer_name, queue_id, event_id, target, \
+     effect_key, ordering_key, body, headers, traceparent";
+
+/// One effect's row (`ON CONFLICT DO NOTHING`): `false` when its id is
+/// there already.
+async fn record_one(conn: &mut PgConnection, row: &NewEffectRow<'_>) -> Result<bool, sqlx::Error> {
+    let sql = format!(
+        "INSERT INTO receiver_outbox ({RECORD_COLUMNS}, state, attempts, next_attempt_at, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', 0, {NOW}, {NOW}) \
+         ON CONFLICT (effect_id) DO NOTHING"
+    );
+    let insert = sqlx::query(&sql)
+        .bind(row.effect_id)
+        .bind(row.consumer)
+        .bind(row.queue)
+        .bind(row.event)
+        .bind(row.target)
+        .bind(row.key)
+        .bind(row.ordering_key)
+        .bind(row.body)
+        .bind(row.headers)
+        .bind(row.traceparent)
+        .execute(conn);
+    let done = traced(statement("INSERT", Some(OUTBOX)), insert).await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// The rows of `rows` effects in one statement, all or none: written, in
+/// the order listed (which their `seq` follows), only when none of their
+/// ids is there already; it answers the ids it wrote. (One committed
+/// between the statement's read and its write would be a unique
+/// violation, which aborts the transaction: the delivery fails and is
+/// tried again.)
+fn record_all_sql(rows: usize) -> String {
+    let values = (0..rows)
+        .map(|i| {
+            let p: Vec<String> = (1..=10).map(|c| format!("${}", i * 10 + c)).collect();
+            format!("({i}, {}::bpchar, {})", p[0], p[1..].join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    // One probe of the key per id: a list (`IN`, `= ANY`) makes the plan
+    // that PostgreSQL keeps for the prepared statement read the whole
+    // table once it was planned while the table looked empty.
+    let absent = (0..rows)
+        .map(|i| {
+            format!(
+                "NOT EXISTS (SELECT 1 FROM receiver_outbox WHERE effect_id = ${}::bpchar)",
+                i * 10 + 1
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" AND ");
+    format!(
+        "INSERT INTO receiver_outbox \
+         ({RECORD_COLUMNS}, state, attempts, next_attempt_at, created_at) \
+         SELECT {RECORD_COLUMNS}, 'pending', 0, {NOW}, {NOW} \
+         FROM (VALUES {values}) AS new (n, {RECORD_COLUMNS}) \
+         WHERE {absent} ORDER BY n RETURNING effect_id::text"
+    )
+}
+
+/// Which of `rows` is there already, after their `INSERT` wrote none.
+async fn recorded_before(
+    conn: &mut PgConnection,
+    rows: &[NewEffectRow<'_>],
+) -> Result<Option<usize>, sqlx::Error> {
+    let sql = (1..=rows.len())
+        .map(|i| format!("SELECT effect_id::text FROM receiver_outbox WHERE effect_id = ${i}::bpchar"))
+        .collect::<Vec<_>>()
+        .join(" UNION ALL ");
+    let found: Vec<String> = rows
+        .iter()
+        .fold(sqlx::query_scalar(&sql), |q, r| q.bind(r.effect_id))
+        .fetch_all(conn)
+        .await?;
+    Ok(rows
+        .iter()
+        .position(|r| found.iter().any(|f| f == r.effect_id)))
+}
+
 /// One `UPDATE` in a transaction of its own: the rows it changed.
 async fn update_one(
     conn: &mut PgConnection,
@@ -83,31 +164,46 @@ async fn update_one(
 }
 
 impl Outbox for Postgres {
-    async fn record_effect(
+    async fn record_effects(
         conn: &mut PgConnection,
-        row: NewEffectRow<'_>,
-    ) -> Result<bool, sqlx::Error> {
-        let sql = format!(
-            "INSERT INTO receiver_outbox \
-             (effect_id, consumer_name, queue_id, event_id, target, effect_key, ordering_key, \
-              body, headers, traceparent, state, attempts, next_attempt_at, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', 0, {NOW}, {NOW}) \
-             ON CONFLICT (effect_id) DO NOTHING"
-        );
-        let insert = sqlx::query(&sql)
-            .bind(row.effect_id)
-            .bind(row.consumer)
-            .bind(row.queue)
-            .bind(row.event)
-            .bind(row.target)
-            .bind(row.key)
-            .bind(row.ordering_key)
-            .bind(row.body)
-            .bind(row.headers)
-            .bind(row.traceparent)
-            .execute(conn);
-        let done = traced(statement("INSERT", Some(OUTBOX)), insert).await?;
-        Ok(done.rows_affected() == 1)
+        rows: &[NewEffectRow<'_>],
+    ) -> Result<Option<usize>, sqlx::Error> {
+        if let [row] = rows {
+            return Ok(match record_one(conn, row).await? {
+                true => None,
+                false => Some(0),
+            });
+        }
+        let sql = record_all_sql(rows.len());
+        let insert = rows
+            .iter()
+            .fold(sqlx::query_scalar(&sql), |q, row| {
+                q.bind(row.effect_id)
+                    .bind(row.consumer)
+                    .bind(row.queue)
+                    .bind(row.event)
+                    .bind(row.target)
+                    .bind(row.key)
+                    .bind(row.ordering_key)
+                    .bind(row.body)
+                    .bind(row.headers)
+                    .bind(row.traceparent)
+            })
+            .fetch_all(&mut *conn);
+        let written: Vec<String> = traced(statement("INSERT", Some(OUTBOX)), insert).await?;
+        if written.len() == rows.len() {
+            return Ok(None);
+        }
+        match recorded_before(conn, rows).await? {
+            Some(i) => Ok(Some(i)),
+            // Written none, and none is there: the guard and the rows
+            // disagree, which only a damaged table could make.
+            None => Err(sqlx::Error::Protocol(format!(
+                "the outbox wrote {} of {} effects and holds none of them",
+                written.len(),
+                rows.len()
+            ))),
+        }
     }
 
     async fn server_version(conn: &mut PgConnection) -> Result<(EngineKind, String), DbError> {
