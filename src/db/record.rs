@@ -96,6 +96,39 @@ pub struct NewEffectRow<'a> {
     pub traceparent: Option<&'a str>,
 }
 
+/// The first of `rows` whose effect id is one of `found`.
+pub(crate) fn first_found(rows: &[NewEffectRow<'_>], found: &[String]) -> Option<usize> {
+    rows.iter()
+        .position(|r| found.iter().any(|f| f == r.effect_id))
+}
+
+impl<'a> NewEffectRow<'a> {
+    /// `query` with this row's ten values bound after its others, in the
+    /// order of the columns every engine's recording statement lists.
+    pub(crate) fn bind<DB>(
+        &self,
+        query: sqlx::query::Query<'a, DB, DB::Arguments<'a>>,
+    ) -> sqlx::query::Query<'a, DB, DB::Arguments<'a>>
+    where
+        DB: sqlx::Database,
+        &'a str: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+        &'a [u8]: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+        Option<&'a str>: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    {
+        query
+            .bind(self.effect_id)
+            .bind(self.consumer)
+            .bind(self.queue)
+            .bind(self.event)
+            .bind(self.target)
+            .bind(self.key)
+            .bind(self.ordering_key)
+            .bind(self.body)
+            .bind(self.headers)
+            .bind(self.traceparent)
+    }
+}
+
 /// An effect claimed under a lease: what a relay needs to send it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimedRow {

@@ -10,7 +10,7 @@ use sqlx::{Connection, Executor};
 
 use super::statement;
 use crate::db::engine::Outbox;
-use crate::db::record::{ClaimedRow, EffectRecord, NewEffectRow};
+use crate::db::record::{first_found, ClaimedRow, EffectRecord, NewEffectRow};
 use crate::db::row::{get, text};
 use crate::db::trace::traced;
 use crate::db::{sql, DbError, EngineKind};
@@ -54,9 +54,7 @@ async fn recorded_before(
         .fold(sqlx::query_scalar(&sql), |q, r| q.bind(r.effect_id))
         .fetch_all(conn)
         .await?;
-    Ok(rows
-        .iter()
-        .position(|r| found.iter().any(|f| f == r.effect_id)))
+    Ok(first_found(rows, &found))
 }
 
 /// Due, free and the head of its target's ordering key: no pending effect
@@ -141,18 +139,7 @@ impl Outbox for MySql {
         let sql = record_sql(rows.len());
         let insert = rows
             .iter()
-            .fold(sqlx::query(&sql), |q, row| {
-                q.bind(row.effect_id)
-                    .bind(row.consumer)
-                    .bind(row.queue)
-                    .bind(row.event)
-                    .bind(row.target)
-                    .bind(row.key)
-                    .bind(row.ordering_key)
-                    .bind(row.body)
-                    .bind(row.headers)
-                    .bind(row.traceparent)
-            })
+            .fold(sqlx::query(&sql), |q, row| row.bind(q))
             .execute(&mut *conn);
         match traced(statement("INSERT", Some(OUTBOX)), insert).await {
             Ok(_) => Ok(None),

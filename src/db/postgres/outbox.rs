@@ -11,7 +11,7 @@ use sqlx::{Connection, Row};
 use super::inbox::NOW;
 use super::statement;
 use crate::db::engine::Outbox;
-use crate::db::record::{ClaimedRow, EffectRecord, NewEffectRow};
+use crate::db::record::{first_found, ClaimedRow, EffectRecord, NewEffectRow};
 use crate::db::trace::traced;
 use crate::db::{DbError, EngineKind};
 
@@ -82,28 +82,16 @@ async fn record_one(conn: &mut PgConnection, row: &NewEffectRow<'_>) -> Result<b
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', 0, {NOW}, {NOW}) \
          ON CONFLICT (effect_id) DO NOTHING"
     );
-    let insert = sqlx::query(&sql)
-        .bind(row.effect_id)
-        .bind(row.consumer)
-        .bind(row.queue)
-        .bind(row.event)
-        .bind(row.target)
-        .bind(row.key)
-        .bind(row.ordering_key)
-        .bind(row.body)
-        .bind(row.headers)
-        .bind(row.traceparent)
-        .execute(conn);
+    let insert = row.bind(sqlx::query(&sql)).execute(conn);
     let done = traced(statement("INSERT", Some(OUTBOX)), insert).await?;
     Ok(done.rows_affected() == 1)
 }
 
 /// The rows of `rows` effects in one statement, all or none: written, in
 /// the order listed (which their `seq` follows), only when none of their
-/// ids is there already; it answers the ids it wrote. (One committed
-/// between the statement's read and its write would be a unique
-/// violation, which aborts the transaction: the delivery fails and is
-/// tried again.)
+/// ids is there already. (One committed between the statement's read
+/// and its write would be a unique violation, which aborts the
+/// transaction: the delivery fails and is tried again.)
 fn record_all_sql(rows: usize) -> String {
     let values = (0..rows)
         .map(|i| {
@@ -129,7 +117,7 @@ fn record_all_sql(rows: usize) -> String {
          ({RECORD_COLUMNS}, state, attempts, next_attempt_at, created_at) \
          SELECT {RECORD_COLUMNS}, 'pending', 0, {NOW}, {NOW} \
          FROM (VALUES {values}) AS new (n, {RECORD_COLUMNS}) \
-         WHERE {absent} ORDER BY n RETURNING effect_id::text"
+         WHERE {absent} ORDER BY n"
     )
 }
 
@@ -147,9 +135,7 @@ async fn recorded_before(
         .fold(sqlx::query_scalar(&sql), |q, r| q.bind(r.effect_id))
         .fetch_all(conn)
         .await?;
-    Ok(rows
-        .iter()
-        .position(|r| found.iter().any(|f| f == r.effect_id)))
+    Ok(first_found(rows, &found))
 }
 
 /// One `UPDATE` in a transaction of its own: the rows it changed.
@@ -177,21 +163,12 @@ impl Outbox for Postgres {
         let sql = record_all_sql(rows.len());
         let insert = rows
             .iter()
-            .fold(sqlx::query_scalar(&sql), |q, row| {
-                q.bind(row.effect_id)
-                    .bind(row.consumer)
-                    .bind(row.queue)
-                    .bind(row.event)
-                    .bind(row.target)
-                    .bind(row.key)
-                    .bind(row.ordering_key)
-                    .bind(row.body)
-                    .bind(row.headers)
-                    .bind(row.traceparent)
-            })
-            .fetch_all(&mut *conn);
-        let written: Vec<String> = traced(statement("INSERT", Some(OUTBOX)), insert).await?;
-        if written.len() == rows.len() {
+            .fold(sqlx::query(&sql), |q, row| row.bind(q))
+            .execute(&mut *conn);
+        let written = traced(statement("INSERT", Some(OUTBOX)), insert)
+            .await?
+            .rows_affected();
+        if written == rows.len() as u64 {
             return Ok(None);
         }
         match recorded_before(conn, rows).await? {
@@ -200,7 +177,7 @@ impl Outbox for Postgres {
             // disagree, which only a damaged table could make.
             None => Err(sqlx::Error::Protocol(format!(
                 "the outbox wrote {} of {} effects and holds none of them",
-                written.len(),
+                written,
                 rows.len()
             ))),
         }
