@@ -127,7 +127,9 @@ async fn recorded_before(
     rows: &[NewEffectRow<'_>],
 ) -> Result<Option<usize>, sqlx::Error> {
     let sql = (1..=rows.len())
-        .map(|i| format!("SELECT effect_id::text FROM receiver_outbox WHERE effect_id = ${i}::bpchar"))
+        .map(|i| {
+            format!("SELECT effect_id::text FROM receiver_outbox WHERE effect_id = ${i}::bpchar")
+        })
         .collect::<Vec<_>>()
         .join(" UNION ALL ");
     let found: Vec<String> = rows
