@@ -47,8 +47,9 @@ pub struct DeadLetter {
     /// The deliveries it had, as far as the server tells: for
     /// `delivery_limit`, one more than the queue's limit; otherwise the
     /// times it was dead-lettered from the queue (`x-death`'s `count`,
-    /// usually 1), 0 without an `x-death` header. The server carries no count of the
-    /// deliveries before the one that gave it up to a dead letter.
+    /// usually 1), 0 without an `x-death` header. The server carries no
+    /// count of the deliveries before the one that gave it up to a dead
+    /// letter.
     pub attempts: u64,
     /// When it was dead-lettered, RFC 3339 in UTC to the second.
     pub failed_at: Option<String>,
