@@ -3,7 +3,6 @@
 
 use crate::common;
 
-use std::path::PathBuf;
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
@@ -446,8 +445,6 @@ async fn the_platform_database_is_never_touched() {
     // Everything the receiver does in these tests is logged by the
     // throwaway server's general log; none of it may name the platform's
     // database.
-    let dir =
-        std::env::var("RESULT_INBOX_TEST_MYSQL_DIR").expect("run through scripts/with-mysql.sh");
     let platform = std::env::var("RESULT_INBOX_TEST_PLATFORM_DB").unwrap();
     let orbit = OrbitDev::start(30_000, 5);
     let creds = orbit.bootstrap("inbox-platform", None).await;
@@ -459,7 +456,7 @@ async fn the_platform_database_is_never_touched() {
         .output()
         .unwrap();
     assert!(demo.status.success());
-    let log = std::fs::read_to_string(PathBuf::from(dir).join("general.log")).unwrap();
+    let log = common::general_log();
     assert!(
         log.contains(&db.name),
         "the general log records this test's statements"

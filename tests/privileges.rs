@@ -12,9 +12,7 @@ use result_inbox::event::EventType;
 
 /// The statements the server's general log recorded for `user`'s connections.
 fn statements_of(user: &str) -> Vec<String> {
-    let dir =
-        std::env::var("RESULT_INBOX_TEST_MYSQL_DIR").expect("run through scripts/with-mysql.sh");
-    let log = std::fs::read_to_string(std::path::Path::new(&dir).join("general.log")).unwrap();
+    let log = common::general_log();
     let mut threads = std::collections::HashSet::new();
     let mut statements = Vec::new();
     for line in log.lines() {

@@ -305,6 +305,16 @@ pub async fn init_outbox(dsn: &Dsn) {
         .expect("init --outbox");
 }
 
+/// What the throwaway MySQL server's general log holds so far: every
+/// test's statements, bound bytes that are not UTF-8 among them (an
+/// effect's body), replaced.
+pub fn general_log() -> String {
+    let dir =
+        std::env::var("RESULT_INBOX_TEST_MYSQL_DIR").expect("run through scripts/with-mysql.sh");
+    let log = std::fs::read(std::path::Path::new(&dir).join("general.log")).unwrap();
+    String::from_utf8_lossy(&log).into_owned()
+}
+
 /// A scope with a new random queue and the given receiver name.
 /// One delivery of `json` through `InboxLayer` over `TaskView` on `store`,
 /// as the consumer would run it.
