@@ -24,7 +24,8 @@ use result_inbox::db::{Dsn, Engine};
 use result_inbox::delivery::{Delivery, DeliveryId};
 use result_inbox::ids::TaskId;
 use result_inbox::inbox::{
-    Applying, Batching, Inbox, InboxError, InboxStore, Outcome, Receipt, StoreOptions, Verdict,
+    Applying, Batching, Inbox, InboxError, InboxLayer, InboxStore, Outcome, Receipt, StoreOptions,
+    Verdict,
 };
 use result_inbox::orbit::OrbitSource;
 use result_inbox::scope::{InboxScope, ReceiverName};
@@ -51,6 +52,8 @@ trait Server: Engine {
     /// key on the server has ended (at most 2 s): a plain read would not
     /// wait for an abandoned transaction's uncommitted row.
     async fn settled_inbox_rows(db: &Self::Db, scope: &InboxScope, event: &str) -> i64;
+    /// The ids of the outbox's effects, in record order.
+    async fn effect_ids(db: &Self::Db) -> Vec<String>;
 }
 
 impl Server for MySql {
@@ -107,6 +110,13 @@ impl Server for MySql {
         tx.rollback().await.unwrap();
         rows
     }
+
+    async fn effect_ids(db: &TestDb) -> Vec<String> {
+        sqlx::query_scalar("SELECT CAST(effect_id AS CHAR) FROM receiver_outbox ORDER BY seq")
+            .fetch_all(&db.pool().await)
+            .await
+            .unwrap()
+    }
 }
 
 impl Server for Postgres {
@@ -160,6 +170,13 @@ impl Server for Postgres {
         .expect("the abandoned transaction ends within 2 s");
         tx.rollback().await.unwrap();
         1 - inserted.rows_affected() as i64
+    }
+
+    async fn effect_ids(db: &PgTestDb) -> Vec<String> {
+        sqlx::query_scalar("SELECT effect_id::text FROM receiver_outbox ORDER BY seq")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap()
     }
 }
 
@@ -312,6 +329,101 @@ async fn a_commit_dropped_before_the_server_saw_it_is_unconfirmed_and_nothing_is
     assert_eq!(receipt.outcome, Outcome::Applied);
     assert_eq!(f.inbox_applied().await, Some(true));
     assert_eq!(f.view().await.unwrap().applied_events, 1);
+}
+
+/// The receiver's service with one effect per applied delivery: the
+/// inbox over `Notify`, whose effect the COMMIT writes in its own round
+/// trip.
+async fn apply_notifying<E: Engine>(
+    store: &InboxStore<E>,
+    delivery: Delivery<Bytes>,
+) -> Result<Receipt, InboxError> {
+    tower::ServiceBuilder::new()
+        .layer(InboxLayer::new(store.clone()))
+        .service(task_view::Notify::new("hook").unwrap())
+        .oneshot(delivery)
+        .await
+}
+
+impl<E: Server> Fixture<E> {
+    /// A fixture whose database has the outbox too.
+    async fn with_outbox(scope: InboxScope) -> Self {
+        let f = Self::new(scope).await;
+        let options = result_inbox::db::schema::InitOptions {
+            existing: result_inbox::db::schema::Existing::Report,
+            outbox: true,
+            ..Default::default()
+        };
+        result_inbox::db::schema::init_with(&E::dsn(&f.db), options)
+            .await
+            .expect("the outbox beside the tables");
+        f
+    }
+}
+
+#[tokio::test]
+async fn a_lost_commit_ok_of_a_delivery_with_an_effect_committed_the_effect_once() {
+    a_lost_commit_ok_of_a_delivery_with_an_effect_committed_the_effect_once_on::<MySql>().await;
+}
+
+#[tokio::test]
+async fn on_postgres_a_lost_commit_ok_of_a_delivery_with_an_effect_committed_the_effect_once() {
+    a_lost_commit_ok_of_a_delivery_with_an_effect_committed_the_effect_once_on::<Postgres>().await;
+}
+
+async fn a_lost_commit_ok_of_a_delivery_with_an_effect_committed_the_effect_once_on<E: Server>() {
+    let f = Fixture::<E>::with_outbox(scope("task-result-view")).await;
+    let store = f.proxied_store().await;
+    f.proxy.arm(Fault::DropCommitOk);
+
+    let err = apply_notifying(&store, f.delivery(1)).await.unwrap_err();
+    assert!(matches!(err, InboxError::CommitUnconfirmed), "{err:?}");
+    assert_eq!(
+        f.proxy.fired(),
+        1,
+        "the answer to the COMMIT that wrote the effect was lost"
+    );
+    assert_eq!(f.inbox_applied().await, Some(true));
+    let effects = E::effect_ids(&f.db).await;
+    assert_eq!(effects.len(), 1, "{effects:?}");
+
+    let receipt = apply_notifying(&f.direct_store().await, f.delivery(2))
+        .await
+        .unwrap();
+    assert_eq!(receipt.outcome, Outcome::Duplicate { applied: true });
+    assert_eq!(E::effect_ids(&f.db).await, effects);
+}
+
+#[tokio::test]
+async fn a_commit_with_an_effect_dropped_before_the_server_saw_it_left_no_effect() {
+    a_commit_with_an_effect_dropped_before_the_server_saw_it_left_no_effect_on::<MySql>().await;
+}
+
+#[tokio::test]
+async fn on_postgres_a_commit_with_an_effect_dropped_before_the_server_saw_it_left_no_effect() {
+    a_commit_with_an_effect_dropped_before_the_server_saw_it_left_no_effect_on::<Postgres>().await;
+}
+
+async fn a_commit_with_an_effect_dropped_before_the_server_saw_it_left_no_effect_on<E: Server>() {
+    let f = Fixture::<E>::with_outbox(scope("task-result-view")).await;
+    let store = f.proxied_store().await;
+    f.proxy.arm(Fault::DropCommitBeforeServer);
+
+    let err = apply_notifying(&store, f.delivery(1)).await.unwrap_err();
+    assert!(matches!(err, InboxError::CommitUnconfirmed), "{err:?}");
+    assert_eq!(
+        f.proxy.fired(),
+        1,
+        "the COMMIT that wrote the effect never reached the server"
+    );
+    assert_eq!(f.settled_inbox_rows().await, 0);
+    assert!(E::effect_ids(&f.db).await.is_empty());
+
+    let receipt = apply_notifying(&f.direct_store().await, f.delivery(2))
+        .await
+        .unwrap();
+    assert_eq!(receipt.outcome, Outcome::Applied);
+    assert_eq!(E::effect_ids(&f.db).await.len(), 1);
 }
 
 #[tokio::test]
