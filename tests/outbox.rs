@@ -58,12 +58,11 @@ pub(crate) trait Server: Engine {
     /// can serve, so that a small table does not make that the cheaper
     /// plan).
     fn rows_read(conn: &mut Self::Connection) -> impl Future<Output = u64> + Send;
-    /// The outbox's rows, as this connection's transaction sees them.
-    fn outbox_rows(conn: &mut Self::Connection) -> impl Future<Output = u64> + Send;
-    /// Sets every view's state to `CANCELLED`.
-    fn cancel_views(conn: &mut Self::Connection) -> impl Future<Output = ()> + Send;
-    /// The state of the one view there is.
-    fn view_state(conn: &mut Self::Connection) -> impl Future<Output = String> + Send;
+    /// Runs `sql`, which must succeed.
+    fn run(conn: &mut Self::Connection, sql: &str) -> impl Future<Output = ()> + Send;
+    /// The outbox's rows this connection read by scanning the table whole
+    /// so far: in its transaction on PostgreSQL, in its session on MySQL.
+    fn rows_scanned(conn: &mut Self::Connection) -> impl Future<Output = u64> + Send;
     /// The outbox's statistics brought up to date, as the server's own
     /// upkeep keeps them (a table never analyzed looks nearly empty to
     /// PostgreSQL's planner, whatever it holds).
@@ -164,24 +163,17 @@ impl Server for MySql {
                 .unwrap();
         reads.iter().map(|(_, n)| n.parse::<u64>().unwrap()).sum()
     }
-    async fn outbox_rows(conn: &mut MySqlConnection) -> u64 {
-        let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM receiver_outbox")
-            .fetch_one(conn)
-            .await
-            .unwrap();
-        rows as u64
+    async fn run(conn: &mut MySqlConnection, sql: &str) {
+        use sqlx::Executor;
+        conn.execute(sql).await.unwrap();
     }
-    async fn cancel_views(conn: &mut MySqlConnection) {
-        sqlx::query("UPDATE receiver_task_views SET last_state = 'CANCELLED'")
-            .execute(conn)
-            .await
-            .unwrap();
-    }
-    async fn view_state(conn: &mut MySqlConnection) -> String {
-        sqlx::query_scalar("SELECT CAST(last_state AS CHAR) FROM receiver_task_views")
-            .fetch_one(conn)
-            .await
-            .unwrap()
+    async fn rows_scanned(conn: &mut MySqlConnection) -> u64 {
+        let (_, n): (String, String) =
+            sqlx::query_as("SHOW SESSION STATUS LIKE 'Handler\\_read\\_rnd\\_next'")
+                .fetch_one(conn)
+                .await
+                .unwrap();
+        n.parse().unwrap()
     }
     async fn analyze(conn: &mut MySqlConnection) {
         use sqlx::Executor;
@@ -257,24 +249,18 @@ impl Server for Postgres {
         .unwrap();
         rows as u64
     }
-    async fn outbox_rows(conn: &mut PgConnection) -> u64 {
-        let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM receiver_outbox")
-            .fetch_one(conn)
-            .await
-            .unwrap();
-        rows as u64
+    async fn run(conn: &mut PgConnection, sql: &str) {
+        use sqlx::Executor;
+        conn.execute(sql).await.unwrap();
     }
-    async fn cancel_views(conn: &mut PgConnection) {
-        sqlx::query("UPDATE receiver_task_views SET last_state = 'CANCELLED'")
-            .execute(conn)
-            .await
-            .unwrap();
-    }
-    async fn view_state(conn: &mut PgConnection) -> String {
-        sqlx::query_scalar("SELECT last_state::text FROM receiver_task_views")
-            .fetch_one(conn)
-            .await
-            .unwrap()
+    async fn rows_scanned(conn: &mut PgConnection) -> u64 {
+        let rows: Option<i64> = sqlx::query_scalar(
+            "SELECT seq_tup_read FROM pg_stat_xact_user_tables WHERE relname = 'receiver_outbox'",
+        )
+        .fetch_optional(conn)
+        .await
+        .unwrap();
+        rows.unwrap_or(0) as u64
     }
     async fn analyze(conn: &mut PgConnection) {
         use sqlx::Executor;
@@ -297,9 +283,9 @@ pub(crate) struct Recording {
     gate: Arc<Semaphore>,
     /// The errors `record` returned.
     errors: Arc<Mutex<Vec<String>>>,
-    /// For each delivery, the outbox's rows its own transaction sees right
-    /// after it recorded, when asked.
-    seen: Option<Arc<Mutex<Vec<u64>>>>,
+    /// The outbox's rows each delivery's recording read by scanning the
+    /// table, when measured.
+    scanned: Option<Arc<Mutex<Vec<u64>>>>,
 }
 
 impl Recording {
@@ -312,7 +298,7 @@ impl Recording {
             entered: Arc::new(Semaphore::new(0)),
             gate: Arc::new(Semaphore::new(0)),
             errors: Arc::default(),
-            seen: None,
+            scanned: None,
         }
     }
 }
@@ -348,6 +334,10 @@ impl<E: Server> Service<Delivery<Applying<E>>> for Recording {
                     }
                     effects.push(effect);
                 }
+                let scanned_before = match &this.scanned {
+                    Some(_) => E::rows_scanned(delivery.body_mut().connection()).await,
+                    None => 0,
+                };
                 let mut recorder = delivery.body_mut().outbox();
                 let recorded = match this.at_once {
                     true => recorder.record_all(effects).await.map(drop),
@@ -366,9 +356,9 @@ impl<E: Server> Service<Delivery<Applying<E>>> for Recording {
                     this.errors.lock().unwrap().push(format!("{e:?}"));
                     return Err(e.into());
                 }
-                if let Some(seen) = &this.seen {
-                    let rows = E::outbox_rows(delivery.body_mut().connection()).await;
-                    seen.lock().unwrap().push(rows);
+                if let Some(scanned) = &this.scanned {
+                    let after = E::rows_scanned(delivery.body_mut().connection()).await;
+                    scanned.lock().unwrap().push(after - scanned_before);
                 }
             }
             if this.plug.as_deref() == Some(id.as_str()) {
@@ -398,6 +388,15 @@ impl<E: Server> Fixture<E> {
 
     async fn on_queue(queue: &str) -> Self {
         Self::open(queue, StoreOptions::default()).await
+    }
+
+    /// A fixture whose inbox holds at most `n` connections.
+    async fn with_connections(n: u32) -> Self {
+        let options = StoreOptions {
+            max_connections: n,
+            ..StoreOptions::default()
+        };
+        Self::open(&random_hex(16), options).await
     }
 
     async fn open(queue: &str, options: StoreOptions) -> Self {
@@ -632,28 +631,69 @@ async fn effects_recorded_at_once_are_none_written_when_one_was_committed_before
     assert_eq!(f.pending().await, [named.as_str()]);
 }
 
-/// The transaction's COMMIT writes its effects, in the same round trip:
-/// right after `record`, not even the transaction itself sees the row.
-async fn an_effect_is_held_until_the_commit_writes_it<E: Server>() {
-    let f = Fixture::<E>::new().await;
-    let event = random_hex(16);
-    let mut recording = Recording::of(&[("hook", "a", None), ("hook", "b", None)]);
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    recording.seen = Some(seen.clone());
-    f.apply(recording, &f.event(&event, 1)).await.unwrap();
-    assert_eq!(*seen.lock().unwrap(), [0]);
-    assert_eq!(
-        f.pending().await,
-        [
-            f.id(&event, "hook", "a").as_str(),
-            f.id(&event, "hook", "b").as_str()
-        ]
+/// PostgreSQL keeps a plan for a statement a connection prepared, made
+/// once for all values after a few executions: the plan of a delivery's
+/// effects, made while the outbox was nearly empty, must still look each
+/// id up by the key once the table holds many rows.
+async fn effects_recorded_at_once_are_looked_up_by_key_when_the_outbox_has_grown<E: Server>() {
+    let f = Fixture::<E>::with_connections(1).await;
+    let mut recording = Recording::of(&[
+        ("hook", "a", None),
+        ("hook", "b", None),
+        ("hook", "c", None),
+    ]);
+    recording.at_once = true;
+    let mut version = 0;
+    for _ in 0..12 {
+        version += 1;
+        let event = random_hex(16);
+        f.apply(recording.clone(), &f.event(&event, version))
+            .await
+            .unwrap();
+    }
+    let mut conn = f.conn().await;
+    for n in 0..20 {
+        let rows = (0..1000)
+            .map(|i| {
+                let id = format!("{:032x}", n * 1000 + i);
+                format!(
+                    "('{id}', 'elsewhere', '{id}', '{id}', 'hook', 'k', 'k', '', '{{}}', 'sent', 1, \
+                     '2026-01-01 00:00:00', '2026-01-01 00:00:00')"
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        E::run(
+            &mut conn,
+            &format!(
+            "INSERT INTO receiver_outbox (effect_id, consumer_name, queue_id, event_id, target, \
+             effect_key, ordering_key, body, headers, state, attempts, next_attempt_at, \
+             created_at) VALUES {rows}"
+        ),
+        )
+        .await;
+    }
+    let scanned = Arc::new(Mutex::new(Vec::new()));
+    recording.scanned = Some(scanned.clone());
+    for _ in 0..3 {
+        version += 1;
+        let event = random_hex(16);
+        f.apply(recording.clone(), &f.event(&event, version))
+            .await
+            .unwrap();
+    }
+    let scanned = scanned.lock().unwrap().clone();
+    assert_eq!(scanned.len(), 3);
+    assert!(
+        scanned.iter().all(|n| *n < 100),
+        "rows read by scanning the outbox: {scanned:?}"
     );
 }
 
-/// Effects too large to go as literals with the COMMIT are written just
-/// before it, bound, byte for byte, in the order recorded.
-async fn effects_larger_than_a_commit_carries_are_written_before_it_in_their_order<E: Server>() {
+/// A body of bytes that are not text, larger than the notifications most
+/// effects are, comes back to a relay byte for byte, beside a small one
+/// recorded before it.
+async fn a_large_binary_body_is_recorded_and_claimed_byte_for_byte<E: Server>() {
     let f = Fixture::<E>::new().await;
     let event = random_hex(16);
     let large = Bytes::from(
@@ -694,36 +734,6 @@ async fn effects_larger_than_a_commit_carries_are_written_before_it_in_their_ord
         sent.contains(&&large),
         "the large body came back byte for byte"
     );
-}
-
-/// A COMMIT that wrote held effects leaves its connection in a
-/// transaction sqlx counts, for the next delivery to go on in; anything
-/// else on that connection first forgets it: a session there still
-/// begins a transaction of its own and commits what it wrote.
-async fn a_session_after_a_delivery_with_effects_commits_its_writes<E: Server>() {
-    let options = StoreOptions {
-        max_connections: 1,
-        ..StoreOptions::default()
-    };
-    let f = Fixture::<E>::open(&random_hex(16), options).await;
-    let event = random_hex(16);
-    f.apply(Recording::of(&[("hook", "a", None)]), &f.event(&event, 1))
-        .await
-        .unwrap();
-    let mut session = f.store.session().await.unwrap();
-    E::cancel_views(session.connection()).await;
-    session.commit().await.unwrap();
-    assert_eq!(E::view_state(&mut f.conn().await).await, "CANCELLED");
-    // The next delivery on that connection applies as ever.
-    let next = f
-        .apply(
-            Recording::of(&[("hook", "b", None)]),
-            &f.event(&random_hex(16), 2),
-        )
-        .await
-        .unwrap();
-    assert_eq!(next.outcome, Outcome::Applied);
-    assert_eq!(f.pending().await.len(), 2);
 }
 
 async fn in_a_batch_a_refused_sibling_leaves_no_effect_and_the_others_keep_theirs<E: Server>() {
@@ -1239,9 +1249,8 @@ on_both!(
     an_effect_committed_before_is_refused_by_its_key_not_written_twice,
     effects_recorded_at_once_are_one_statement_and_keep_their_order,
     effects_recorded_at_once_are_none_written_when_one_was_committed_before,
-    an_effect_is_held_until_the_commit_writes_it,
-    a_session_after_a_delivery_with_effects_commits_its_writes,
-    effects_larger_than_a_commit_carries_are_written_before_it_in_their_order,
+    effects_recorded_at_once_are_looked_up_by_key_when_the_outbox_has_grown,
+    a_large_binary_body_is_recorded_and_claimed_byte_for_byte,
     in_a_batch_a_refused_sibling_leaves_no_effect_and_the_others_keep_theirs,
     the_effect_id_is_the_same_when_the_event_is_applied_on_a_fresh_database,
     two_claimers_at_once_get_disjoint_effects,
@@ -1255,44 +1264,6 @@ on_both!(
     receiver_outbox_lists_pending_and_dead_effects_and_replays_a_dead_one_under_its_id,
     receiver_outbox_without_the_table_says_what_creates_it,
 );
-
-/// On PostgreSQL a COMMIT that wrote held effects opens the empty
-/// transaction its connection's next delivery goes on in; a receiver that
-/// then idles gives the connection back to the pool within two rests of
-/// the shelf, and the pool's ping ends that transaction.
-#[tokio::test]
-async fn on_postgres_an_idle_receiver_leaves_no_transaction_open_after_effects() {
-    let f = Fixture::<Postgres>::new().await;
-    f.apply(
-        Recording::of(&[("hook", "a", None)]),
-        &f.event(&random_hex(16), 1),
-    )
-    .await
-    .unwrap();
-    let mut conn = f.conn().await;
-    let idle_in_transaction = "SELECT COUNT(*) FROM pg_stat_activity \
-         WHERE datname = current_database() AND state = 'idle in transaction'";
-    let open: i64 = sqlx::query_scalar(idle_in_transaction)
-        .fetch_one(&mut conn)
-        .await
-        .unwrap();
-    assert_eq!(open, 1, "the connection waits in its next transaction");
-    let deadline = std::time::Instant::now() + Duration::from_secs(6);
-    loop {
-        let open: i64 = sqlx::query_scalar(idle_in_transaction)
-            .fetch_one(&mut conn)
-            .await
-            .unwrap();
-        if open == 0 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "still {open} idle in transaction after 6 s"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
 
 /// The derivation is frozen: these ids were computed outside the crate,
 /// from the encoding `docs/outbox.md` gives (SHA-256 of the version tag,

@@ -190,12 +190,6 @@ mod sealed {
             conn: &mut Self::Connection,
         ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
 
-        /// Makes sqlx forget the transaction it counts, which nothing
-        /// wrote in (see [`commit_with_effects`](Outbox::commit_with_effects)),
-        /// by queueing a `ROLLBACK` that goes with the connection's next
-        /// statement or the pool's ping.
-        fn forget(conn: &mut Self::Connection);
-
         /// `COMMIT` (or `ROLLBACK`) of the whole transaction.
         fn end(
             conn: &mut Self::Connection,
@@ -575,33 +569,6 @@ mod sealed {
             conn: &'c mut Self::Connection,
             rows: &'c [NewEffectRow<'c>],
         ) -> impl Future<Output = Result<Option<usize>, sqlx::Error>> + Send + 'c;
-
-        /// Writes `rows` in one statement, bound to a prepared statement,
-        /// on the inbox's connection inside its transaction: an id that is
-        /// there already is an error (on PostgreSQL one that aborts the
-        /// transaction). For the effects a transaction held, before its
-        /// COMMIT. `rows` is never empty.
-        fn write_effects<'c>(
-            conn: &'c mut Self::Connection,
-            rows: &'c [NewEffectRow<'c>],
-        ) -> impl Future<Output = Result<(), sqlx::Error>> + Send + 'c;
-
-        /// Writes `rows` and commits the inbox's transaction in one round
-        /// trip: one statement, its values written in as literals, then
-        /// `COMMIT`. An error answer committed nothing (the transaction is
-        /// then to be rolled back); no answer leaves the COMMIT unknown.
-        /// `rows` is never empty.
-        ///
-        /// Ending the count sqlx keeps of the transaction would take a
-        /// statement of its own, so sqlx goes on counting one: on
-        /// PostgreSQL an empty transaction the same text opens, on MySQL
-        /// the one the connection's next statement opens (autocommit is
-        /// off). The connection's next delivery goes on in it; anything
-        /// else first [`forget`](Statements::forget)s it.
-        fn commit_with_effects<'c>(
-            conn: &'c mut Self::Connection,
-            rows: &'c [NewEffectRow<'c>],
-        ) -> impl Future<Output = Result<(), sqlx::Error>> + Send + 'c;
 
         /// The engine and the server's version string (`SELECT VERSION()`,
         /// `SHOW server_version`).

@@ -70,10 +70,6 @@ pub(super) struct Job<S> {
 #[derive(Debug, Clone)]
 enum Whole {
     Database(DbError),
-    /// The statement that writes the effects held for the COMMIT was
-    /// refused (an effect committed before, a missing table or grant):
-    /// nothing committed.
-    Held(DbError),
     Timeout,
     Unconfirmed,
 }
@@ -83,7 +79,7 @@ impl Whole {
     fn kind(&self) -> &'static str {
         match self {
             Whole::Database(e) if e.is_rolled_back() => "rolled_back",
-            Whole::Database(_) | Whole::Held(_) => "database",
+            Whole::Database(_) => "database",
             Whole::Timeout => "timeout",
             Whole::Unconfirmed => "unconfirmed",
         }
@@ -99,7 +95,7 @@ impl From<sqlx::Error> for Whole {
 impl From<Whole> for InboxError {
     fn from(whole: Whole) -> Self {
         match whole {
-            Whole::Database(e) | Whole::Held(e) => InboxError::Database(e),
+            Whole::Database(e) => InboxError::Database(e),
             Whole::Timeout => InboxError::Timeout,
             Whole::Unconfirmed => InboxError::CommitUnconfirmed,
         }
@@ -180,9 +176,8 @@ async fn settle<S: Inner<E>, E: Engine>(
     // The first attempt runs in the transaction's span; each retry has a
     // span of its own that names the rollback it answers.
     let mut retry: Option<Span> = None;
-    let mut effects_at_once = false;
     loop {
-        let attempt = attempt(store, set, jobs, fresh, effects_at_once, deadline);
+        let attempt = attempt(store, set, jobs, fresh, deadline);
         let attempt = match &retry {
             Some(span) => attempt.instrument(span.clone()).await,
             None => attempt.await,
@@ -197,30 +192,6 @@ async fn settle<S: Inner<E>, E: Engine>(
         };
         if let Some(span) = &retry {
             failed(span, &whole);
-        }
-        if let (Whole::Held(e), false) = (&whole, effects_at_once) {
-            // Run again at once, each effect written as it is recorded:
-            // the inner service then meets the refusal where it recorded
-            // the effect, and answers as it would have.
-            tracing::info!(
-                target: "result_inbox::inbox",
-                event = %jobs.first().map_or("-", |j| j.event.id().as_str()),
-                deliveries = jobs.len(),
-                retry = retries + 1,
-                cause = %e,
-                "the effects held for COMMIT were refused; retrying with each written as recorded"
-            );
-            effects_at_once = true;
-            retries += 1;
-            retry = Some(tracing::info_span!(
-                "transaction retry",
-                retry = retries,
-                cause = %e,
-                error.type = field::Empty,
-                otel.status_code = field::Empty,
-            ));
-            last = Some(e.clone());
-            continue;
         }
         if let Whole::Database(e) = &whole {
             if e.is_rolled_back() {
@@ -284,21 +255,17 @@ async fn attempt<S: Inner<E>, E: Engine>(
     set: Option<&dyn ApplySet<E>>,
     jobs: &mut [Job<S>],
     fresh: bool,
-    effects_at_once: bool,
     deadline: Instant,
 ) -> Result<Fates, Whole> {
     // Waiting for a connection is told apart from waiting inside the
     // transaction: only the first says the database cannot be reached. A
     // retry that the budget ends while it waits for one is a retry the
     // budget cut short, answered with the rollback that made it.
-    let mut tx = match timeout_at(deadline, InboxTx::acquire_continuing(store.shelf())).await {
+    let mut tx = match timeout_at(deadline, InboxTx::acquire(store.shelf())).await {
         Err(_elapsed) if !fresh => return Err(Whole::Timeout),
         Err(_elapsed) => return Err(Whole::Database(DbError::pool_timeout())),
         Ok(tx) => tx?,
     };
-    if effects_at_once {
-        tx.write_effects_at_once();
-    }
     let written = timeout_at(deadline, async {
         if let Some(set) = set.filter(|_| suits_set(jobs)) {
             let events: Vec<&Event> = jobs.iter().map(|j| &*j.event).collect();
@@ -317,11 +284,9 @@ async fn attempt<S: Inner<E>, E: Engine>(
         let _ = tx.rollback().await;
         return Ok(fates);
     }
-    let held = tx.holds_effects();
     match timeout_at(deadline, tx.commit()).await {
         Err(_elapsed) => Err(Whole::Unconfirmed),
         Ok(Err(e)) => match error::commit_error(e) {
-            InboxError::Database(e) if held && !e.is_rolled_back() => Err(Whole::Held(e)),
             InboxError::Database(e) => Err(Whole::Database(e)),
             _ => Err(Whole::Unconfirmed),
         },

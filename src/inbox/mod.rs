@@ -252,10 +252,10 @@ impl<E: Engine> Applying<E> {
     }
 
     /// Records effects to be sent after COMMIT, in this transaction: each
-    /// [`Recorder::record`](outbox::Recorder::record) holds its row for
-    /// the COMMIT, which writes it in `receiver_outbox` in the same round
-    /// trip, so it commits with this delivery or not at all (see
-    /// [`outbox`]). Needs the table (`receiver init --outbox`).
+    /// [`Recorder::record`](outbox::Recorder::record) writes its row in
+    /// `receiver_outbox` at once, so it commits with this delivery or not
+    /// at all (see [`outbox`]). Needs the table (`receiver init
+    /// --outbox`).
     ///
     /// ```no_run
     /// use result_inbox::delivery::Delivery;
@@ -271,10 +271,8 @@ impl<E: Engine> Applying<E> {
     /// }
     /// ```
     pub fn outbox(&mut self) -> outbox::Recorder<'_, E> {
-        let (conn, held) = self.tx.recording();
         outbox::Recorder::new(
-            conn,
-            held,
+            self.tx.connection(),
             &self.scope,
             self.event.id(),
             self.trace.as_ref(),

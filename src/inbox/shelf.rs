@@ -13,16 +13,11 @@
 //! shelf longer than [`REST`], or that has gone from transaction to
 //! transaction for [`ROUND`] since it last came from the pool, goes back
 //! through the pool — its ping, its idle time-out, its lifetime — when the
-//! next transaction begins, or at the latest one [`REST`] later, when the
-//! shelf is swept. A connection still in the transaction a COMMIT that
-//! wrote held effects left counted (on PostgreSQL an empty one, see
-//! `Outbox::commit_with_effects`) goes back with a `ROLLBACK` queued for
-//! the pool's ping to send: an idle receiver leaves no transaction open.
-//! A connection error clears the shelf: after a server restart the
-//! shelved connections are as dead as the one that failed.
+//! next transaction begins. A connection error clears the shelf: after a
+//! server restart the shelved connections are as dead as the one that
+//! failed.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use sqlx::pool::PoolConnection;
@@ -46,9 +41,6 @@ pub(crate) struct Shelf<E: Engine> {
     /// shelved instead: with every connection lent out, the pool would not
     /// see it.
     shelved: Notify,
-    /// Itself, for the sweeper it starts with its first shelved connection.
-    me: Weak<Shelf<E>>,
-    sweeping: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -63,14 +55,12 @@ struct Ready<E: Engine> {
 pub(crate) struct Lent(Instant);
 
 impl<E: Engine> Shelf<E> {
-    pub(crate) fn new(pool: Pool<E>) -> Arc<Self> {
-        Arc::new_cyclic(|me| Self {
+    pub(crate) fn new(pool: Pool<E>) -> Self {
+        Self {
             pool,
             ready: Mutex::new(Vec::new()),
             shelved: Notify::new(),
-            me: me.clone(),
-            sweeping: AtomicBool::new(false),
-        })
+        }
     }
 
     pub(crate) fn pool(&self) -> &Pool<E> {
@@ -105,68 +95,34 @@ impl<E: Engine> Shelf<E> {
             lent,
         });
         self.shelved.notify_one();
-        self.start_sweeping();
-    }
-
-    /// Starts the task that gives rested connections back to the pool,
-    /// once, on the runtime the first connection is shelved on. It ends
-    /// with the shelf.
-    fn start_sweeping(&self) {
-        if self.sweeping.swap(true, Ordering::Relaxed) {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            self.sweeping.store(false, Ordering::Relaxed);
-            return;
-        };
-        let me = self.me.clone();
-        runtime.spawn(async move {
-            loop {
-                tokio::time::sleep(REST).await;
-                let Some(shelf) = me.upgrade() else { return };
-                back_to_pool(shelf.take_due(Instant::now()));
-            }
-        });
     }
 
     /// Gives every shelved connection back to the pool, which pings it and
     /// closes it if it is dead.
     pub(crate) fn clear(&self) {
         let all = std::mem::take(&mut *self.lock());
-        back_to_pool(all);
+        drop(all);
     }
 
     fn take(&self) -> Option<Ready<E>> {
-        back_to_pool(self.take_due(Instant::now()));
-        self.lock().pop()
-    }
-
-    /// The connections due back to the pool at `now`, taken off the shelf.
-    fn take_due(&self, now: Instant) -> Vec<Ready<E>> {
+        let now = Instant::now();
+        let mut ready = self.lock();
         let due = |r: &Ready<E>| {
             now.saturating_duration_since(r.since) > REST
                 || now.saturating_duration_since(r.lent.0) > ROUND
         };
-        let mut ready = self.lock();
         let (back, keep): (Vec<_>, Vec<_>) = ready.drain(..).partition(due);
         *ready = keep;
-        back
+        let next = ready.pop();
+        drop(ready);
+        // Dropped outside the lock: each goes back through the pool.
+        drop(back);
+        next
     }
 
     fn lock(&self) -> MutexGuard<'_, Vec<Ready<E>>> {
         // Nothing panics while holding it; a poisoned list is still a list.
         self.ready.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-/// Drops each of `ready` (outside the shelf's lock), which gives it back
-/// to the pool: whatever transaction sqlx still counts on it forgotten
-/// first, so that the pool's ping sends the `ROLLBACK` that ends it.
-fn back_to_pool<E: Engine>(ready: Vec<Ready<E>>) {
-    for mut r in ready {
-        if E::depth(&r.conn) > 0 {
-            E::forget(&mut r.conn);
-        }
     }
 }
 

@@ -165,7 +165,7 @@ impl<E: Engine> InboxStore<E> {
 impl<E: Engine> InboxStore<E> {
     fn with_pool(pool: Pool<E>, dsn: &Dsn, scope: InboxScope, options: &StoreOptions) -> Self {
         Self {
-            shelf: Shelf::new(pool),
+            shelf: Arc::new(Shelf::new(pool)),
             dsn: Arc::new(dsn.clone()),
             scope,
             transaction_timeout: options.transaction_timeout,

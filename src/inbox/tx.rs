@@ -24,7 +24,6 @@ use crate::db::{DbError, Engine};
 use crate::digest::Digest;
 use crate::event::Event;
 use crate::ids::EventId;
-use crate::outbox::{Held, FUSE_BYTES};
 use crate::scope::InboxScope;
 
 /// An open transaction on a pooled connection.
@@ -39,8 +38,6 @@ pub(crate) struct InboxTx<E: Engine> {
     /// service of a batch: back to the batch, which still has its siblings
     /// to commit (see [`lend`](Self::lend)).
     home: Option<oneshot::Sender<InboxTx<E>>>,
-    /// The effects recorded in the transaction, which its COMMIT writes.
-    held: Held,
 }
 
 /// What the statement that inserts an inbox row found, the transaction
@@ -75,20 +72,6 @@ impl<E: Engine> InboxTx<E> {
     /// [`rollback`](Self::rollback), or the connection is closed; after
     /// either, it goes back on the shelf.
     pub(crate) async fn acquire(shelf: &Arc<Shelf<E>>) -> Result<InboxTx<E>, sqlx::Error> {
-        let mut tx = Self::acquire_continuing(shelf).await?;
-        if E::depth(tx.connection()) > 0 {
-            E::forget(tx.connection());
-        }
-        Ok(tx)
-    }
-
-    /// Like [`acquire`](Self::acquire), for a delivery's transaction, which
-    /// goes on in the one a COMMIT that wrote held effects left open
-    /// (empty, on PostgreSQL) and counted, if the connection has one (see
-    /// `Outbox::commit_with_effects`): no statement is spent ending it.
-    pub(crate) async fn acquire_continuing(
-        shelf: &Arc<Shelf<E>>,
-    ) -> Result<InboxTx<E>, sqlx::Error> {
         let (conn, lent) = shelf.acquire().await?;
         Ok(InboxTx {
             conn: Some(conn),
@@ -97,30 +80,7 @@ impl<E: Engine> InboxTx<E> {
             // From here on, assume the worst until the server says otherwise.
             open: true,
             home: None,
-            held: Held::default(),
         })
-    }
-
-    /// From now on, effects are written as they are recorded, not held
-    /// for the COMMIT: a run of a transaction whose held effects the
-    /// COMMIT's statement refused, so that the inner service learns why
-    /// where it recorded them.
-    pub(crate) fn write_effects_at_once(&mut self) {
-        self.held.write_at_once();
-    }
-
-    /// Whether the COMMIT has effects to write.
-    pub(crate) fn holds_effects(&self) -> bool {
-        !self.held.is_empty()
-    }
-
-    /// The connection and the effects held, for a recorder.
-    pub(crate) fn recording(&mut self) -> (&mut E::Connection, &mut Held) {
-        let conn = self
-            .conn
-            .as_mut()
-            .expect("a transaction has its connection until it is dropped");
-        (conn, &mut self.held)
     }
 
     /// The transaction for an inner service, and where it comes back when
@@ -211,17 +171,13 @@ impl<E: Engine> InboxTx<E> {
     /// Marks a savepoint: what follows can be undone alone.
     pub(crate) async fn savepoint(&mut self) -> Result<(), sqlx::Error> {
         self.close_nested().await?;
-        E::savepoint(self.connection()).await?;
-        self.held.mark();
-        Ok(())
+        E::savepoint(self.connection()).await
     }
 
     /// Undoes everything since the last [`savepoint`](Self::savepoint).
     pub(crate) async fn rollback_to_savepoint(&mut self) -> Result<(), sqlx::Error> {
         self.close_nested().await?;
-        E::rollback_to_savepoint(self.connection()).await?;
-        self.held.back_to_mark();
-        Ok(())
+        E::rollback_to_savepoint(self.connection()).await
     }
 
     /// `ROLLBACK`, keeping the connection for the next transaction, which
@@ -230,31 +186,10 @@ impl<E: Engine> InboxTx<E> {
         self.end(End::Rollback).await
     }
 
-    /// `COMMIT` or `ROLLBACK` of the whole transaction, nested ones
-    /// first; a COMMIT writes the effects held for it, up to
-    /// [`FUSE_BYTES`] in its own round trip, more in statements just
-    /// before it.
+    /// `COMMIT` or `ROLLBACK` of the whole transaction, nested ones first.
     async fn end(&mut self, end: End) -> Result<(), sqlx::Error> {
         self.close_nested().await?;
-        let conn = self
-            .conn
-            .as_mut()
-            .expect("a transaction has its connection until it is dropped");
-        match end {
-            End::Commit if self.held.is_empty() => E::end(conn, true).await?,
-            End::Commit if self.held.bytes() <= FUSE_BYTES => {
-                E::commit_with_effects(conn, &self.held.rows()).await?
-            }
-            End::Commit => {
-                for chunk in self.held.chunks() {
-                    E::write_effects(&mut *conn, &chunk).await?;
-                }
-                E::end(conn, true).await?
-            }
-            End::Rollback => E::end(conn, false).await?,
-        }
-        self.held.clear();
-        Ok(())
+        E::end(self.connection(), matches!(end, End::Commit)).await
     }
 
     /// The connection, as an executor for the statements of the transaction.
@@ -308,7 +243,6 @@ impl<E: Engine> Drop for InboxTx<E> {
                 shelf: self.shelf.clone(),
                 open: self.open,
                 home: None,
-                held: std::mem::take(&mut self.held),
             };
             // A batch that stopped waiting drops it here, which closes or
             // shelves it as below.

@@ -4,8 +4,8 @@
 //!
 //! An inner service records an effect through what the inbox lends it,
 //! [`Applying::outbox`](crate::inbox::Applying::outbox): a [`Recorder`]
-//! whose rows the transaction's COMMIT writes in `receiver_outbox`, in the
-//! same round trip. The row shares the delivery's outcome: a
+//! that writes the effect's row in `receiver_outbox` at once, on the
+//! transaction's own connection. The row shares the delivery's outcome: a
 //! refused or rolled-back delivery leaves no effect, a duplicate delivery
 //! never reaches the inner service and records nothing, and in batching
 //! mode a refused sibling's savepoint takes its effects with it.
@@ -25,8 +25,7 @@
 //! |---|---|
 //! | `effect.rs` | [`Effect`], [`Target`], [`EffectKey`], [`Headers`]: what an effect is, checked before any statement. |
 //! | `id.rs` | [`EffectId`] and its derivation (frozen, with golden vectors). |
-//! | `record.rs` | [`Recorder`]: the row recorded in the inbox's transaction. |
-//! | `held.rs` | The rows a transaction holds for its COMMIT. |
+//! | `record.rs` | [`Recorder`]: the row written in the inbox's transaction. |
 //! | `claim.rs` | The relay's statements: [`claim`], [`mark_sent`], [`mark_failed`], [`mark_dead`], [`list`], [`pending_summary`], [`replay_dead`], [`check_skip_locked`]. |
 //! | `operator.rs` | What `receiver outbox` lists and replays, on the engine an address names: [`effects`], [`replay`], [`Replayed`]. |
 //! | `error.rs` | [`OutboxError`]. |
@@ -34,7 +33,6 @@
 mod claim;
 mod effect;
 mod error;
-mod held;
 mod id;
 mod operator;
 mod record;
@@ -48,7 +46,6 @@ pub use self::effect::{
     MAX_TARGET_BYTES,
 };
 pub use self::error::OutboxError;
-pub(crate) use self::held::{Held, FUSE_BYTES};
 pub use self::id::EffectId;
 pub use self::operator::{effects, replay, Replayed};
 pub(crate) use self::record::Recorded;

@@ -6,7 +6,6 @@ use bytes::Bytes;
 
 use super::effect::Effect;
 use super::error::OutboxError;
-use super::held::Held;
 use super::id::EffectId;
 use crate::db::record::NewEffectRow;
 use crate::db::Engine;
@@ -23,24 +22,14 @@ pub(crate) struct Recorded(HashSet<EffectId>);
 /// applying: what [`Applying::outbox`](crate::inbox::Applying::outbox)
 /// returns.
 ///
-/// Each [`record`](Self::record) checks the effect and holds its row,
-/// `pending`, for the transaction's COMMIT, which writes every held row in
-/// one statement sent in the same round trip: it commits with the
-/// delivery or not at all. [`record_all`](Self::record_all) records
-/// several at once. The row carries the inbox identity (receiver name,
+/// Each [`record`](Self::record) writes the effect's row at once, on the
+/// transaction's connection, as `pending`: it commits with the delivery
+/// or not at all. [`record_all`](Self::record_all) writes several in one
+/// statement. The row carries the inbox identity (receiver name,
 /// queue, event), the derived [`EffectId`], and the `traceparent` the
 /// delivery came with, if any.
-///
-/// A key committed by an earlier application of the event (only a
-/// forgotten inbox row lets one be applied again) is found when the
-/// COMMIT's statement meets it: nothing commits, and the inbox runs the
-/// transaction again with each effect written as it is recorded, where
-/// `record` answers [`OutboxError::DuplicateEffect`]. Any other error of
-/// that statement (a missing table, a missing grant) is answered the same
-/// way, by `record` itself.
 pub struct Recorder<'a, E: Engine> {
     conn: &'a mut E::Connection,
-    held: &'a mut Held,
     scope: &'a InboxScope,
     event: &'a EventId,
     trace: Option<&'a TraceContext>,
@@ -60,7 +49,6 @@ impl<'a, E: Engine> Recorder<'a, E> {
     /// A recorder on the lent connection, for `event` in `scope`.
     pub(crate) fn new(
         conn: &'a mut E::Connection,
-        held: &'a mut Held,
         scope: &'a InboxScope,
         event: &'a EventId,
         trace: Option<&'a TraceContext>,
@@ -68,7 +56,6 @@ impl<'a, E: Engine> Recorder<'a, E> {
     ) -> Self {
         Self {
             conn,
-            held,
             scope,
             event,
             trace,
@@ -95,13 +82,13 @@ impl<'a, E: Engine> Recorder<'a, E> {
         Ok(ids.remove(0))
     }
 
-    /// Records every effect of `effects`, in their order, all or none:
-    /// their ids, or why not, and then none of them is recorded. Two with
-    /// one key and target, or one recorded before in this transaction, is
-    /// [`OutboxError::DuplicateEffect`] naming the first such (one
-    /// committed by an earlier application: see [`Recorder`]). Written as
-    /// they are recorded, they go in one statement. No effects record
-    /// nothing.
+    /// Records every effect of `effects`, in their order, in one statement
+    /// (one round trip however many there are): their ids, or why not,
+    /// and then none of them is written. Two with one key and target, or
+    /// one recorded before (in this transaction, or committed by an
+    /// earlier application of this event) is
+    /// [`OutboxError::DuplicateEffect`] naming the first such. No effects
+    /// write nothing.
     pub async fn record_all(
         &mut self,
         effects: impl IntoIterator<Item = Effect>,
@@ -142,11 +129,9 @@ impl<'a, E: Engine> Recorder<'a, E> {
                 traceparent,
             })
             .collect();
-        if !self.held.at_once() {
-            self.held.hold(&rows);
-        } else if let Some(i) = E::record_effects(&mut *self.conn, &rows).await? {
-            // That key is there already, committed by an earlier
-            // application of this event.
+        // `Some`: that key is there already, committed by an earlier
+        // application of this event.
+        if let Some(i) = E::record_effects(&mut *self.conn, &rows).await? {
             return Err(duplicate(i));
         }
         self.recorded.0.extend(ids.iter().cloned());

@@ -5,8 +5,7 @@
 //! messages both ways, not raw chunks, so that it can recognise one command:
 //! a COMMIT. sqlx 0.8 sends a query without arguments over each protocol's
 //! simple path, never prepared: on MySQL a `COM_QUERY` (0x03) with the text
-//! `COMMIT`, on PostgreSQL a simple `Query` (`Q`); a text whose statements
-//! include a `COMMIT` counts as one. A prepared `COMMIT`
+//! `COMMIT`, on PostgreSQL a simple `Query` (`Q`). A prepared `COMMIT`
 //! (`COM_STMT_PREPARE`, 0x16; PostgreSQL's `Parse`, `P`) is recognised as
 //! well, so that a client that prepared it could not slip past the fault.
 //!
@@ -300,13 +299,7 @@ impl Wire {
                 _ => return false,
             },
         };
-        // A COMMIT may close a text of several statements (the effects a
-        // transaction held, written in its COMMIT's round trip); the
-        // receiver's values in such a text are hex literals, never `;`.
-        std::str::from_utf8(text).is_ok_and(|t| {
-            t.split(';')
-                .any(|statement| statement.trim().eq_ignore_ascii_case("COMMIT"))
-        })
+        std::str::from_utf8(text).is_ok_and(|t| t.trim().eq_ignore_ascii_case("COMMIT"))
     }
 }
 

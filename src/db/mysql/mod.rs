@@ -160,10 +160,6 @@ impl Statements for MySql {
         transaction::rollback_to_savepoint(conn)
     }
 
-    fn forget(conn: &mut MySqlConnection) {
-        transaction::forget(conn)
-    }
-
     fn end(
         conn: &mut MySqlConnection,
         commit: bool,

@@ -33,31 +33,6 @@ fn record_sql(rows: usize) -> String {
     format!("{RECORD_SQL}{}", vec![RECORD_ROW; rows].join(", "))
 }
 
-/// The rows of [`RECORD_SQL`] with their values written in: each text as a
-/// `utf8mb4` hex literal and the body as a binary one, which no value can
-/// break out of, whatever it holds.
-fn literal_rows(rows: &[NewEffectRow<'_>]) -> String {
-    let text = |value: &str| format!("_utf8mb4 X'{}'", hex::encode(value));
-    rows.iter()
-        .map(|r| {
-            format!(
-                "({}, {}, {}, {}, {}, {}, {}, X'{}', {}, {}, 'pending', 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
-                text(r.effect_id),
-                text(r.consumer),
-                text(r.queue),
-                text(r.event),
-                text(r.target),
-                text(r.key),
-                text(r.ordering_key),
-                hex::encode(r.body),
-                text(r.headers),
-                r.traceparent.map_or_else(|| "NULL".to_owned(), text),
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 /// Which of `rows` is there already, after the `INSERT` of all of them
 /// met a duplicate key: MySQL names the entry in its message (the table's
 /// one unique key besides `seq` is the effect id), and a read says
@@ -161,8 +136,13 @@ impl Outbox for MySql {
         conn: &mut MySqlConnection,
         rows: &[NewEffectRow<'_>],
     ) -> Result<Option<usize>, sqlx::Error> {
-        match Self::write_effects(&mut *conn, rows).await {
-            Ok(()) => Ok(None),
+        let sql = record_sql(rows.len());
+        let insert = rows
+            .iter()
+            .fold(sqlx::query(&sql), |q, row| row.bind(q))
+            .execute(&mut *conn);
+        match traced(statement("INSERT", Some(OUTBOX)), insert).await {
+            Ok(_) => Ok(None),
             // 1062: an effect id is there; the statement alone is undone,
             // the transaction goes on.
             Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
@@ -175,29 +155,6 @@ impl Outbox for MySql {
             }
             Err(e) => Err(e),
         }
-    }
-
-    async fn write_effects(
-        conn: &mut MySqlConnection,
-        rows: &[NewEffectRow<'_>],
-    ) -> Result<(), sqlx::Error> {
-        let sql = record_sql(rows.len());
-        let insert = rows
-            .iter()
-            .fold(sqlx::query(&sql), |q, row| row.bind(q))
-            .execute(conn);
-        traced(statement("INSERT", Some(OUTBOX)), insert).await?;
-        Ok(())
-    }
-
-    async fn commit_with_effects(
-        conn: &mut MySqlConnection,
-        rows: &[NewEffectRow<'_>],
-    ) -> Result<(), sqlx::Error> {
-        // A failed INSERT ends the text there: the COMMIT never runs.
-        let sql = format!("{RECORD_SQL}{}; COMMIT", literal_rows(rows));
-        traced(statement("COMMIT", None), conn.execute(sql.as_str())).await?;
-        Ok(())
     }
 
     async fn server_version(conn: &mut MySqlConnection) -> Result<(EngineKind, String), DbError> {

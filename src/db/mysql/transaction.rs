@@ -69,12 +69,6 @@ pub(crate) async fn rollback_to_savepoint(conn: &mut MySqlConnection) -> Result<
     Ok(())
 }
 
-/// Forgets the transaction sqlx counts: a `ROLLBACK` queued for the
-/// connection's next statement.
-pub(crate) fn forget(conn: &mut MySqlConnection) {
-    MySqlTransactionManager::start_rollback(conn);
-}
-
 /// `COMMIT` (or `ROLLBACK`) of the whole transaction, through sqlx when it
 /// knows the transaction (its depth goes back to 0 with it).
 pub(crate) async fn end(conn: &mut MySqlConnection, commit: bool) -> Result<(), sqlx::Error> {

@@ -32,10 +32,6 @@ const INSERT: &str = "INSERT INTO receiver_inbox \
 /// UTC now, at the statement, as MySQL's `UTC_TIMESTAMP(6)`.
 pub(super) const NOW: &str = "(statement_timestamp() AT TIME ZONE 'UTC')";
 
-/// How the inbox opens a transaction: its isolation named, whatever the
-/// server's default.
-pub(super) const BEGIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
-
 /// The inbox's key, the only conflict the duplicate path takes.
 const ON_KEY: &str = " ON CONFLICT (consumer_name, queue_id, event_id) DO NOTHING";
 
@@ -118,7 +114,7 @@ pub(crate) async fn insert_one(
     }
     let text = |value: &str| format!("convert_from('\\x{}'::bytea, 'UTF8')", hex::encode(value));
     let sql = format!(
-        "{BEGIN}; {INSERT}({}, {}, {}, {}, {}, 1, {NOW})",
+        "BEGIN ISOLATION LEVEL READ COMMITTED; {INSERT}({}, {}, {}, {}, {}, 1, {NOW})",
         text(scope.receiver.as_str()),
         text(scope.queue_id.as_str()),
         text(event.id().as_str()),

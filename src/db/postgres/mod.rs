@@ -186,10 +186,6 @@ impl Statements for Postgres {
         transaction::rollback_to_savepoint(conn)
     }
 
-    fn forget(conn: &mut PgConnection) {
-        transaction::forget(conn)
-    }
-
     fn end(
         conn: &mut PgConnection,
         commit: bool,

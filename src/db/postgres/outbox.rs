@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnection, PgRow, Postgres};
-use sqlx::{Connection, Executor, Row};
+use sqlx::{Connection, Row};
 
 use super::inbox::NOW;
 use super::statement;
@@ -78,8 +78,9 @@ const RECORD_COLUMNS: &str = "effect_id, consumer_name, queue_id, event_id, targ
 /// there already.
 async fn record_one(conn: &mut PgConnection, row: &NewEffectRow<'_>) -> Result<bool, sqlx::Error> {
     let sql = format!(
-        "{INSERT_SQL}{} ON CONFLICT (effect_id) DO NOTHING",
-        bound_rows(1)
+        "INSERT INTO receiver_outbox ({RECORD_COLUMNS}, state, attempts, next_attempt_at, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', 0, {NOW}, {NOW}) \
+         ON CONFLICT (effect_id) DO NOTHING"
     );
     let insert = row.bind(sqlx::query(&sql)).execute(conn);
     let done = traced(statement("INSERT", Some(OUTBOX)), insert).await?;
@@ -118,48 +119,6 @@ fn record_all_sql(rows: usize) -> String {
          FROM (VALUES {values}) AS new (n, {RECORD_COLUMNS}) \
          WHERE {absent} ORDER BY n"
     )
-}
-
-/// The columns every effect's row is written with, first those of
-/// [`RECORD_COLUMNS`], then the engine's own.
-const INSERT_SQL: &str = "INSERT INTO receiver_outbox \
-     (effect_id, consumer_name, queue_id, event_id, target, effect_key, ordering_key, body, \
-     headers, traceparent, state, attempts, next_attempt_at, created_at) VALUES ";
-
-/// The rows of [`INSERT_SQL`] with their values bound.
-fn bound_rows(rows: usize) -> String {
-    (0..rows)
-        .map(|i| {
-            let p: Vec<String> = (1..=10).map(|c| format!("${}", i * 10 + c)).collect();
-            format!("({}, 'pending', 0, {NOW}, {NOW})", p.join(", "))
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// The rows of [`INSERT_SQL`] with their values written in: each text
-/// from its UTF-8 bytes in hex and the body as a hex `bytea`, which no
-/// value can break out of, whatever it holds.
-fn literal_rows(rows: &[NewEffectRow<'_>]) -> String {
-    let text = |value: &str| format!("convert_from('\\x{}'::bytea, 'UTF8')", hex::encode(value));
-    rows.iter()
-        .map(|r| {
-            format!(
-                "({}, {}, {}, {}, {}, {}, {}, '\\x{}'::bytea, {}, {}, 'pending', 0, {NOW}, {NOW})",
-                text(r.effect_id),
-                text(r.consumer),
-                text(r.queue),
-                text(r.event),
-                text(r.target),
-                text(r.key),
-                text(r.ordering_key),
-                hex::encode(r.body),
-                text(r.headers),
-                r.traceparent.map_or_else(|| "NULL".to_owned(), text),
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// Which of `rows` is there already, after their `INSERT` wrote none.
@@ -224,36 +183,6 @@ impl Outbox for Postgres {
                 rows.len()
             ))),
         }
-    }
-
-    async fn write_effects(
-        conn: &mut PgConnection,
-        rows: &[NewEffectRow<'_>],
-    ) -> Result<(), sqlx::Error> {
-        let sql = format!("{INSERT_SQL}{}", bound_rows(rows.len()));
-        let insert = rows
-            .iter()
-            .fold(sqlx::query(&sql), |q, row| row.bind(q))
-            .execute(conn);
-        traced(statement("INSERT", Some(OUTBOX)), insert).await?;
-        Ok(())
-    }
-
-    async fn commit_with_effects(
-        conn: &mut PgConnection,
-        rows: &[NewEffectRow<'_>],
-    ) -> Result<(), sqlx::Error> {
-        // A failed statement ends the text there: the COMMIT never runs.
-        // sqlx still counts the transaction that COMMIT ended; the BEGIN
-        // after it opens the one it counts, empty (no snapshot, no lock),
-        // for the connection's next delivery.
-        let sql = format!(
-            "{INSERT_SQL}{}; COMMIT; {}",
-            literal_rows(rows),
-            super::inbox::BEGIN
-        );
-        traced(statement("COMMIT", None), conn.execute(sql.as_str())).await?;
-        Ok(())
     }
 
     async fn server_version(conn: &mut PgConnection) -> Result<(EngineKind, String), DbError> {

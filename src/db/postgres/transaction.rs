@@ -61,12 +61,6 @@ pub(crate) async fn rollback_to_savepoint(conn: &mut PgConnection) -> Result<(),
     Ok(())
 }
 
-/// Forgets the transaction sqlx counts: a `ROLLBACK` queued for the
-/// connection's next statement.
-pub(crate) fn forget(conn: &mut PgConnection) {
-    PgTransactionManager::start_rollback(conn);
-}
-
 /// `COMMIT` (or `ROLLBACK`) of the whole transaction.
 pub(crate) async fn end(conn: &mut PgConnection, commit: bool) -> Result<(), sqlx::Error> {
     let span = statement(if commit { "COMMIT" } else { "ROLLBACK" }, None);
