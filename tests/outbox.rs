@@ -63,6 +63,9 @@ pub(crate) trait Server: Engine {
     /// The outbox's rows this connection read by scanning the table whole
     /// so far: in its transaction on PostgreSQL, in its session on MySQL.
     fn rows_scanned(conn: &mut Self::Connection) -> impl Future<Output = u64> + Send;
+    /// The outbox's rows this connection read by scanning the table whole
+    /// so far, over all its transactions.
+    fn table_scans(conn: &mut Self::Connection) -> impl Future<Output = u64> + Send;
     /// The outbox's statistics brought up to date, as the server's own
     /// upkeep keeps them (a table never analyzed looks nearly empty to
     /// PostgreSQL's planner, whatever it holds).
@@ -175,6 +178,9 @@ impl Server for MySql {
                 .unwrap();
         n.parse().unwrap()
     }
+    async fn table_scans(conn: &mut MySqlConnection) -> u64 {
+        Self::rows_scanned(conn).await
+    }
     async fn analyze(conn: &mut MySqlConnection) {
         use sqlx::Executor;
         conn.execute("ANALYZE TABLE receiver_outbox").await.unwrap();
@@ -261,6 +267,21 @@ impl Server for Postgres {
         .await
         .unwrap();
         rows.unwrap_or(0) as u64
+    }
+    async fn table_scans(conn: &mut PgConnection) -> u64 {
+        use sqlx::Executor;
+        // The backend's counts reach the shared statistics when it goes
+        // idle after this, at once rather than within a second.
+        conn.execute("SELECT pg_stat_force_next_flush()")
+            .await
+            .unwrap();
+        let rows: i64 = sqlx::query_scalar(
+            "SELECT seq_tup_read FROM pg_stat_user_tables WHERE relname = 'receiver_outbox'",
+        )
+        .fetch_one(conn)
+        .await
+        .unwrap();
+        rows as u64
     }
     async fn analyze(conn: &mut PgConnection) {
         use sqlx::Executor;
@@ -652,27 +673,7 @@ async fn effects_recorded_at_once_are_looked_up_by_key_when_the_outbox_has_grown
             .unwrap();
     }
     let mut conn = f.conn().await;
-    for n in 0..20 {
-        let rows = (0..1000)
-            .map(|i| {
-                let id = format!("{:032x}", n * 1000 + i);
-                format!(
-                    "('{id}', 'elsewhere', '{id}', '{id}', 'hook', 'k', 'k', '', '{{}}', 'sent', 1, \
-                     '2026-01-01 00:00:00', '2026-01-01 00:00:00')"
-                )
-            })
-            .collect::<Vec<_>>()
-            .join(", ");
-        E::run(
-            &mut conn,
-            &format!(
-            "INSERT INTO receiver_outbox (effect_id, consumer_name, queue_id, event_id, target, \
-             effect_key, ordering_key, body, headers, state, attempts, next_attempt_at, \
-             created_at) VALUES {rows}"
-        ),
-        )
-        .await;
-    }
+    grow_with_sent_effects::<E>(&mut conn, 20_000).await;
     let scanned = Arc::new(Mutex::new(Vec::new()));
     recording.scanned = Some(scanned.clone());
     for _ in 0..3 {
@@ -733,6 +734,71 @@ async fn a_large_binary_body_is_recorded_and_claimed_byte_for_byte<E: Server>() 
     assert!(
         sent.contains(&&large),
         "the large body came back byte for byte"
+    );
+}
+
+/// Adds `rows` sent effects of another receiver to the outbox, as a
+/// busy deployment's table holds until they are pruned, in statements of
+/// a thousand rows.
+async fn grow_with_sent_effects<E: Server>(conn: &mut E::Connection, rows: usize) {
+    for n in 0..rows.div_ceil(1000) {
+        let values = (0..1000)
+            .map(|i| {
+                let id = format!("{:032x}", n * 1000 + i);
+                format!(
+                    "('{id}', 'elsewhere', '{id}', '{id}', 'hook', 'k', 'k', '', '{{}}', 'sent', 1, \
+                     '2026-01-01 00:00:00', '2026-01-01 00:00:00')"
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        E::run(
+            conn,
+            &format!(
+                "INSERT INTO receiver_outbox (effect_id, consumer_name, queue_id, event_id, \
+                 target, effect_key, ordering_key, body, headers, state, attempts, \
+                 next_attempt_at, created_at) VALUES {values}"
+            ),
+        )
+        .await;
+    }
+}
+
+/// A relay's connection keeps the plans of its claim statements: those
+/// made while the outbox was nearly empty must still find the due
+/// effects and lease them by an index once the table holds many rows.
+async fn a_claim_reads_no_outbox_whole_when_it_has_grown_since_the_relay_started<E: Server>() {
+    let f = Fixture::<E>::new().await;
+    let mut relay = f.conn().await;
+    let recording = Recording::of(&[("hook", "k", None)]);
+    for version in 1..=8 {
+        let event = random_hex(16);
+        f.apply(recording.clone(), &f.event(&event, version))
+            .await
+            .unwrap();
+        let claimed = outbox::claim::<E>(&mut relay, "relay-a", LEASE, 10)
+            .await
+            .unwrap();
+        assert_eq!(claimed.len(), 1);
+        assert!(
+            outbox::mark_sent::<E>(&mut relay, &claimed[0].id, "relay-a", "200")
+                .await
+                .unwrap()
+        );
+    }
+    grow_with_sent_effects::<E>(&mut f.conn().await, 20_000).await;
+    f.apply(recording, &f.event(&random_hex(16), 9))
+        .await
+        .unwrap();
+    let before = E::table_scans(&mut relay).await;
+    let claimed = outbox::claim::<E>(&mut relay, "relay-a", LEASE, 10)
+        .await
+        .unwrap();
+    let scanned = E::table_scans(&mut relay).await - before;
+    assert_eq!(claimed.len(), 1);
+    assert!(
+        scanned < 1000,
+        "rows read by scanning the outbox: {scanned}"
     );
 }
 
@@ -1250,6 +1316,7 @@ on_both!(
     effects_recorded_at_once_are_one_statement_and_keep_their_order,
     effects_recorded_at_once_are_none_written_when_one_was_committed_before,
     effects_recorded_at_once_are_looked_up_by_key_when_the_outbox_has_grown,
+    a_claim_reads_no_outbox_whole_when_it_has_grown_since_the_relay_started,
     a_large_binary_body_is_recorded_and_claimed_byte_for_byte,
     in_a_batch_a_refused_sibling_leaves_no_effect_and_the_others_keep_theirs,
     the_effect_id_is_the_same_when_the_event_is_applied_on_a_fresh_database,

@@ -221,6 +221,13 @@ impl Outbox for Postgres {
             .await?;
         let claimed = rows.iter().map(claimed).collect::<Result<Vec<_>, _>>()?;
         if !claimed.is_empty() {
+            // Planned anew at each claim, with its ids (`persistent(false)`):
+            // a relay's connection would otherwise keep the plan PostgreSQL
+            // makes once for any list after a few claims, and one made while
+            // the outbox was nearly empty reads the whole table, sent
+            // effects included, at every claim until an `ANALYZE` replaces
+            // it. The claim's own read keeps its plan: along the due index
+            // whatever the table holds.
             let ids: Vec<&str> = claimed.iter().map(|r| r.effect_id.as_str()).collect();
             sqlx::query(&format!(
                 "UPDATE receiver_outbox SET lease_owner = $1, \
@@ -230,6 +237,7 @@ impl Outbox for Postgres {
             .bind(owner)
             .bind(micros(lease))
             .bind(ids)
+            .persistent(false)
             .execute(&mut *tx)
             .await?;
         }
