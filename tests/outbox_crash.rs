@@ -675,7 +675,10 @@ async fn an_endpoint_down_30_s_stops_no_delivery_and_gets_every_effect_within_th
 /// id was being answered, each held 150 ms), none is sent twice, each is
 /// sent, and each task's notifications arrive one after the other in
 /// version order. Every relay polls every 50 ms: were a lease not kept,
-/// another would take an effect in flight.
+/// another would take an effect in flight. Each sends at most two at once,
+/// so that while one holds its two, the others find heads to take: a
+/// relay with room for all six keys could take every head before any
+/// other polled.
 async fn two_relays_beside_three_consumers_never_have_an_effect_in_flight_twice_and_keep_each_task_s_order<
     E: Server,
 >() {
@@ -686,6 +689,7 @@ async fn two_relays_beside_three_consumers_never_have_an_effect_in_flight_twice_
         ("RECEIVER_RELAY_LEASE", "2s"),
         ("RECEIVER_NOTIFY_TIMEOUT", "1s"),
         ("RECEIVER_RELAY_POLL_INTERVAL", "50ms"),
+        ("RECEIVER_RELAY_CONCURRENCY", "2"),
         ("RECEIVER_METRICS_ADDR", "127.0.0.1:0"),
     ];
     let env = hook.env(&settings);
