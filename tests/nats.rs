@@ -14,6 +14,7 @@ use common::nats::{
 };
 use common::tls::TestPki;
 use common::{dsn_for, random_hex, unreadable_bodies, EventSpec, TestDb};
+use futures::future::join_all;
 use futures::StreamExt;
 use result_inbox::ids::{QueueId, TaskId};
 use result_inbox::nats::{
@@ -1685,12 +1686,12 @@ enum Leader {
 
 /// On a three-node cluster, with the stream and its consumer created by
 /// `receiver subscribe --replicas 3` and led from one node as `leader`
-/// says: `receiver consume`, given every node, applies 300 events, the
+/// says: `receiver consume`, given every node, applies 500 events, the
 /// leader's node is killed (SIGKILL) while it does, 100 more are published
 /// through the two left, and every one is applied once and acknowledged by
 /// the same process.
 async fn consume_outlives_the_death_of_the_leader(leader: Leader) {
-    const BEFORE: usize = 300;
+    const BEFORE: usize = 500;
     const AFTER: usize = 100;
     let mut cluster = NatsCluster::start().await;
     let queue_id = random_hex(16);
@@ -1745,9 +1746,16 @@ async fn consume_outlives_the_death_of_the_leader(leader: Leader) {
         .iter()
         .map(|task| EventSpec::submitted(&queue.queue, task))
         .collect();
-    for event in &events[..BEFORE] {
-        publish_until_stored(&queue, event).await;
-    }
+    // All at once, so that the stream holds them well before the receiver
+    // can have applied them: one after the other, the receiver keeps pace
+    // with the publisher on a fast machine, and the leader would die after
+    // the last was applied.
+    join_all(
+        events[..BEFORE]
+            .iter()
+            .map(|event| publish_until_stored(&queue, event)),
+    )
+    .await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while totals(&db).await.0 < 20 {
         assert!(
