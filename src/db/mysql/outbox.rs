@@ -30,7 +30,7 @@ const RECORD_ROW: &str =
 /// The `INSERT` of `rows` effects: one statement, whose rows take their
 /// `seq` in the order they are listed.
 fn record_sql(rows: usize) -> String {
-    format!("{RECORD_SQL}{}", vec![RECORD_ROW; rows].join(", "))
+    format!("{RECORD_SQL}{}", sql::list(RECORD_ROW, rows))
 }
 
 /// Which of `rows` is there already, after the `INSERT` of all of them
@@ -47,7 +47,7 @@ async fn recorded_before(
     }
     let sql = format!(
         "SELECT CAST(effect_id AS CHAR) FROM receiver_outbox WHERE effect_id IN ({})",
-        vec!["?"; rows.len()].join(", ")
+        sql::list("?", rows.len())
     );
     let found: Vec<String> = rows
         .iter()
