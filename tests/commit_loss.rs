@@ -332,8 +332,8 @@ async fn a_commit_dropped_before_the_server_saw_it_is_unconfirmed_and_nothing_is
 }
 
 /// The receiver's service with one effect per applied delivery: the
-/// inbox over `Notify`, whose effect the COMMIT writes in its own round
-/// trip.
+/// inbox over `Notify`, which records its notification in the delivery's
+/// transaction.
 async fn apply_notifying<E: Engine>(
     store: &InboxStore<E>,
     delivery: Delivery<Bytes>,
@@ -381,7 +381,7 @@ async fn a_lost_commit_ok_of_a_delivery_with_an_effect_committed_the_effect_once
     assert_eq!(
         f.proxy.fired(),
         1,
-        "the answer to the COMMIT that wrote the effect was lost"
+        "the answer to the COMMIT of the transaction that recorded the effect was lost"
     );
     assert_eq!(f.inbox_applied().await, Some(true));
     let effects = E::effect_ids(&f.db).await;
@@ -414,7 +414,7 @@ async fn a_commit_with_an_effect_dropped_before_the_server_saw_it_left_no_effect
     assert_eq!(
         f.proxy.fired(),
         1,
-        "the COMMIT that wrote the effect never reached the server"
+        "the COMMIT of the transaction that recorded the effect never reached the server"
     );
     assert_eq!(f.settled_inbox_rows().await, 0);
     assert!(E::effect_ids(&f.db).await.is_empty());
